@@ -1,0 +1,23 @@
+# The two set-up commands of the README: `make run` and `make test`. Both install what they need first.
+.PHONY: setup run test lint typecheck check bench
+
+setup:
+	@./scripts/setup.sh
+
+run: setup
+	.venv/bin/hermes run
+
+test: setup
+	.venv/bin/ruff check src tests
+	.venv/bin/mypy
+	.venv/bin/python -m pytest
+
+lint: setup
+	.venv/bin/ruff check src tests
+	.venv/bin/ruff format --check src tests
+
+typecheck: setup
+	.venv/bin/mypy
+
+bench: setup
+	.venv/bin/hermes bench

@@ -1,0 +1,3 @@
+from hermes.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The broker adapter: the only package that imports ``confluent_kafka``."""

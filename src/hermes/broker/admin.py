@@ -1,0 +1,169 @@
+"""Topic administration and offset look-ups."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+
+from hermes.broker.connection import KafkaConnection
+from hermes.errors import BrokerError, BrokerUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class BrokerAdmin:
+    def __init__(self, connection: KafkaConnection, request_timeout: float = 10.0) -> None:
+        self._connection = connection
+        self._timeout = request_timeout
+        self._admin = AdminClient(connection.config())
+
+    def wait_until_reachable(self, timeout: float) -> None:
+        """Raises BrokerUnavailable unless the cluster answers a metadata request within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                self._admin.list_topics(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+                return
+            except KafkaException as exc:
+                last = exc
+        raise BrokerUnavailable(
+            f"the Kafka cluster at {self._connection.bootstrap_servers} did not answer within {timeout:.0f} s"
+            + (f" ({last})" if last else "")
+        )
+
+    def create_topic(
+        self, name: str, partitions: int, *, retention_ms: int | None = None, max_message_bytes: int | None = None
+    ) -> None:
+        config = {}
+        if retention_ms is not None:
+            config["retention.ms"] = str(retention_ms)
+        if max_message_bytes is not None:
+            config["max.message.bytes"] = str(max_message_bytes)
+        futures = self._admin.create_topics(
+            [NewTopic(name, num_partitions=partitions, replication_factor=-1, config=config)],
+            request_timeout=self._timeout,
+        )
+        try:
+            futures[name].result(timeout=self._timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise _to_error(exc, f"creating Kafka topic {name}") from exc
+
+    def alter_topic(self, name: str, *, retention_ms: int | None = None, max_message_bytes: int | None = None) -> None:
+        entries = []
+        if retention_ms is not None:
+            entries.append(ConfigEntry("retention.ms", str(retention_ms), incremental_operation=AlterConfigOpType.SET))
+        if max_message_bytes is not None:
+            entries.append(
+                ConfigEntry("max.message.bytes", str(max_message_bytes), incremental_operation=AlterConfigOpType.SET)
+            )
+        if not entries:
+            return
+        futures = self._admin.incremental_alter_configs([ConfigResource("topic", name, incremental_configs=entries)])
+        try:
+            for future in futures.values():
+                future.result(timeout=self._timeout)
+        except KafkaException as exc:
+            raise _to_error(exc, f"altering Kafka topic {name}") from exc
+
+    def delete_topic(self, name: str) -> None:
+        futures = self._admin.delete_topics([name], request_timeout=self._timeout)
+        try:
+            futures[name].result(timeout=self._timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                raise _to_error(exc, f"deleting Kafka topic {name}") from exc
+
+    def topic_exists(self, name: str) -> bool:
+        return name in self._admin.list_topics(timeout=self._timeout).topics
+
+    def partitions(self, topic: str) -> list[int]:
+        metadata = self._admin.list_topics(topic, timeout=self._timeout).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            return []
+        return sorted(metadata.partitions)
+
+    # --- offsets (through a short-lived consumer: the admin client has no watermark call) ---
+
+    def _offset_consumer(self, group_id: str = "hermes-offsets") -> Any:
+        return Consumer(self._connection.config(**{"group.id": group_id, "enable.auto.commit": False}))
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        consumer = self._offset_consumer()
+        try:
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self._timeout)[1]
+                for p in self.partitions(topic)
+            }
+        finally:
+            consumer.close()
+
+    def beginning_offsets(self, topic: str) -> dict[int, int]:
+        consumer = self._offset_consumer()
+        try:
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self._timeout)[0]
+                for p in self.partitions(topic)
+            }
+        finally:
+            consumer.close()
+
+    def offsets_for_time(self, topic: str, timestamp_ms: int) -> dict[int, int]:
+        """Per partition, the first offset whose timestamp is at or after ``timestamp_ms``
+        (the end offset when there is none)."""
+        consumer = self._offset_consumer()
+        try:
+            found = consumer.offsets_for_times(
+                [TopicPartition(topic, p, timestamp_ms) for p in self.partitions(topic)], timeout=self._timeout
+            )
+            out = {}
+            for tp in found:
+                out[tp.partition] = (
+                    tp.offset
+                    if tp.offset >= 0
+                    else consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=self._timeout)[1]
+                )
+            return out
+        finally:
+            consumer.close()
+
+    def committed_offsets(self, group_id: str, topic: str) -> dict[int, int]:
+        consumer = self._offset_consumer(group_id)
+        try:
+            result = consumer.committed(
+                [TopicPartition(topic, p) for p in self.partitions(topic)], timeout=self._timeout
+            )
+            return {tp.partition: tp.offset for tp in result if tp.offset >= 0}
+        finally:
+            consumer.close()
+
+    def commit_offsets(self, group_id: str, topic: str, offsets: Mapping[int, int]) -> None:
+        """Sets a group's committed offsets from outside the group (e.g. a new or suspended subscription)."""
+        consumer = self._offset_consumer(group_id)
+        try:
+            consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+        except KafkaException as exc:
+            raise _to_error(exc, f"committing offsets of {group_id}") from exc
+        finally:
+            consumer.close()
+
+
+def _to_error(exc: KafkaException, doing: str) -> Exception:
+    err = exc.args[0]
+    if isinstance(err, KafkaError) and (
+        err.retriable() or err.code() in (KafkaError._TRANSPORT, KafkaError._TIMED_OUT)
+    ):
+        return BrokerUnavailable(f"{doing} failed: {err.str()}")
+    return BrokerError(f"{doing} failed: {exc}")

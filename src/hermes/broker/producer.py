@@ -1,0 +1,130 @@
+"""Producing to Kafka with the two ack modes of Hermes: one producer per mode (acks=1 and acks=all)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from hermes.broker.connection import KafkaConnection
+from hermes.domain.topic import Ack
+from hermes.errors import BrokerError, BrokerUnavailable, PayloadTooLarge, ServiceUnavailable
+
+log = logging.getLogger(__name__)
+
+Headers = Sequence[tuple[str, bytes]]
+
+_RETRIABLE = {
+    KafkaError._MSG_TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+    KafkaError._TIMED_OUT,
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError.NOT_ENOUGH_REPLICAS,
+}
+
+
+@dataclass(frozen=True)
+class DeliveryReport:
+    topic: str
+    partition: int
+    offset: int
+
+
+def _to_error(err: KafkaError) -> Exception:
+    if err.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+        return PayloadTooLarge(f"the broker refused the message as too large: {err.str()}")
+    if err.code() in _RETRIABLE or err.retriable():
+        return BrokerUnavailable(f"the broker did not take the message: {err.str()}")
+    return BrokerError(f"the broker refused the message: {err.str()}")
+
+
+class _PolledProducer:
+    """A confluent producer whose delivery callbacks are served by its own thread."""
+
+    def __init__(self, config: dict[str, Any], name: str) -> None:
+        self.producer = Producer(config)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            self.producer.poll(0.05)
+
+    def close(self, timeout: float) -> int:
+        remaining = int(self.producer.flush(timeout))
+        self._stop.set()
+        self._thread.join(timeout=2)
+        return remaining
+
+
+class BrokerProducer:
+    def __init__(self, connection: KafkaConnection, **overrides: Any) -> None:
+        base = {
+            "linger.ms": 1,
+            "enable.idempotence": False,
+            "message.timeout.ms": 300_000,
+            "queue.buffering.max.kbytes": 262_144,
+            **overrides,
+        }
+        self._producers = {
+            Ack.LEADER: _PolledProducer(connection.config(**base, acks=1), "kafka-producer-leader"),
+            Ack.ALL: _PolledProducer(connection.config(**base, acks="all"), "kafka-producer-all"),
+        }
+
+    def send(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        ack: Ack = Ack.LEADER,
+    ) -> asyncio.Future[DeliveryReport]:
+        """Queues the message; the future completes when the broker acknowledged it (or refused it).
+
+        Must be called on the event loop that awaits the future.
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[DeliveryReport] = loop.create_future()
+
+        def settle(err: KafkaError | None, msg: Any) -> None:  # producer poll thread
+            if err is not None:
+                loop.call_soon_threadsafe(_fail, future, _to_error(err))
+            else:
+                loop.call_soon_threadsafe(_succeed, future, DeliveryReport(msg.topic(), msg.partition(), msg.offset()))
+
+        try:
+            self._producers[ack].producer.produce(
+                topic, value=value, key=key, headers=list(headers), on_delivery=settle
+            )
+        except BufferError:
+            future.set_exception(ServiceUnavailable("the producer buffer is full; try again later"))
+        except KafkaException as exc:
+            future.set_exception(_to_error(exc.args[0]))
+        return future
+
+    def pending(self) -> int:
+        return sum(len(p.producer) for p in self._producers.values())
+
+    def close(self, timeout: float = 10.0) -> int:
+        """Flushes and stops; returns how many messages were still unacknowledged."""
+        return sum(p.close(timeout) for p in self._producers.values())
+
+
+def _succeed(future: asyncio.Future[DeliveryReport], report: DeliveryReport) -> None:
+    if not future.done():
+        future.set_result(report)
+
+
+def _fail(future: asyncio.Future[DeliveryReport], error: Exception) -> None:
+    if not future.done():
+        future.set_exception(error)

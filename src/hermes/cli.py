@@ -1,0 +1,136 @@
+"""The ``hermes`` command. Every setting is a flag (see ``hermes.config`` for the precedence)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import types
+import typing
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import SecretStr
+from pydantic import ValidationError as SettingsError
+
+from hermes.config import ENV_PREFIX, Settings, load_settings
+from hermes.errors import HermesError
+from hermes.runtime import ALL_ROLES, Role, serve
+
+Command = Callable[[Settings, argparse.Namespace], int]
+COMMANDS: dict[str, tuple[str, Command]] = {}
+
+
+def command(name: str, help_: str) -> Callable[[Command], Command]:
+    def register(fn: Command) -> Command:
+        COMMANDS[name] = (help_, fn)
+        return fn
+
+    return register
+
+
+def _serve(settings: Settings, roles: frozenset[Role]) -> int:
+    asyncio.run(serve(settings, roles))
+    return 0
+
+
+@command(
+    "run", "Run the whole broker in one process: embedded Kafka (unless external), management, frontend, consumers."
+)
+def _run(settings: Settings, _: argparse.Namespace) -> int:
+    return _serve(settings, ALL_ROLES)
+
+
+@command("frontend", "Run only the publishing API.")
+def _frontend(settings: Settings, _: argparse.Namespace) -> int:
+    return _serve(settings, frozenset({Role.FRONTEND}))
+
+
+@command("management", "Run only the management API.")
+def _management(settings: Settings, _: argparse.Namespace) -> int:
+    return _serve(settings, frozenset({Role.MANAGEMENT}))
+
+
+@command("consumers", "Run only the consumers (push delivery).")
+def _consumers(settings: Settings, _: argparse.Namespace) -> int:
+    return _serve(settings, frozenset({Role.CONSUMERS}))
+
+
+def _add_setting(
+    parser: argparse.ArgumentParser, name: str, annotation: Any, description: str | None, default: Any
+) -> None:
+    flag = "--" + name.replace("_", "-")
+    env = ENV_PREFIX + name.upper()
+    shown = default.get_secret_value() and "****" if isinstance(default, SecretStr) else default
+    help_ = f"{description or ''} [env {env}; default {shown}]"
+    args: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_}
+    base = annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        base = next(a for a in typing.get_args(annotation) if a is not type(None))
+    if base is bool:
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, **args)
+        return
+    if typing.get_origin(base) is typing.Literal:
+        args["choices"] = typing.get_args(base)
+    elif base in (int, float):
+        args["type"] = base
+    parser.add_argument(
+        flag, metavar=name.rsplit("_", maxsplit=1)[-1].upper() if "choices" not in args else None, **args
+    )
+
+
+def settings_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(add_help=False)
+    group = parser.add_argument_group("settings (flags > HERMES_* environment > --config file > defaults)")
+    group.add_argument(
+        "--config",
+        dest="config",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="TOML file with settings (keys as the flags, with underscores) [env HERMES_CONFIG]",
+    )
+    for name, field in Settings.model_fields.items():
+        _add_setting(group, name, field.annotation, field.description, field.default)  # type: ignore[arg-type]
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = settings_parser()
+    parser = argparse.ArgumentParser(
+        prog="hermes",
+        description="Hermes for Python: publish over HTTP, store in Kafka, push to HTTP subscribers.",
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (help_, _) in COMMANDS.items():
+        sub.add_parser(name, help=help_, description=help_, parents=[common])
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    values = vars(args)
+    config_file = values.pop("config", None)
+    name = values.pop("command")
+    try:
+        settings = load_settings(values, config_file)
+    except SettingsError as exc:
+        print(f"hermes: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    try:
+        return COMMANDS[name][1](settings, args)
+    except HermesError as exc:
+        print(f"hermes: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,95 @@
+"""Configuration: one settings object for every process.
+
+Precedence, highest first: command-line flags, ``HERMES_*`` environment variables, the TOML config file
+(``--config`` or ``HERMES_CONFIG``), then the defaults below. Every field becomes a ``--flag`` of the CLI with
+its description as help, so ``hermes --help`` documents all of them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+ENV_PREFIX = "HERMES_"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    # --- process-wide ---
+    data_dir: Path = Field(Path(".hermes"), description="Directory for the SQLite metadata, journal and logs.")
+    host: str = Field("127.0.0.1", description="Address the HTTP servers listen on.")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="Log level.")
+    cluster_name: str = Field("primary", description="Name of this Kafka cluster in undelivered records/traces.")
+
+    # --- HTTP ports ---
+    frontend_port: int = Field(8080, ge=0, le=65535, description="Port of the publishing API (0 = any free).")
+    management_port: int = Field(8090, ge=0, le=65535, description="Port of the management API (0 = any free).")
+
+    # --- Kafka ---
+    kafka_bootstrap_servers: str | None = Field(
+        None, description="External Kafka cluster (host:port,...). When unset the embedded Tansu broker is started."
+    )
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="librdkafka security.protocol for the external cluster."
+    )
+    kafka_sasl_mechanism: str | None = Field(None, description="SASL mechanism, e.g. PLAIN or SCRAM-SHA-512.")
+    kafka_sasl_username: str | None = Field(None, description="SASL username.")
+    kafka_sasl_password: SecretStr | None = Field(None, description="SASL password (never logged).")
+    kafka_ssl_ca_location: str | None = Field(None, description="CA certificate file for TLS.")
+    kafka_connect_timeout: float = Field(
+        15.0, gt=0, description="Seconds to wait for the Kafka cluster to answer at start-up."
+    )
+    embedded_broker_port: int = Field(0, ge=0, le=65535, description="Port of the embedded Tansu (0 = free).")
+    topic_partitions: int = Field(2, ge=1, le=1000, description="Partitions of each new Kafka topic.")
+
+    # --- metadata ---
+    metadata_store: Literal["sqlite", "zookeeper"] = Field("sqlite", description="Metadata repository.")
+    zookeeper_connect: str = Field("127.0.0.1:2181", description="ZooKeeper connect string.")
+    zookeeper_root: str = Field("/hermes", description="Root znode of the Hermes metadata.")
+    metadata_poll_interval: float = Field(
+        0.2, gt=0, le=10, description="Seconds between polls of the SQLite change log by other processes."
+    )
+
+    # --- consumers ---
+    consumer_commit_interval: float = Field(
+        1.0, gt=0, description="Seconds between offset commits of each subscription consumer."
+    )
+    consumer_session_timeout_ms: int = Field(
+        6000, ge=1000, description="Kafka consumer group session timeout (Tansu joins take ~23 s at the default)."
+    )
+
+    @property
+    def embedded_broker(self) -> bool:
+        return self.kafka_bootstrap_servers is None
+
+
+def load_settings(overrides: dict[str, Any] | None = None, config_file: Path | None = None) -> Settings:
+    """Build the settings from flags (``overrides``), the environment and an optional TOML file."""
+    path = config_file or (Path(os.environ["HERMES_CONFIG"]) if os.environ.get("HERMES_CONFIG") else None)
+
+    class _Settings(Settings):
+        @classmethod
+        def settings_customise_sources(
+            cls,
+            settings_cls: type[BaseSettings],
+            init_settings: PydanticBaseSettingsSource,
+            env_settings: PydanticBaseSettingsSource,
+            dotenv_settings: PydanticBaseSettingsSource,
+            file_secret_settings: PydanticBaseSettingsSource,
+        ) -> tuple[PydanticBaseSettingsSource, ...]:
+            sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+            if path is not None:
+                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
+            return tuple(sources)
+
+    return _Settings(**{k: v for k, v in (overrides or {}).items() if v is not None})

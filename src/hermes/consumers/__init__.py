@@ -1,0 +1,1 @@
+"""The consumers: push delivery of every active subscription."""

@@ -1,0 +1,49 @@
+"""Which offsets may be committed: only those below the lowest message still in flight."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+Partition = tuple[str, int]
+
+
+class OffsetTracker:
+    """Per partition, the offsets read but not yet finished (delivered, discarded or filtered).
+
+    The committable offset of a partition is the lowest unfinished offset, or one past the highest
+    finished offset when nothing is unfinished: committing it can never skip an unfinished message.
+    """
+
+    def __init__(self) -> None:
+        self._inflight: dict[Partition, set[int]] = {}
+        self._next: dict[Partition, int] = {}
+        self._committed: dict[Partition, int] = {}
+
+    def read(self, partition: Partition, offset: int) -> None:
+        self._inflight.setdefault(partition, set()).add(offset)
+        self._next[partition] = max(self._next.get(partition, 0), offset + 1)
+
+    def finish(self, partition: Partition, offset: int) -> None:
+        self._inflight.get(partition, set()).discard(offset)
+
+    def inflight(self) -> int:
+        return sum(len(s) for s in self._inflight.values())
+
+    def committable(self) -> dict[Partition, int]:
+        """Offsets that advanced since the last ``mark_committed``."""
+        out = {}
+        for partition, nxt in self._next.items():
+            pending = self._inflight.get(partition)
+            offset = min(pending) if pending else nxt
+            if self._committed.get(partition) != offset:
+                out[partition] = offset
+        return out
+
+    def mark_committed(self, offsets: dict[Partition, int]) -> None:
+        self._committed.update(offsets)
+
+    def forget(self, partitions: Iterable[Partition]) -> None:
+        for partition in partitions:
+            self._inflight.pop(partition, None)
+            self._next.pop(partition, None)
+            self._committed.pop(partition, None)

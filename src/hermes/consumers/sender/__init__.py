@@ -1,0 +1,1 @@
+"""Message senders, one module per protocol or delivery style."""

@@ -1,0 +1,68 @@
+"""Sending one message to an HTTP endpoint with a pooled keep-alive client."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+
+from hermes.consumers.sender.result import SendResult
+from hermes.domain.message import (
+    MESSAGE_ID_HEADER,
+    RETRY_COUNT_HEADER,
+    SUBSCRIPTION_NAME_HEADER,
+    TOPIC_NAME_HEADER,
+    Message,
+)
+from hermes.domain.subscription import Subscription
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
+
+
+class HttpSender:
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self._session = session
+
+    def headers(
+        self, subscription: Subscription, message: Message, retry_count: int, content_type: str
+    ) -> dict[str, str]:
+        headers = {
+            "Content-Type": content_type,
+            MESSAGE_ID_HEADER: message.message_id,
+            RETRY_COUNT_HEADER: str(retry_count),
+            **message.propagated_headers,
+        }
+        if subscription.subscription_identity_headers_enabled:
+            headers[TOPIC_NAME_HEADER] = subscription.topic_name.qualified
+            headers[SUBSCRIPTION_NAME_HEADER] = subscription.name
+        for header in subscription.headers:
+            headers[header.name] = header.value
+        return headers
+
+    async def send(
+        self, subscription: Subscription, url: str, body: bytes, headers: dict[str, str], timeout_ms: int
+    ) -> SendResult:
+        auth = None
+        credentials = subscription.endpoint.credentials
+        if credentials is not None:
+            auth = aiohttp.BasicAuth(*credentials)
+        socket_timeout = subscription.serial_policy.socket_timeout / 1000 or None
+        timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000, sock_read=socket_timeout)
+        try:
+            async with self._session.post(url, data=body, headers=headers, auth=auth, timeout=timeout) as response:
+                await response.read()
+                return SendResult.of_status(response.status, parse_retry_after(response.headers.get("Retry-After")))
+        except TimeoutError:
+            return SendResult.timeout()
+        except (aiohttp.ClientError, OSError, asyncio.CancelledError) as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return SendResult.failure(f"{type(exc).__name__}: {exc}")

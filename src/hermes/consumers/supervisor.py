@@ -1,0 +1,75 @@
+"""Runs one consumer per active subscription, following the metadata cache's notifications."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+
+from hermes.broker.connection import KafkaConnection
+from hermes.config import Settings
+from hermes.consumers.consumer import SerialConsumer
+from hermes.consumers.sender.http import HttpSender
+from hermes.domain.names import TopicName
+from hermes.domain.subscription import Subscription, SubscriptionState
+from hermes.metadata.cache import MetadataCache
+
+log = logging.getLogger(__name__)
+
+
+class ConsumersSupervisor:
+    def __init__(self, settings: Settings, connection: KafkaConnection, cache: MetadataCache) -> None:
+        self._settings = settings
+        self._connection = connection
+        self._cache = cache
+        self._consumers: dict[tuple[str, str], SerialConsumer] = {}
+        self._session: aiohttp.ClientSession | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=60),
+            auto_decompress=False,
+        )
+        self._cache.on_subscription_change(self._on_change)
+        for subscription in list(self._cache.subscriptions.values()):
+            await self._apply(subscription.topic_name, subscription.name, subscription)
+
+    async def stop(self) -> None:
+        async with self._lock:
+            consumers, self._consumers = list(self._consumers.values()), {}
+        await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+
+    @property
+    def running(self) -> list[str]:
+        return sorted(f"{t}${s}" for t, s in self._consumers)
+
+    async def _on_change(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
+        await self._apply(topic, name, subscription)
+
+    async def _apply(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
+        key = (topic.qualified, name)
+        async with self._lock:
+            current = self._consumers.get(key)
+            active = subscription is not None and subscription.state is SubscriptionState.ACTIVE
+            if current is not None and not active:
+                del self._consumers[key]
+                await current.stop()
+                log.info("stopped consumer of %s$%s", topic, name)
+            elif current is not None and subscription is not None:
+                current.update(subscription)
+            elif current is None and active and subscription is not None:
+                assert self._session is not None
+                consumer = SerialConsumer(
+                    subscription,
+                    self._connection,
+                    HttpSender(self._session),
+                    commit_interval=self._settings.consumer_commit_interval,
+                    session_timeout_ms=self._settings.consumer_session_timeout_ms,
+                )
+                self._consumers[key] = consumer
+                await consumer.start()
+                log.info("started consumer of %s$%s", topic, name)

@@ -1,0 +1,1 @@
+"""The domain model: pure, frozen, typed. No I/O imports here."""

@@ -1,0 +1,72 @@
+"""Subscription endpoints, with the Basic Auth credentials that may be embedded in their URL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from urllib.parse import urlsplit, urlunsplit
+
+from hermes.errors import ValidationError
+
+SUPPORTED_SCHEMES = frozenset({"http", "https"})
+MASK = "*****"
+
+
+@dataclass(frozen=True)
+class EndpointAddress:
+    """The endpoint exactly as given (password included) with derived, secret-free views of it."""
+
+    raw: str
+
+    @classmethod
+    def parse(cls, raw: str, field: str = "endpoint") -> EndpointAddress:
+        if not isinstance(raw, str) or not raw:
+            raise ValidationError("must be a non-empty URI", field)
+        try:
+            parts = urlsplit(raw)
+            port = parts.port  # raises ValueError on a bad port
+        except ValueError as exc:
+            raise ValidationError(f"is not a valid URI ({exc})", field) from None
+        if parts.scheme not in SUPPORTED_SCHEMES:
+            supported = ", ".join(sorted(SUPPORTED_SCHEMES))
+            raise ValidationError(f"scheme '{parts.scheme}' is not supported (use one of: {supported})", field)
+        if not parts.hostname:
+            raise ValidationError("must name a host", field)
+        if port == 0 or any(c.isspace() for c in raw):
+            raise ValidationError("is not a valid URI", field)
+        return cls(raw)
+
+    @property
+    def credentials(self) -> tuple[str, str] | None:
+        parts = urlsplit(self.raw)
+        if parts.username is None:
+            return None
+        return parts.username, parts.password or ""
+
+    @property
+    def url(self) -> str:
+        """The URL to send to, with the credentials removed (they travel as an Authorization header)."""
+        parts = urlsplit(self.raw)
+        if parts.username is None:
+            return self.raw
+        netloc = parts.hostname or ""
+        if ":" in netloc:  # IPv6 literal
+            netloc = f"[{netloc}]"
+        if parts.port is not None:
+            netloc = f"{netloc}:{parts.port}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+    @property
+    def masked(self) -> str:
+        """The endpoint as shown by APIs, logs and metrics: the password replaced by a mask."""
+        parts = urlsplit(self.raw)
+        if parts.password is None:
+            return self.raw
+        host = self.url.split("://", 1)[1].split("/", 1)[0]
+        netloc = f"{parts.username}:{MASK}@{host}"
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+    def __repr__(self) -> str:
+        return f"EndpointAddress({self.masked!r})"
+
+    def __str__(self) -> str:
+        return self.masked

@@ -1,0 +1,145 @@
+"""Subscriptions and their delivery policies, with the defaults of the Hermes subscribing guide."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from hermes.domain.endpoint import EndpointAddress
+from hermes.domain.names import SubscriptionName, TopicName
+from hermes.domain.topic import Owner
+
+MAX_MESSAGE_TTL_SECONDS = 7200
+
+
+class SubscriptionState(StrEnum):
+    PENDING = "PENDING"
+    ACTIVE = "ACTIVE"
+    SUSPENDED = "SUSPENDED"
+
+
+class DeliveryType(StrEnum):
+    SERIAL = "SERIAL"
+    BATCH = "BATCH"
+
+
+class SubscriptionMode(StrEnum):
+    ANYCAST = "ANYCAST"
+    BROADCAST = "BROADCAST"
+
+
+class TrackingMode(StrEnum):
+    TRACK_ALL = "trackingAll"
+    DISCARDED_ONLY = "discardedOnly"
+    TRACKING_OFF = "trackingOff"
+
+
+class SubscriptionContentType(StrEnum):
+    JSON = "JSON"
+    AVRO = "AVRO"
+
+
+@dataclass(frozen=True)
+class SerialSubscriptionPolicy:
+    """SERIAL delivery. Durations are in millis unless the name says otherwise."""
+
+    rate: int = 400  # messages per second, a hard maximum
+    message_ttl: int = 3600  # seconds a message may stay inflight
+    message_backoff: int = 1000
+    retry_client_errors: bool = False
+    request_timeout: int = 1000
+    socket_timeout: int = 0  # 0 = no limit
+    inflight_size: int = 100
+    sending_delay: int = 0
+    backoff_multiplier: float = 1.0
+    backoff_max_interval_in_sec: int = 600
+
+
+@dataclass(frozen=True)
+class BatchSubscriptionPolicy:
+    message_ttl: int = 3600
+    message_backoff: int = 500
+    retry_client_errors: bool = False
+    request_timeout: int = 30000
+    batch_size: int = 100
+    batch_time: int = 30000
+    batch_volume: int = 64000
+
+
+@dataclass(frozen=True)
+class Header:
+    name: str
+    value: str
+
+
+class MatchingStrategy(StrEnum):
+    ALL = "all"
+    ANY = "any"
+
+
+@dataclass(frozen=True)
+class MessageFilterSpecification:
+    """A filter as declared on a subscription: ``type`` is jsonpath, avropath or header."""
+
+    type: str
+    matcher: str
+    path: str | None = None
+    header: str | None = None
+    matching_strategy: MatchingStrategy = MatchingStrategy.ALL
+
+
+@dataclass(frozen=True)
+class OAuthPolicy:
+    grant_type: str  # clientCredentials | password
+    provider_name: str
+    scope: str | None = None
+    username: str | None = None
+    password: str | None = None
+
+
+@dataclass(frozen=True)
+class Subscription:
+    topic_name: TopicName
+    name: str
+    endpoint: EndpointAddress
+    description: str = ""
+    owner: Owner = field(default_factory=Owner)
+    contact: str = ""
+    state: SubscriptionState = SubscriptionState.ACTIVE
+    content_type: SubscriptionContentType = SubscriptionContentType.JSON
+    delivery_type: DeliveryType = DeliveryType.SERIAL
+    serial_policy: SerialSubscriptionPolicy = field(default_factory=SerialSubscriptionPolicy)
+    batch_policy: BatchSubscriptionPolicy = field(default_factory=BatchSubscriptionPolicy)
+    mode: SubscriptionMode = SubscriptionMode.ANYCAST
+    headers: tuple[Header, ...] = ()
+    filters: tuple[MessageFilterSpecification, ...] = ()
+    endpoint_address_resolver_metadata: dict[str, Any] = field(default_factory=dict)
+    subscription_identity_headers_enabled: bool = False
+    tracking_mode: TrackingMode = TrackingMode.TRACKING_OFF
+    oauth_policy: OAuthPolicy | None = None
+    http2_enabled: bool = False
+    auto_delete_with_topic_enabled: bool = False
+    created_at: int = 0
+    modified_at: int = 0
+
+    @property
+    def qualified_name(self) -> SubscriptionName:
+        return SubscriptionName(self.topic_name, self.name)
+
+    @property
+    def is_batch(self) -> bool:
+        return self.delivery_type is DeliveryType.BATCH
+
+    @property
+    def message_ttl_seconds(self) -> int:
+        return self.batch_policy.message_ttl if self.is_batch else self.serial_policy.message_ttl
+
+    @property
+    def tracking_enabled(self) -> bool:
+        return self.tracking_mode is not TrackingMode.TRACKING_OFF
+
+    @property
+    def consumer_group_id(self) -> str:
+        """The Kafka consumer group that keeps this subscription's committed offsets."""
+        return f"hermes_{self.topic_name.qualified}_{self.name}"

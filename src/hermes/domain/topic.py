@@ -1,0 +1,91 @@
+"""Groups and topics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from hermes.domain.names import TopicName
+
+
+class ContentType(StrEnum):
+    JSON = "JSON"
+    AVRO = "AVRO"
+
+
+class Ack(StrEnum):
+    LEADER = "LEADER"
+    ALL = "ALL"
+
+
+class RetentionUnit(StrEnum):
+    SECONDS = "SECONDS"
+    MINUTES = "MINUTES"
+    HOURS = "HOURS"
+    DAYS = "DAYS"
+
+
+_UNIT_SECONDS = {
+    RetentionUnit.SECONDS: 1,
+    RetentionUnit.MINUTES: 60,
+    RetentionUnit.HOURS: 3600,
+    RetentionUnit.DAYS: 86400,
+}
+
+
+@dataclass(frozen=True)
+class RetentionTime:
+    duration: int = 1
+    unit: RetentionUnit = RetentionUnit.DAYS
+
+    @property
+    def seconds(self) -> int:
+        return self.duration * _UNIT_SECONDS[self.unit]
+
+
+@dataclass(frozen=True)
+class Owner:
+    source: str = "Plaintext"
+    id: str = ""
+
+
+@dataclass(frozen=True)
+class OfflineRetentionTime:
+    """How long the offline storage keeps a topic's messages, in days; ``infinite`` keeps them forever."""
+
+    duration: int = 60
+    infinite: bool = False
+
+
+@dataclass(frozen=True)
+class OfflineStorage:
+    enabled: bool = False
+    retention_time: OfflineRetentionTime = field(default_factory=OfflineRetentionTime)
+
+
+@dataclass(frozen=True)
+class Group:
+    name: str
+
+
+DEFAULT_MAX_MESSAGE_SIZE = 50 * 1024
+
+
+@dataclass(frozen=True)
+class Topic:
+    name: TopicName
+    description: str = ""
+    owner: Owner = field(default_factory=Owner)
+    content_type: ContentType = ContentType.JSON
+    ack: Ack = Ack.LEADER
+    retention_time: RetentionTime = field(default_factory=RetentionTime)
+    tracking_enabled: bool = False
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    offline_storage: OfflineStorage = field(default_factory=OfflineStorage)
+    subscribing_restricted: bool = False
+    created_at: int = 0  # epoch millis, set by the repository
+    modified_at: int = 0
+
+    @property
+    def qualified_name(self) -> str:
+        return self.name.qualified

@@ -1,0 +1,144 @@
+"""One error tree for the whole system.
+
+Every error carries a stable ``code`` (Hermes' ``ErrorCode`` names where Hermes has one) and the HTTP
+``status`` the APIs answer with, so HTTP layers map any ``HermesError`` to ``{"message", "code"}`` without
+knowing its class. ``retriable`` tells callers whether trying again later can succeed.
+"""
+
+from __future__ import annotations
+
+
+class HermesError(Exception):
+    code = "INTERNAL_ERROR"
+    status = 500
+    retriable = False
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_body(self) -> dict[str, str]:
+        return {"message": self.message, "code": self.code}
+
+
+class ValidationError(HermesError):
+    """The request is malformed; ``message`` names the offending field."""
+
+    code = "VALIDATION_ERROR"
+    status = 400
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+
+
+class FormattingError(ValidationError):
+    """The body could not be parsed at all (bad JSON, wrong shape)."""
+
+    code = "FORMATTING_ERROR"
+
+
+class NotFoundError(HermesError):
+    code = "NOT_FOUND"
+    status = 404
+
+
+class GroupNotFound(NotFoundError):
+    code = "GROUP_NOT_EXISTS"
+
+
+class TopicNotFound(NotFoundError):
+    code = "TOPIC_NOT_EXISTS"
+
+
+class SubscriptionNotFound(NotFoundError):
+    code = "SUBSCRIPTION_NOT_EXISTS"
+
+
+class OAuthProviderNotFound(NotFoundError):
+    code = "OAUTH_PROVIDER_NOT_EXISTS"
+
+
+class SchemaNotFound(NotFoundError):
+    code = "SCHEMA_NOT_EXISTS"
+
+
+class AlreadyExistsError(HermesError):
+    code = "ALREADY_EXISTS"
+    status = 409
+
+
+class GroupAlreadyExists(AlreadyExistsError):
+    code = "GROUP_ALREADY_EXISTS"
+
+
+class TopicAlreadyExists(AlreadyExistsError):
+    code = "TOPIC_ALREADY_EXISTS"
+
+
+class SubscriptionAlreadyExists(AlreadyExistsError):
+    code = "SUBSCRIPTION_ALREADY_EXISTS"
+
+
+class OAuthProviderAlreadyExists(AlreadyExistsError):
+    code = "OAUTH_PROVIDER_ALREADY_EXISTS"
+
+
+class ConflictError(HermesError):
+    """The operation contradicts the current state (e.g. deleting a group that still has topics)."""
+
+    code = "CONFLICT"
+    status = 409
+
+
+class GroupNotEmpty(ConflictError):
+    code = "GROUP_NOT_EMPTY"
+
+
+class TopicNotEmpty(ConflictError):
+    code = "TOPIC_NOT_EMPTY"
+
+
+class ConcurrentModification(ConflictError):
+    """An optimistic-versioning check failed: someone else changed the entity first."""
+
+    code = "CONCURRENT_MODIFICATION"
+    retriable = True
+
+
+class PayloadTooLarge(HermesError):
+    code = "MESSAGE_TOO_LARGE"
+    status = 413
+
+
+class UnsupportedMediaType(HermesError):
+    code = "UNSUPPORTED_MEDIA_TYPE"
+    status = 415
+
+
+class ServiceUnavailable(HermesError):
+    code = "SERVICE_UNAVAILABLE"
+    status = 503
+    retriable = True
+
+
+class BrokerUnavailable(ServiceUnavailable):
+    """The Kafka cluster cannot be reached or did not answer in time."""
+
+    code = "BROKER_UNAVAILABLE"
+
+
+class BrokerError(HermesError):
+    """The broker answered with an error that is not an outage (e.g. an unsupported operation)."""
+
+    code = "BROKER_ERROR"
+
+
+class MetadataUnavailable(ServiceUnavailable):
+    code = "METADATA_UNAVAILABLE"
+
+
+class StartupError(HermesError):
+    """A process cannot start (port taken, data directory not writable, ...). Printed without a traceback."""
+
+    code = "STARTUP_ERROR"

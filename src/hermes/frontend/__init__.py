@@ -1,0 +1,1 @@
+"""The frontend: the publishing API."""

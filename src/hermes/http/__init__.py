@@ -1,0 +1,1 @@
+"""HTTP plumbing shared by the frontend and management servers (aiohttp)."""

@@ -1,0 +1,1 @@
+"""The management API: groups, topics, subscriptions, OAuth providers and operations."""

@@ -1,0 +1,1 @@
+"""HTTP resources of the management API, one module per resource."""

@@ -1,0 +1,87 @@
+"""``/topics/{topic}/subscriptions``: create, list, get, update, delete, state."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from hermes.domain import codec
+from hermes.domain.subscription import SubscriptionState
+from hermes.errors import FormattingError, ValidationError
+from hermes.http.server import json_response, read_json
+from hermes.management.api.topics import topic_name
+from hermes.management.context import SERVICE
+
+
+def register(router: web.UrlDispatcher) -> None:
+    base = "/topics/{topic}/subscriptions"
+    router.add_get(base, list_subscriptions)
+    router.add_post(base, create_subscription)
+    router.add_get(base + "/{subscription}", get_subscription)
+    router.add_put(base + "/{subscription}", update_subscription)
+    router.add_delete(base + "/{subscription}", delete_subscription)
+    router.add_put(base + "/{subscription}/state", change_state)
+    router.add_post(base + "/{subscription}/state", change_state)
+    router.add_get(base + "/{subscription}/state", get_state)
+
+
+async def list_subscriptions(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    topic = topic_name(request)
+    await asyncio.to_thread(service.repository.get_topic, topic)
+    subs = await asyncio.to_thread(service.repository.list_subscriptions, topic)
+    return json_response([s.name for s in subs])
+
+
+async def create_subscription(request: web.Request) -> web.Response:
+    topic = topic_name(request)
+    subscription = codec.subscription_from_json(await read_json(request), topic)
+    created = await request.app[SERVICE].create_subscription(subscription)
+    return json_response(codec.subscription_to_json(created), status=201)
+
+
+async def get_subscription(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    sub = await asyncio.to_thread(
+        service.repository.get_subscription, topic_name(request), request.match_info["subscription"]
+    )
+    return json_response(codec.subscription_to_json(sub))
+
+
+async def update_subscription(request: web.Request) -> web.Response:
+    patch = await read_json(request)
+    if not isinstance(patch, dict):
+        raise FormattingError("the body must be a JSON object")
+    updated = await request.app[SERVICE].update_subscription(
+        topic_name(request), request.match_info["subscription"], patch
+    )
+    return json_response(codec.subscription_to_json(updated))
+
+
+async def delete_subscription(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    await asyncio.to_thread(
+        service.repository.delete_subscription, topic_name(request), request.match_info["subscription"]
+    )
+    return web.Response(status=200)
+
+
+async def change_state(request: web.Request) -> web.Response:
+    body = await read_json(request)
+    try:
+        state = SubscriptionState(body)
+    except (ValueError, TypeError):
+        raise ValidationError('must be "ACTIVE" or "SUSPENDED" (a JSON string)', "state") from None
+    if state is SubscriptionState.PENDING:
+        raise ValidationError('must be "ACTIVE" or "SUSPENDED"', "state")
+    await request.app[SERVICE].change_state(topic_name(request), request.match_info["subscription"], state)
+    return web.Response(status=200)
+
+
+async def get_state(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    sub = await asyncio.to_thread(
+        service.repository.get_subscription, topic_name(request), request.match_info["subscription"]
+    )
+    return json_response(sub.state.value)

@@ -1,0 +1,114 @@
+"""What the management API does, apart from HTTP: repository changes together with their Kafka side."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from typing import Any
+
+from hermes.broker.admin import BrokerAdmin
+from hermes.config import Settings
+from hermes.domain import codec
+from hermes.domain.names import TopicName
+from hermes.domain.subscription import Subscription, SubscriptionState
+from hermes.domain.topic import ContentType, Group, Topic
+from hermes.errors import (
+    SubscriptionAlreadyExists,
+    SubscriptionNotFound,
+    TopicAlreadyExists,
+    TopicNotFound,
+    ValidationError,
+)
+from hermes.metadata.repository import MetadataRepository
+
+log = logging.getLogger(__name__)
+
+
+class ManagementService:
+    def __init__(self, settings: Settings, repository: MetadataRepository, admin: BrokerAdmin) -> None:
+        self.settings = settings
+        self.repository = repository
+        self.admin = admin
+
+    async def _run(self, fn: Any, *args: Any) -> Any:
+        return await asyncio.to_thread(fn, *args)
+
+    # --- groups ---
+
+    async def create_group(self, name: str) -> Group:
+        return await self._run(self.repository.create_group, Group(name))  # type: ignore[no-any-return]
+
+    # --- topics ---
+
+    async def create_topic(self, topic: Topic) -> Topic:
+        await self._run(self.repository.get_group, topic.name.group)
+        try:
+            await self._run(self.repository.get_topic, topic.name)
+            raise TopicAlreadyExists(f"Topic {topic.qualified_name} already exists")
+        except TopicNotFound:
+            pass
+        await self._run(
+            lambda: self.admin.create_topic(
+                topic.qualified_name,
+                self.settings.topic_partitions,
+                retention_ms=topic.retention_time.seconds * 1000,
+                max_message_bytes=topic.max_message_size,
+            )
+        )
+        return await self._run(self.repository.create_topic, topic)  # type: ignore[no-any-return]
+
+    async def update_topic(self, name: TopicName, patch: dict[str, Any]) -> Topic:
+        def change(current: Topic) -> Topic:
+            merged = {**codec.topic_to_json(current), **patch, "name": name.qualified}
+            updated = codec.topic_from_json(merged)
+            if updated.content_type is not current.content_type:
+                raise ValidationError("cannot be changed on an existing topic", "contentType")
+            return updated
+
+        updated: Topic = await self._run(self.repository.update_topic, name, change)
+        await self._run(
+            lambda: self.admin.alter_topic(
+                name.qualified,
+                retention_ms=updated.retention_time.seconds * 1000,
+                max_message_bytes=updated.max_message_size,
+            )
+        )
+        return updated
+
+    async def delete_topic(self, name: TopicName) -> None:
+        await self._run(self.repository.delete_topic, name)
+        await self._run(self.admin.delete_topic, name.qualified)
+
+    # --- subscriptions ---
+
+    async def create_subscription(self, subscription: Subscription) -> Subscription:
+        topic: Topic = await self._run(self.repository.get_topic, subscription.topic_name)
+        if subscription.content_type.value == "AVRO" and topic.content_type is not ContentType.AVRO:
+            raise ValidationError("AVRO is only available on AVRO topics", "contentType")
+        try:
+            await self._run(self.repository.get_subscription, subscription.topic_name, subscription.name)
+        except SubscriptionNotFound:
+            pass
+        else:
+            raise SubscriptionAlreadyExists(f"Subscription {subscription.qualified_name} already exists")
+        # Only messages published from now on are delivered: pin the group at the current end offsets
+        # before any consumer can join it (a group without offsets would start wherever it joins).
+        end = await self._run(self.admin.end_offsets, topic.qualified_name)
+        await self._run(self.admin.commit_offsets, subscription.consumer_group_id, topic.qualified_name, end)
+        return await self._run(self.repository.create_subscription, subscription)  # type: ignore[no-any-return]
+
+    async def update_subscription(self, topic: TopicName, name: str, patch: dict[str, Any]) -> Subscription:
+        def change(current: Subscription) -> Subscription:
+            base = codec.subscription_to_json(current, mask_secrets=False)
+            merged = {**base, **patch, "name": name, "topicName": topic.qualified}
+            if "subscriptionPolicy" in patch and isinstance(patch["subscriptionPolicy"], dict):
+                merged["subscriptionPolicy"] = {**base["subscriptionPolicy"], **patch["subscriptionPolicy"]}
+            return codec.subscription_from_json(merged, topic)
+
+        return await self._run(self.repository.update_subscription, topic, name, change)  # type: ignore[no-any-return]
+
+    async def change_state(self, topic: TopicName, name: str, state: SubscriptionState) -> Subscription:
+        return await self._run(  # type: ignore[no-any-return]
+            self.repository.update_subscription, topic, name, lambda s: dataclasses.replace(s, state=state)
+        )

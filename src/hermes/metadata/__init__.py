@@ -1,0 +1,1 @@
+"""Metadata repositories: where groups, topics, subscriptions and operational records live."""

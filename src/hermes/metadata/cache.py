@@ -1,0 +1,114 @@
+"""An in-memory view of topics and subscriptions kept fresh by the repository's change notifications.
+
+Request paths (publishing, delivery) read this cache and never the metadata store. Listeners run on the
+asyncio loop that started the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from hermes.domain.names import TopicName
+from hermes.domain.subscription import Subscription
+from hermes.domain.topic import Topic
+from hermes.errors import NotFoundError
+from hermes.metadata.repository import ChangeAction, ChangeKind, MetadataChange, MetadataRepository, Unwatch
+
+log = logging.getLogger(__name__)
+
+SubscriptionListener = Callable[[TopicName, str, Subscription | None], Awaitable[None]]
+TopicListener = Callable[[TopicName, Topic | None], Awaitable[None]]
+
+
+class MetadataCache:
+    def __init__(self, repository: MetadataRepository) -> None:
+        self._repository = repository
+        self.topics: dict[str, Topic] = {}
+        self.subscriptions: dict[tuple[str, str], Subscription] = {}
+        self._topic_listeners: list[TopicListener] = []
+        self._subscription_listeners: list[SubscriptionListener] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._unwatch: Unwatch | None = None
+        self._changes: asyncio.Queue[MetadataChange] | None = None
+        self._applier: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._changes = asyncio.Queue()
+        self._unwatch = self._repository.watch(self._on_change)  # before the load: no change falls in between
+        topics = await asyncio.to_thread(self._repository.list_topics)
+        subscriptions = await asyncio.to_thread(self._repository.list_subscriptions)
+        self.topics = {t.qualified_name: t for t in topics}
+        self.subscriptions = {(s.topic_name.qualified, s.name): s for s in subscriptions}
+        self._applier = asyncio.create_task(self._apply_changes(), name="metadata-cache")
+
+    async def stop(self) -> None:
+        if self._unwatch is not None:
+            self._unwatch()
+        if self._applier is not None:
+            self._applier.cancel()
+            await asyncio.gather(self._applier, return_exceptions=True)
+
+    def on_topic_change(self, listener: TopicListener) -> None:
+        self._topic_listeners.append(listener)
+
+    def on_subscription_change(self, listener: SubscriptionListener) -> None:
+        self._subscription_listeners.append(listener)
+
+    def topic(self, qualified_name: str) -> Topic | None:
+        return self.topics.get(qualified_name)
+
+    def subscriptions_of(self, topic: str) -> list[Subscription]:
+        return [s for (t, _), s in self.subscriptions.items() if t == topic]
+
+    async def refresh_topic(self, qualified_name: str) -> Topic | None:
+        """Re-reads one topic now (e.g. on a cache miss, to close the window before a notification)."""
+        await self._reload_topic(qualified_name)
+        return self.topics.get(qualified_name)
+
+    def _on_change(self, change: MetadataChange) -> None:  # repository watcher thread
+        if self._loop is not None and self._changes is not None:
+            self._loop.call_soon_threadsafe(self._changes.put_nowait, change)
+
+    async def _apply_changes(self) -> None:
+        assert self._changes is not None
+        while True:
+            change = await self._changes.get()
+            try:
+                if change.kind is ChangeKind.TOPIC:
+                    await self._reload_topic(change.key)
+                elif change.kind is ChangeKind.SUBSCRIPTION:
+                    topic, _, name = change.key.partition("/")
+                    await self._reload_subscription(topic, name, change.action)
+            except Exception:
+                log.exception("applying metadata change %s failed", change)
+
+    async def _reload_topic(self, qualified_name: str) -> None:
+        name = TopicName.parse(qualified_name)
+        try:
+            topic: Topic | None = await asyncio.to_thread(self._repository.get_topic, name)
+        except NotFoundError:
+            topic = None
+        if topic is None:
+            self.topics.pop(qualified_name, None)
+        else:
+            self.topics[qualified_name] = topic
+        for listener in self._topic_listeners:
+            await listener(name, topic)
+
+    async def _reload_subscription(self, topic: str, name: str, action: ChangeAction) -> None:
+        topic_name = TopicName.parse(topic)
+        sub: Subscription | None = None
+        if action is not ChangeAction.DELETED:
+            try:
+                sub = await asyncio.to_thread(self._repository.get_subscription, topic_name, name)
+            except NotFoundError:
+                sub = None
+        if sub is None:
+            self.subscriptions.pop((topic, name), None)
+        else:
+            self.subscriptions[(topic, name)] = sub
+        for listener in self._subscription_listeners:
+            await listener(topic_name, name, sub)

@@ -1,0 +1,159 @@
+"""The metadata repository interface shared by the SQLite and ZooKeeper implementations.
+
+Methods are synchronous (both back ends are blocking clients); async callers wrap them in
+``asyncio.to_thread``. Listeners registered with ``watch`` are told of every change, from any process
+sharing the store, within about a second, on a background thread.
+
+Besides the Hermes entities, the repository keeps small JSON *documents* in named namespaces: operational
+records such as the last undelivered message, consumer nodes, retransmission requests or offline
+retransmission tasks. They survive restarts and are shared by every process.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from hermes.domain.names import TopicName
+from hermes.domain.oauth import OAuthProvider
+from hermes.domain.subscription import Subscription
+from hermes.domain.topic import Group, Topic
+
+
+class ChangeKind(StrEnum):
+    GROUP = "group"
+    TOPIC = "topic"
+    SUBSCRIPTION = "subscription"
+    OAUTH_PROVIDER = "oauth_provider"
+    SCHEMA = "schema"
+    DOCUMENT = "document"
+
+
+class ChangeAction(StrEnum):
+    CREATED = "created"
+    UPDATED = "updated"
+    DELETED = "deleted"
+
+
+@dataclass(frozen=True)
+class MetadataChange:
+    """Something changed. ``key`` is the group name, the qualified topic name, ``topic/subscription``,
+    the provider name, or ``namespace/key`` for documents. Listeners re-read what they need."""
+
+    kind: ChangeKind
+    action: ChangeAction
+    key: str
+
+
+Listener = Callable[[MetadataChange], None]
+Unwatch = Callable[[], None]
+
+
+def subscription_key(topic: TopicName, name: str) -> str:
+    return f"{topic.qualified}/{name}"
+
+
+class MetadataRepository(ABC):
+    # --- groups ---
+    @abstractmethod
+    def create_group(self, group: Group) -> Group: ...
+
+    @abstractmethod
+    def get_group(self, name: str) -> Group: ...
+
+    @abstractmethod
+    def list_groups(self) -> list[Group]: ...
+
+    @abstractmethod
+    def delete_group(self, name: str) -> None:
+        """Raises GroupNotEmpty while the group has topics."""
+
+    # --- topics ---
+    @abstractmethod
+    def create_topic(self, topic: Topic) -> Topic:
+        """Stamps createdAt/modifiedAt. Raises GroupNotFound, TopicAlreadyExists."""
+
+    @abstractmethod
+    def get_topic(self, name: TopicName) -> Topic: ...
+
+    @abstractmethod
+    def list_topics(self, group: str | None = None) -> list[Topic]: ...
+
+    @abstractmethod
+    def update_topic(self, name: TopicName, change: Callable[[Topic], Topic]) -> Topic:
+        """Applies ``change`` to the current topic atomically (retrying on concurrent updates)."""
+
+    @abstractmethod
+    def delete_topic(self, name: TopicName) -> None:
+        """Raises TopicNotEmpty while the topic has subscriptions. Removes its schemas."""
+
+    # --- Avro schemas, versioned per topic ---
+    @abstractmethod
+    def save_schema(self, topic: TopicName, schema: str) -> int:
+        """Stores a new version and returns its number (1, 2, ...)."""
+
+    @abstractmethod
+    def get_schema(self, topic: TopicName, version: int | None = None) -> tuple[int, str]:
+        """The given version, or the latest. Raises SchemaNotFound."""
+
+    @abstractmethod
+    def list_schema_versions(self, topic: TopicName) -> list[int]: ...
+
+    # --- subscriptions ---
+    @abstractmethod
+    def create_subscription(self, subscription: Subscription) -> Subscription:
+        """Raises TopicNotFound, SubscriptionAlreadyExists."""
+
+    @abstractmethod
+    def get_subscription(self, topic: TopicName, name: str) -> Subscription: ...
+
+    @abstractmethod
+    def list_subscriptions(self, topic: TopicName | None = None) -> list[Subscription]: ...
+
+    @abstractmethod
+    def update_subscription(
+        self, topic: TopicName, name: str, change: Callable[[Subscription], Subscription]
+    ) -> Subscription:
+        """Applies ``change`` atomically: two concurrent updates never lose one another."""
+
+    @abstractmethod
+    def delete_subscription(self, topic: TopicName, name: str) -> None: ...
+
+    # --- OAuth providers ---
+    @abstractmethod
+    def create_oauth_provider(self, provider: OAuthProvider) -> OAuthProvider: ...
+
+    @abstractmethod
+    def get_oauth_provider(self, name: str) -> OAuthProvider: ...
+
+    @abstractmethod
+    def list_oauth_providers(self) -> list[OAuthProvider]: ...
+
+    @abstractmethod
+    def update_oauth_provider(self, name: str, change: Callable[[OAuthProvider], OAuthProvider]) -> OAuthProvider: ...
+
+    @abstractmethod
+    def delete_oauth_provider(self, name: str) -> None: ...
+
+    # --- operational documents ---
+    @abstractmethod
+    def put_document(self, namespace: str, key: str, document: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    def get_document(self, namespace: str, key: str) -> dict[str, Any] | None: ...
+
+    @abstractmethod
+    def list_documents(self, namespace: str) -> dict[str, dict[str, Any]]: ...
+
+    @abstractmethod
+    def delete_document(self, namespace: str, key: str) -> None: ...
+
+    # --- change notifications ---
+    @abstractmethod
+    def watch(self, listener: Listener) -> Unwatch: ...
+
+    @abstractmethod
+    def close(self) -> None: ...

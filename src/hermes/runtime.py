@@ -1,0 +1,165 @@
+"""Starting and stopping the roles of one process: broker connection, metadata, management, frontend and
+consumers. ``hermes run`` runs them all; the role subcommands run one each."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import tempfile
+from enum import StrEnum
+from typing import Any
+
+from hermes.broker.admin import BrokerAdmin
+from hermes.broker.connection import KafkaConnection
+from hermes.broker.embedded import EmbeddedBroker, ensure_port_free
+from hermes.broker.producer import BrokerProducer
+from hermes.config import Settings
+from hermes.errors import StartupError
+from hermes.http.server import Server
+from hermes.metadata.cache import MetadataCache
+from hermes.metadata.factory import open_repository
+from hermes.metadata.repository import MetadataRepository
+
+log = logging.getLogger(__name__)
+
+
+class Role(StrEnum):
+    MANAGEMENT = "management"
+    FRONTEND = "frontend"
+    CONSUMERS = "consumers"
+
+
+ALL_ROLES = frozenset(Role)
+
+
+def check_data_dir(settings: Settings) -> None:
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=settings.data_dir):
+            pass
+    except OSError as exc:
+        raise StartupError(f"the data directory {settings.data_dir} is not writable: {exc.strerror}") from None
+
+
+class Hermes:
+    """The running system (or part of it) in this process."""
+
+    def __init__(self, settings: Settings, roles: frozenset[Role] = ALL_ROLES) -> None:
+        self.settings = settings
+        self.roles = roles
+        self.broker: EmbeddedBroker | None = None
+        self.connection: KafkaConnection | None = None
+        self.repository: MetadataRepository | None = None
+        self.cache: MetadataCache | None = None
+        self.producer: BrokerProducer | None = None
+        self.servers: dict[Role, Server] = {}
+        self._stoppers: list[Any] = []
+
+    @property
+    def frontend_url(self) -> str:
+        return f"http://{self.settings.host}:{self.servers[Role.FRONTEND].port}"
+
+    @property
+    def management_url(self) -> str:
+        return f"http://{self.settings.host}:{self.servers[Role.MANAGEMENT].port}"
+
+    async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
+        settings = self.settings
+        check_data_dir(settings)
+        if Role.FRONTEND in self.roles:
+            ensure_port_free(settings.host, settings.frontend_port, "frontend")
+        if Role.MANAGEMENT in self.roles:
+            ensure_port_free(settings.host, settings.management_port, "management")
+
+        bootstrap = settings.kafka_bootstrap_servers
+        if bootstrap is None:
+            self.broker = EmbeddedBroker(settings.embedded_broker_port, settings.data_dir / "logs")
+            bootstrap = await asyncio.to_thread(self.broker.start)
+        self.connection = KafkaConnection.from_settings(settings, bootstrap)
+        admin = BrokerAdmin(self.connection)
+        await asyncio.to_thread(admin.wait_until_reachable, settings.kafka_connect_timeout)
+
+        self.repository = await asyncio.to_thread(open_repository, settings)
+        if Role.FRONTEND in self.roles or Role.CONSUMERS in self.roles:
+            self.cache = MetadataCache(self.repository)
+            await self.cache.start()
+
+        if Role.MANAGEMENT in self.roles:
+            from hermes.management.app import create_app as management_app
+            from hermes.management.services import ManagementService
+
+            service = ManagementService(settings, self.repository, admin)
+            await self._serve(Role.MANAGEMENT, management_app(service), settings.management_port)
+
+        if Role.CONSUMERS in self.roles:
+            from hermes.consumers.supervisor import ConsumersSupervisor
+
+            assert self.cache is not None
+            supervisor = ConsumersSupervisor(settings, self.connection, self.cache)
+            await supervisor.start()
+            self._stoppers.append(supervisor.stop)
+
+        if Role.FRONTEND in self.roles:
+            from hermes.frontend.app import create_app as frontend_app
+            from hermes.frontend.publishing import Publisher, PublishTimeouts
+
+            assert self.cache is not None
+            self.producer = BrokerProducer(self.connection)
+            publisher = Publisher(self.producer, PublishTimeouts())
+            await self._serve(Role.FRONTEND, frontend_app(publisher, self.cache), settings.frontend_port)
+
+    async def _serve(self, role: Role, app: Any, port: int) -> None:
+        server = Server(app, self.settings.host, port, role.value)
+        await server.start()
+        self.servers[role] = server
+        self._stoppers.append(server.stop)
+
+    async def stop(self) -> None:
+        """Stops in reverse order of start: first stop accepting, then drain, then the broker."""
+        for stop in reversed(self._stoppers):
+            try:
+                await stop()
+            except Exception:
+                log.exception("error while stopping")
+        self._stoppers.clear()
+        if self.producer is not None:
+            unacked = await asyncio.to_thread(self.producer.close, 10.0)
+            if unacked:
+                log.warning("%d published messages were not acknowledged by the broker at shutdown", unacked)
+            self.producer = None
+        if self.cache is not None:
+            await self.cache.stop()
+            self.cache = None
+        if self.repository is not None:
+            self.repository.close()
+            self.repository = None
+        if self.broker is not None:
+            await asyncio.to_thread(self.broker.stop)
+            self.broker = None
+
+
+async def serve(settings: Settings, roles: frozenset[Role]) -> None:
+    """Runs until SIGINT or SIGTERM, then shuts everything down cleanly."""
+    hermes = Hermes(settings, roles)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await hermes.start()
+        log.info("hermes is running (%s); pid %d. Ctrl-C stops it.", ", ".join(sorted(roles)), os.getpid())
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        with contextlib.suppress(asyncio.CancelledError):
+            await hermes.stop()

@@ -1,0 +1,62 @@
+"""Shared fixtures: one real Tansu broker per test session, real subscribers, Hermes in-process."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hermes.broker.embedded import EmbeddedBroker
+from hermes.metadata.sqlite import SqliteMetadataRepository
+from tests.support.hermes import HermesClient, InProcessHermes, test_settings
+from tests.support.subscriber import SubscriberServer
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """The real Kafka-protocol broker (Tansu), shared by the session's tests: use unique topic names."""
+    broker = EmbeddedBroker(log_dir=tmp_path_factory.mktemp("tansu"))
+    broker.start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture
+def sqlite_repository(tmp_path: Path) -> Iterator[SqliteMetadataRepository]:
+    repository = SqliteMetadataRepository(tmp_path / "metadata.sqlite3", poll_interval=0.05)
+    yield repository
+    repository.close()
+
+
+@pytest.fixture
+def subscriber() -> Iterator[SubscriberServer]:
+    server = SubscriberServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def hermes(kafka: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessHermes]:
+    """Every role of Hermes in this process, against the session's broker (one per test module)."""
+    running = InProcessHermes(test_settings(tmp_path_factory.mktemp("hermes"), kafka.bootstrap_servers)).start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def client(hermes: InProcessHermes) -> Iterator[HermesClient]:
+    api = HermesClient(hermes.management_url, hermes.frontend_url)
+    yield api
+    api.close()
+
+
+def wait_until(condition: object, timeout: float = 10.0, interval: float = 0.05) -> None:
+    """Polls ``condition()`` until it is truthy; fails the test when the time is up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout} s")

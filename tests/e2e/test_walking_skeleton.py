@@ -1,0 +1,155 @@
+"""The whole broker as users run it: the real ``hermes run`` process, the real Tansu broker it starts,
+and a real subscriber HTTP server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hermes.broker.embedded import EmbeddedBroker, free_port
+from hermes.config import Settings
+from tests.support.hermes import HermesClient, HermesProcess
+from tests.support.subscriber import SubscriberServer
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_published_message_reaches_the_subscriber(tmp_path: Path, subscriber: SubscriberServer) -> None:
+    hermes = HermesProcess(tmp_path).start()
+    client = HermesClient(hermes.management_url, hermes.frontend_url)
+    try:
+        topic = client.create_topic()
+        client.publish(topic, '{"before": "subscription"}')  # must not be delivered
+        client.create_subscription(topic, subscriber.url)
+
+        body = '{"order": 1, "text": "zażółć"}'
+        response = client.publish(topic, body)
+
+        assert response.status_code == 201
+        message_id = response.headers["Hermes-Message-Id"]
+        [received] = subscriber.wait_for(1, timeout=30)
+        assert received.body == body.encode()
+        assert received.headers["Content-Type"] == "application/json"
+        assert received.message_id == message_id
+    finally:
+        client.close()
+        assert hermes.stop() == 0
+    assert len(subscriber.received) == 1
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True, check=False)
+    return [int(p) for p in out.stdout.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_run_starts_and_stops_cleanly_twenty_times(tmp_path: Path) -> None:
+    """No orphaned broker, no stuck port, exit code 0 on SIGTERM; SIGINT (Ctrl-C) behaves the same."""
+    for i in range(20):
+        hermes = HermesProcess(tmp_path / "data").start()
+        assert hermes.process is not None
+        children = _children(hermes.process.pid)
+        assert children, "the embedded broker should run as a child process"
+        assert hermes.stop(signal.SIGINT if i % 2 else signal.SIGTERM) == 0
+        assert not any(_alive(c) for c in children), "the embedded broker outlived hermes"
+        for port in (hermes.frontend_port, hermes.management_port):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))  # the port is free again
+
+
+def test_embedded_broker_dies_with_a_killed_hermes(tmp_path: Path) -> None:
+    hermes = HermesProcess(tmp_path).start()
+    assert hermes.process is not None
+    children = _children(hermes.process.pid)
+    hermes.stop(signal.SIGKILL)
+    for _ in range(50):
+        if not any(_alive(c) for c in children):
+            break
+        time.sleep(0.1)
+    assert not any(_alive(c) for c in children)
+
+
+def _run_expecting_failure(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hermes", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def test_a_taken_port_is_a_clear_error(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _run_expecting_failure(
+            "run", "--data-dir", str(tmp_path), "--frontend-port", str(port), "--management-port", str(free_port())
+        )
+    assert result.returncode == 1
+    assert f"frontend port 127.0.0.1:{port} is not available" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unwritable_data_dir_is_a_clear_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = _run_expecting_failure(
+        "run", "--data-dir", str(blocker / "data"), "--frontend-port", "0", "--management-port", "0"
+    )
+    assert result.returncode == 1
+    assert "data directory" in result.stderr and "not writable" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unreachable_external_kafka_is_a_clear_error(tmp_path: Path) -> None:
+    result = _run_expecting_failure(
+        "run",
+        "--data-dir",
+        str(tmp_path),
+        "--frontend-port",
+        "0",
+        "--management-port",
+        "0",
+        "--kafka-bootstrap-servers",
+        f"127.0.0.1:{free_port()}",
+        "--kafka-connect-timeout",
+        "2",
+    )
+    assert result.returncode == 1
+    assert "did not answer within 2 s" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_external_kafka_is_used_instead_of_the_embedded_one(
+    tmp_path: Path, kafka: EmbeddedBroker, subscriber: SubscriberServer
+) -> None:
+    hermes = HermesProcess(tmp_path, "--kafka-bootstrap-servers", kafka.bootstrap_servers).start()
+    client = HermesClient(hermes.management_url, hermes.frontend_url)
+    try:
+        assert hermes.process is not None
+        assert _children(hermes.process.pid) == [], "no embedded broker with an external cluster"
+        topic = client.create_topic()
+        client.create_subscription(topic, subscriber.url)
+        assert client.publish(topic, '{"a": 1}').status_code == 201
+        subscriber.wait_for(1, timeout=30)
+    finally:
+        client.close()
+        hermes.stop()
+
+
+def test_help_documents_every_setting() -> None:
+    result = _run_expecting_failure("--help")
+    for name in Settings.model_fields:
+        assert "--" + name.replace("_", "-") in result.stdout

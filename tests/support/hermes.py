@@ -1,0 +1,181 @@
+"""Running Hermes for tests: in this process (own loop, own thread) or as the real ``hermes run`` process,
+plus a small client for the management and frontend APIs."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hermes.broker.embedded import free_port
+from hermes.config import Settings, load_settings
+from hermes.runtime import ALL_ROLES, Hermes, Role
+
+
+def unique(prefix: str = "t") -> str:
+    return f"{prefix}{uuid.uuid4().hex[:10]}"
+
+
+class InProcessHermes:
+    """``Hermes`` started on a private event loop in a background thread."""
+
+    def __init__(self, settings: Settings, roles: frozenset[Role] = ALL_ROLES) -> None:
+        self.hermes = Hermes(settings, roles)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def call(self, coro: Any, timeout: float = 60) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def start(self) -> InProcessHermes:
+        self._thread.start()
+        self.call(self.hermes.start())
+        return self
+
+    def stop(self) -> None:
+        try:
+            self.call(self.hermes.stop())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+
+    @property
+    def management_url(self) -> str:
+        return self.hermes.management_url
+
+    @property
+    def frontend_url(self) -> str:
+        return self.hermes.frontend_url
+
+
+def test_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "data_dir": data_dir,
+        "frontend_port": 0,
+        "management_port": 0,
+        "kafka_bootstrap_servers": bootstrap,
+        "metadata_poll_interval": 0.05,
+        "consumer_commit_interval": 0.2,
+        **overrides,
+    }
+    return load_settings(values)
+
+
+class HermesProcess:
+    """The real ``hermes run`` (or another subcommand) as a child process on free ports."""
+
+    def __init__(self, data_dir: Path, *args: str, command: str = "run", env: dict[str, str] | None = None) -> None:
+        self.frontend_port = free_port()
+        self.management_port = free_port()
+        self.data_dir = data_dir
+        self.log_path = data_dir / f"hermes-{command}.log"
+        self.argv = [
+            sys.executable,
+            "-m",
+            "hermes",
+            command,
+            "--data-dir",
+            str(data_dir),
+            "--frontend-port",
+            str(self.frontend_port),
+            "--management-port",
+            str(self.management_port),
+            *args,
+        ]
+        self.env = {**os.environ, **(env or {})}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def management_url(self) -> str:
+        return f"http://127.0.0.1:{self.management_port}"
+
+    @property
+    def frontend_url(self) -> str:
+        return f"http://127.0.0.1:{self.frontend_port}"
+
+    def start(self, wait_for: str = "management", timeout: float = 30) -> HermesProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        url = self.management_url if wait_for == "management" else self.frontend_url
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"hermes exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{url}/status/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise AssertionError(f"hermes did not become healthy in {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout)
+
+
+class HermesClient:
+    """The management and frontend APIs over HTTP, with builders for test entities."""
+
+    def __init__(self, management_url: str, frontend_url: str) -> None:
+        self.management = httpx.Client(base_url=management_url, timeout=30)
+        self.frontend = httpx.Client(base_url=frontend_url, timeout=30)
+
+    def close(self) -> None:
+        self.management.close()
+        self.frontend.close()
+
+    def create_group(self, name: str | None = None) -> str:
+        name = name or unique("g")
+        response = self.management.post("/groups", json={"groupName": name})
+        assert response.status_code == 201, response.text
+        return name
+
+    def create_topic(self, name: str | None = None, **fields: Any) -> str:
+        if name is None:
+            name = f"{self.create_group()}.{unique('topic')}"
+        body = {
+            "name": name,
+            "description": "test topic",
+            "owner": {"source": "Plaintext", "id": "tests"},
+            "contentType": "JSON",
+            **fields,
+        }
+        response = self.management.post("/topics", json=body)
+        assert response.status_code == 201, response.text
+        return name
+
+    def create_subscription(self, topic: str, endpoint: str, name: str | None = None, **fields: Any) -> str:
+        name = name or unique("sub")
+        body = {
+            "topicName": topic,
+            "name": name,
+            "endpoint": endpoint,
+            "description": "test subscription",
+            "owner": {"source": "Plaintext", "id": "tests"},
+            **fields,
+        }
+        response = self.management.post(f"/topics/{topic}/subscriptions", json=body)
+        assert response.status_code == 201, response.text
+        return name
+
+    def publish(self, topic: str, body: bytes | str, headers: dict[str, str] | None = None) -> httpx.Response:
+        content = body.encode() if isinstance(body, str) else body
+        return self.frontend.post(
+            f"/topics/{topic}", content=content, headers={"Content-Type": "application/json", **(headers or {})}
+        )
