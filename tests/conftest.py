@@ -12,6 +12,7 @@ from hermes.broker.embedded import EmbeddedBroker
 from hermes.metadata.sqlite import SqliteMetadataRepository
 from tests.support.hermes import HermesClient, InProcessHermes, test_settings
 from tests.support.subscriber import SubscriberServer
+from tests.support.zookeeper import ZookeeperServer
 
 
 @pytest.fixture(scope="session")
@@ -21,6 +22,14 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     broker.start()
     yield broker
     broker.stop()
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZookeeperServer]:
+    """A real ZooKeeper server (Debian's package), shared by the session's tests: use unique roots."""
+    server = ZookeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

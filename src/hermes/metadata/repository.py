@@ -11,6 +11,7 @@ retransmission tasks. They survive restarts and are shared by every process.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -50,6 +51,10 @@ class MetadataChange:
 
 Listener = Callable[[MetadataChange], None]
 Unwatch = Callable[[], None]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def subscription_key(topic: TopicName, name: str) -> str:

@@ -12,7 +12,6 @@ import dataclasses
 import logging
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,6 +46,7 @@ from hermes.metadata.repository import (
     MetadataChange,
     MetadataRepository,
     Unwatch,
+    now_ms,
     subscription_key,
 )
 
@@ -68,10 +68,6 @@ CREATE TABLE IF NOT EXISTS changes (seq INTEGER PRIMARY KEY AUTOINCREMENT, kind 
 """
 # The change log only needs to reach watchers that poll every fraction of a second.
 _CHANGES_KEPT = 10_000
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class SqliteMetadataRepository(MetadataRepository):
@@ -178,7 +174,7 @@ class SqliteMetadataRepository(MetadataRepository):
         return TopicNotFound(f"Topic {name.qualified} not found")
 
     def create_topic(self, topic: Topic) -> Topic:
-        now = _now_ms()
+        now = now_ms()
         stored = _replace(topic, created_at=now, modified_at=now)
         with self._tx() as db:
             self._one(
@@ -215,7 +211,7 @@ class SqliteMetadataRepository(MetadataRepository):
                 db, "SELECT body FROM topics WHERE name = ?", (name.qualified,), self._topic_not_found(name)
             )
             current = codec.topic_from_json(orjson.loads(body))
-            updated = _replace(change(current), name=name, created_at=current.created_at, modified_at=_now_ms())
+            updated = _replace(change(current), name=name, created_at=current.created_at, modified_at=now_ms())
             db.execute(
                 "UPDATE topics SET body = ? WHERE name = ?",
                 (orjson.dumps(codec.topic_to_json(updated)), name.qualified),
@@ -273,7 +269,7 @@ class SqliteMetadataRepository(MetadataRepository):
         return codec.subscription_from_json(data, TopicName.parse(data["topicName"]))
 
     def create_subscription(self, subscription: Subscription) -> Subscription:
-        now = _now_ms()
+        now = now_ms()
         stored = _replace(subscription, created_at=now, modified_at=now)
         topic = subscription.topic_name
         with self._tx() as db:
@@ -313,7 +309,7 @@ class SqliteMetadataRepository(MetadataRepository):
             )
             current = self._load_subscription(body)
             updated = _replace(
-                change(current), topic_name=topic, name=name, created_at=current.created_at, modified_at=_now_ms()
+                change(current), topic_name=topic, name=name, created_at=current.created_at, modified_at=now_ms()
             )
             db.execute(
                 "UPDATE subscriptions SET body = ? WHERE topic = ? AND name = ?",

@@ -1,0 +1,479 @@
+"""The metadata repository on ZooKeeper (kazoo), for several machines sharing one Hermes.
+
+Znode layout under the root (default ``/hermes``); every payload is the entity's Hermes JSON:
+
+    groups/{group}                         {"groupName": ...}
+    groups/{group}/{topic}                 topic JSON; its children are its subscriptions
+    groups/{group}/{topic}/{subscription}  subscription JSON (endpoint passwords included, as Hermes stores them)
+    schemas/{group.topic}/{version:010d}   Avro schema text
+    oauth-providers/{name}                 provider JSON (client secret included)
+    documents/{namespace}/{quoted key}     operational JSON documents
+    changes/c{sequence}                    change log: {"kind", "action", "key"}; watchers follow it
+
+A topic's subscriptions are its children, so ZooKeeper itself refuses to delete a topic that has
+subscriptions or a group that has topics. Updates are read-modify-write with the znode version checked in
+the same transaction as the change-log entry: a concurrent update fails the check and is retried, so no
+update is ever lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import quote, unquote
+
+import orjson
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from hermes.domain import codec
+from hermes.domain.names import TopicName
+from hermes.domain.oauth import OAuthProvider
+from hermes.domain.subscription import Subscription
+from hermes.domain.topic import Group, Topic
+from hermes.errors import (
+    GroupAlreadyExists,
+    GroupNotEmpty,
+    GroupNotFound,
+    MetadataUnavailable,
+    OAuthProviderAlreadyExists,
+    OAuthProviderNotFound,
+    SchemaNotFound,
+    SubscriptionAlreadyExists,
+    SubscriptionNotFound,
+    TopicAlreadyExists,
+    TopicNotEmpty,
+    TopicNotFound,
+)
+from hermes.metadata.repository import (
+    ChangeAction,
+    ChangeKind,
+    Listener,
+    MetadataChange,
+    MetadataRepository,
+    Unwatch,
+    now_ms,
+    subscription_key,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+_CHANGES_KEPT = 10_000
+
+
+class ZookeeperMetadataRepository(MetadataRepository):
+    def __init__(self, connect: str, root: str = "/hermes", timeout: float = 10.0) -> None:
+        self._root = root.rstrip("/") or "/hermes"
+        self._client = KazooClient(hosts=connect, timeout=timeout)
+        try:
+            self._client.start(timeout=timeout)
+        except KazooTimeoutError:
+            self._client.close()
+            raise MetadataUnavailable(f"ZooKeeper at {connect} did not answer within {timeout:.0f} s") from None
+        for part in ("groups", "schemas", "oauth-providers", "documents", "changes"):
+            self._client.ensure_path(self._path(part))
+        self._listeners: list[Listener] = []
+        # re-entrant: kazoo calls the children watch back synchronously while watch() holds the lock
+        self._lock = threading.RLock()
+        self._last_seen: int | None = None
+
+    # --- plumbing ---
+
+    def _path(self, *parts: str) -> str:
+        return "/".join((self._root, *parts))
+
+    def _topic_path(self, name: TopicName) -> str:
+        return self._path("groups", name.group, name.name)
+
+    def _read_json(self, path: str) -> tuple[Any, int]:
+        data, stat = self._client.get(path)
+        return orjson.loads(data), stat.version
+
+    def _commit(self, operations: Callable[[Any], None], change: tuple[ChangeKind, ChangeAction, str]) -> None:
+        """Runs ``operations`` and appends the change-log entry in one transaction; raises the first failure."""
+        transaction = self._client.transaction()
+        operations(transaction)
+        kind, action, key = change
+        entry = orjson.dumps({"kind": kind.value, "action": action.value, "key": key})
+        transaction.create(self._path("changes", "c"), entry, sequence=True)
+        for result in transaction.commit():
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                raise result
+
+    def _update(
+        self,
+        path: str,
+        load: Callable[[Any], T],
+        dump: Callable[[T], bytes],
+        change: Callable[[T], T],
+        entry: tuple[ChangeKind, ChangeAction, str],
+    ) -> T:
+        while True:
+            data, version = self._read_json(path)
+            updated = change(load(data))
+            try:
+                body = dump(updated)
+                self._commit(functools.partial(_set_data, path=path, body=body, version=version), entry)
+            except BadVersionError:
+                continue  # somebody else updated it first: apply our change to their version
+            return updated
+
+    # --- groups ---
+
+    def create_group(self, group: Group) -> Group:
+        try:
+            self._commit(
+                lambda t: t.create(self._path("groups", group.name), orjson.dumps({"groupName": group.name})),
+                (ChangeKind.GROUP, ChangeAction.CREATED, group.name),
+            )
+        except NodeExistsError:
+            raise GroupAlreadyExists(f"Group {group.name} already exists") from None
+        return group
+
+    def get_group(self, name: str) -> Group:
+        if not self._client.exists(self._path("groups", name)):
+            raise GroupNotFound(f"Group {name} not found")
+        return Group(name)
+
+    def list_groups(self) -> list[Group]:
+        return [Group(name) for name in sorted(self._client.get_children(self._path("groups")))]
+
+    def delete_group(self, name: str) -> None:
+        try:
+            self._commit(lambda t: t.delete(self._path("groups", name)), (ChangeKind.GROUP, ChangeAction.DELETED, name))
+        except NoNodeError:
+            raise GroupNotFound(f"Group {name} not found") from None
+        except NotEmptyError:
+            raise GroupNotEmpty(f"Group {name} has topics; delete them first") from None
+
+    # --- topics ---
+
+    def create_topic(self, topic: Topic) -> Topic:
+        now = now_ms()
+        stored = dataclasses.replace(topic, created_at=now, modified_at=now)
+        if not self._client.exists(self._path("groups", topic.name.group)):
+            raise GroupNotFound(f"Group {topic.name.group} not found")
+        try:
+            self._commit(
+                lambda t: t.create(self._topic_path(topic.name), orjson.dumps(codec.topic_to_json(stored))),
+                (ChangeKind.TOPIC, ChangeAction.CREATED, topic.qualified_name),
+            )
+        except NodeExistsError:
+            raise TopicAlreadyExists(f"Topic {topic.qualified_name} already exists") from None
+        except NoNodeError:  # the group went away meanwhile
+            raise GroupNotFound(f"Group {topic.name.group} not found") from None
+        return stored
+
+    def get_topic(self, name: TopicName) -> Topic:
+        try:
+            data, _ = self._read_json(self._topic_path(name))
+        except NoNodeError:
+            raise TopicNotFound(f"Topic {name.qualified} not found") from None
+        return codec.topic_from_json(data)
+
+    def list_topics(self, group: str | None = None) -> list[Topic]:
+        groups = [group] if group is not None else [g.name for g in self.list_groups()]
+        topics = []
+        for g in groups:
+            with contextlib.suppress(NoNodeError):
+                for name in sorted(self._client.get_children(self._path("groups", g))):
+                    with contextlib.suppress(NoNodeError):
+                        topics.append(self.get_topic(TopicName(g, name)))
+        return sorted(topics, key=lambda t: t.qualified_name)
+
+    def update_topic(self, name: TopicName, change: Callable[[Topic], Topic]) -> Topic:
+        def apply(current: Topic) -> Topic:
+            return dataclasses.replace(change(current), name=name, created_at=current.created_at, modified_at=now_ms())
+
+        try:
+            return self._update(
+                self._topic_path(name),
+                codec.topic_from_json,
+                lambda t: orjson.dumps(codec.topic_to_json(t)),
+                apply,
+                (ChangeKind.TOPIC, ChangeAction.UPDATED, name.qualified),
+            )
+        except NoNodeError:
+            raise TopicNotFound(f"Topic {name.qualified} not found") from None
+
+    def delete_topic(self, name: TopicName) -> None:
+        try:
+            self._commit(
+                lambda t: t.delete(self._topic_path(name)), (ChangeKind.TOPIC, ChangeAction.DELETED, name.qualified)
+            )
+        except NoNodeError:
+            raise TopicNotFound(f"Topic {name.qualified} not found") from None
+        except NotEmptyError:
+            raise TopicNotEmpty(f"Topic {name.qualified} has subscriptions; delete them first") from None
+        with contextlib.suppress(NoNodeError):
+            self._client.delete(self._path("schemas", name.qualified), recursive=True)
+
+    # --- schemas ---
+
+    def save_schema(self, topic: TopicName, schema: str) -> int:
+        self.get_topic(topic)
+        base = self._path("schemas", topic.qualified)
+        self._client.ensure_path(base)
+        while True:
+            version = max(self.list_schema_versions(topic), default=0) + 1
+            try:
+                self._commit(
+                    functools.partial(_create, path=f"{base}/{version:010d}", body=schema.encode()),
+                    (ChangeKind.SCHEMA, ChangeAction.CREATED, topic.qualified),
+                )
+            except NodeExistsError:
+                continue  # a concurrent save took this version number
+            return version
+
+    def get_schema(self, topic: TopicName, version: int | None = None) -> tuple[int, str]:
+        versions = self.list_schema_versions(topic)
+        chosen = versions[-1] if version is None and versions else version
+        if chosen is None or chosen not in versions:
+            which = "any" if version is None else f"version {version}"
+            raise SchemaNotFound(f"Topic {topic.qualified} has no schema of {which}")
+        data, _ = self._client.get(self._path("schemas", topic.qualified, f"{chosen:010d}"))
+        return chosen, data.decode()
+
+    def list_schema_versions(self, topic: TopicName) -> list[int]:
+        try:
+            return sorted(int(v) for v in self._client.get_children(self._path("schemas", topic.qualified)))
+        except NoNodeError:
+            return []
+
+    # --- subscriptions ---
+
+    def _subscription_path(self, topic: TopicName, name: str) -> str:
+        return f"{self._topic_path(topic)}/{name}"
+
+    @staticmethod
+    def _dump_subscription(sub: Subscription) -> bytes:
+        return orjson.dumps(codec.subscription_to_json(sub, mask_secrets=False))
+
+    @staticmethod
+    def _load_subscription(data: Any) -> Subscription:
+        return codec.subscription_from_json(data, TopicName.parse(data["topicName"]))
+
+    def create_subscription(self, subscription: Subscription) -> Subscription:
+        now = now_ms()
+        stored = dataclasses.replace(subscription, created_at=now, modified_at=now)
+        topic = subscription.topic_name
+        try:
+            self._commit(
+                lambda t: t.create(self._subscription_path(topic, subscription.name), self._dump_subscription(stored)),
+                (ChangeKind.SUBSCRIPTION, ChangeAction.CREATED, subscription_key(topic, subscription.name)),
+            )
+        except NodeExistsError:
+            raise SubscriptionAlreadyExists(f"Subscription {subscription.qualified_name} already exists") from None
+        except NoNodeError:
+            raise TopicNotFound(f"Topic {topic.qualified} not found") from None
+        return stored
+
+    def get_subscription(self, topic: TopicName, name: str) -> Subscription:
+        try:
+            data, _ = self._read_json(self._subscription_path(topic, name))
+        except NoNodeError:
+            raise SubscriptionNotFound(f"Subscription {topic.qualified}${name} not found") from None
+        return self._load_subscription(data)
+
+    def list_subscriptions(self, topic: TopicName | None = None) -> list[Subscription]:
+        topics = [topic] if topic is not None else [t.name for t in self.list_topics()]
+        subs = []
+        for t in topics:
+            with contextlib.suppress(NoNodeError):
+                for name in sorted(self._client.get_children(self._topic_path(t))):
+                    with contextlib.suppress(SubscriptionNotFound):
+                        subs.append(self.get_subscription(t, name))
+        return subs
+
+    def update_subscription(
+        self, topic: TopicName, name: str, change: Callable[[Subscription], Subscription]
+    ) -> Subscription:
+        def apply(current: Subscription) -> Subscription:
+            return dataclasses.replace(
+                change(current), topic_name=topic, name=name, created_at=current.created_at, modified_at=now_ms()
+            )
+
+        try:
+            return self._update(
+                self._subscription_path(topic, name),
+                self._load_subscription,
+                self._dump_subscription,
+                apply,
+                (ChangeKind.SUBSCRIPTION, ChangeAction.UPDATED, subscription_key(topic, name)),
+            )
+        except NoNodeError:
+            raise SubscriptionNotFound(f"Subscription {topic.qualified}${name} not found") from None
+
+    def delete_subscription(self, topic: TopicName, name: str) -> None:
+        try:
+            self._commit(
+                lambda t: t.delete(self._subscription_path(topic, name)),
+                (ChangeKind.SUBSCRIPTION, ChangeAction.DELETED, subscription_key(topic, name)),
+            )
+        except NoNodeError:
+            raise SubscriptionNotFound(f"Subscription {topic.qualified}${name} not found") from None
+
+    # --- OAuth providers ---
+
+    def _provider_path(self, name: str) -> str:
+        return self._path("oauth-providers", name)
+
+    @staticmethod
+    def _dump_provider(provider: OAuthProvider) -> bytes:
+        return orjson.dumps(codec.oauth_provider_to_json(provider, mask_secrets=False))
+
+    def create_oauth_provider(self, provider: OAuthProvider) -> OAuthProvider:
+        try:
+            self._commit(
+                lambda t: t.create(self._provider_path(provider.name), self._dump_provider(provider)),
+                (ChangeKind.OAUTH_PROVIDER, ChangeAction.CREATED, provider.name),
+            )
+        except NodeExistsError:
+            raise OAuthProviderAlreadyExists(f"OAuth provider {provider.name} already exists") from None
+        return provider
+
+    def get_oauth_provider(self, name: str) -> OAuthProvider:
+        try:
+            data, _ = self._read_json(self._provider_path(name))
+        except NoNodeError:
+            raise OAuthProviderNotFound(f"OAuth provider {name} not found") from None
+        return codec.oauth_provider_from_json(data)
+
+    def list_oauth_providers(self) -> list[OAuthProvider]:
+        providers = []
+        for name in sorted(self._client.get_children(self._path("oauth-providers"))):
+            with contextlib.suppress(OAuthProviderNotFound):
+                providers.append(self.get_oauth_provider(name))
+        return providers
+
+    def update_oauth_provider(self, name: str, change: Callable[[OAuthProvider], OAuthProvider]) -> OAuthProvider:
+        try:
+            return self._update(
+                self._provider_path(name),
+                codec.oauth_provider_from_json,
+                self._dump_provider,
+                lambda p: dataclasses.replace(change(p), name=name),
+                (ChangeKind.OAUTH_PROVIDER, ChangeAction.UPDATED, name),
+            )
+        except NoNodeError:
+            raise OAuthProviderNotFound(f"OAuth provider {name} not found") from None
+
+    def delete_oauth_provider(self, name: str) -> None:
+        try:
+            self._commit(
+                lambda t: t.delete(self._provider_path(name)), (ChangeKind.OAUTH_PROVIDER, ChangeAction.DELETED, name)
+            )
+        except NoNodeError:
+            raise OAuthProviderNotFound(f"OAuth provider {name} not found") from None
+
+    # --- documents ---
+
+    def _document_path(self, namespace: str, key: str) -> str:
+        return self._path("documents", quote(namespace, safe=""), quote(key, safe=""))
+
+    def put_document(self, namespace: str, key: str, document: dict[str, Any]) -> None:
+        path = self._document_path(namespace, key)
+        body = orjson.dumps(document)
+        entry = (ChangeKind.DOCUMENT, ChangeAction.UPDATED, f"{namespace}/{key}")
+        while True:
+            try:
+                if self._client.exists(path):
+                    self._commit(lambda t: t.set_data(path, body), entry)
+                else:
+                    self._client.ensure_path(path.rsplit("/", 1)[0])
+                    self._commit(lambda t: t.create(path, body), entry)
+                return
+            except (NodeExistsError, NoNodeError):
+                continue  # raced with a concurrent put or delete: try again with what is there now
+
+    def get_document(self, namespace: str, key: str) -> dict[str, Any] | None:
+        try:
+            data, _ = self._read_json(self._document_path(namespace, key))
+        except NoNodeError:
+            return None
+        return data  # type: ignore[no-any-return]
+
+    def list_documents(self, namespace: str) -> dict[str, dict[str, Any]]:
+        base = self._path("documents", quote(namespace, safe=""))
+        try:
+            names = self._client.get_children(base)
+        except NoNodeError:
+            return {}
+        out = {}
+        for name in sorted(names):
+            with contextlib.suppress(NoNodeError):
+                out[unquote(name)], _ = self._read_json(f"{base}/{name}")
+        return out
+
+    def delete_document(self, namespace: str, key: str) -> None:
+        with contextlib.suppress(NoNodeError):
+            self._commit(
+                lambda t: t.delete(self._document_path(namespace, key)),
+                (ChangeKind.DOCUMENT, ChangeAction.DELETED, f"{namespace}/{key}"),
+            )
+
+    # --- change notifications ---
+
+    def watch(self, listener: Listener) -> Unwatch:
+        with self._lock:
+            self._listeners.append(listener)
+            if self._last_seen is None:
+                existing = self._client.get_children(self._path("changes"))
+                self._last_seen = max((_sequence(c) for c in existing), default=-1)
+                self._client.ChildrenWatch(self._path("changes"), self._on_changes)
+
+        def unwatch() -> None:
+            with self._lock, contextlib.suppress(ValueError):
+                self._listeners.remove(listener)
+
+        return unwatch
+
+    def _on_changes(self, children: list[str]) -> None:  # kazoo's event thread
+        with self._lock:
+            last = self._last_seen if self._last_seen is not None else -1
+            fresh = sorted((s, c) for c in children if (s := _sequence(c)) > last)
+            if fresh:
+                self._last_seen = fresh[-1][0]
+            listeners = list(self._listeners)
+        for seq, child in fresh:
+            try:
+                data, _ = self._read_json(self._path("changes", child))
+            except NoNodeError:
+                continue  # pruned already
+            change = MetadataChange(ChangeKind(data["kind"]), ChangeAction(data["action"]), data["key"])
+            for listener in listeners:
+                try:
+                    listener(change)
+                except Exception:
+                    log.exception("metadata listener failed on %s", change)
+            if seq % 1000 == 0:
+                self._prune(seq - _CHANGES_KEPT, children)
+
+    def _prune(self, below: int, children: list[str]) -> None:
+        for child in children:
+            if _sequence(child) < below:
+                with contextlib.suppress(NoNodeError):
+                    self._client.delete(self._path("changes", child))
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._client.stop()
+        self._client.close()
+
+
+def _sequence(child: str) -> int:
+    return int(child[1:])
+
+
+def _set_data(transaction: Any, path: str, body: bytes, version: int) -> None:
+    transaction.set_data(path, body, version=version)
+
+
+def _create(transaction: Any, path: str, body: bytes) -> None:
+    transaction.create(path, body)

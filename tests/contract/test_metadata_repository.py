@@ -1,0 +1,215 @@
+"""One contract, every metadata repository: SQLite (embedded default) and ZooKeeper (real server)."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from hermes.domain.endpoint import EndpointAddress
+from hermes.domain.names import TopicName
+from hermes.domain.oauth import OAuthProvider
+from hermes.domain.subscription import Header, Subscription, SubscriptionState
+from hermes.domain.topic import Group, Topic
+from hermes.errors import (
+    GroupAlreadyExists,
+    GroupNotEmpty,
+    GroupNotFound,
+    OAuthProviderNotFound,
+    SchemaNotFound,
+    SubscriptionAlreadyExists,
+    SubscriptionNotFound,
+    TopicAlreadyExists,
+    TopicNotEmpty,
+    TopicNotFound,
+)
+from hermes.metadata.repository import ChangeAction, ChangeKind, MetadataChange, MetadataRepository
+from hermes.metadata.sqlite import SqliteMetadataRepository
+from hermes.metadata.zookeeper import ZookeeperMetadataRepository
+from tests.conftest import wait_until
+from tests.support.hermes import unique
+from tests.support.zookeeper import ZookeeperServer
+
+pytestmark = pytest.mark.contract
+
+Factory = Callable[[], MetadataRepository]
+
+
+@pytest.fixture(params=["sqlite", "zookeeper"])
+def open_repository(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
+    """Opens repositories that share one store, as several Hermes processes do."""
+    opened: list[MetadataRepository] = []
+    root = f"/{unique('hermes')}"
+
+    def factory() -> MetadataRepository:
+        if request.param == "sqlite":
+            repository: MetadataRepository = SqliteMetadataRepository(tmp_path / "metadata.sqlite3", 0.05)
+        else:
+            server: ZookeeperServer = request.getfixturevalue("zookeeper")
+            repository = ZookeeperMetadataRepository(server.connect, root)
+        opened.append(repository)
+        return repository
+
+    yield factory
+    for repository in opened:
+        repository.close()
+
+
+@pytest.fixture
+def repo(open_repository: Factory) -> MetadataRepository:
+    return open_repository()
+
+
+TOPIC = TopicName("com.example", "orders")
+
+
+def _topic(repo: MetadataRepository, name: TopicName = TOPIC) -> Topic:
+    with contextlib.suppress(GroupAlreadyExists):
+        repo.create_group(Group(name.group))
+    return repo.create_topic(Topic(name, description="orders"))
+
+
+def _subscription(name: str = "s1", topic: TopicName = TOPIC) -> Subscription:
+    return Subscription(topic, name, EndpointAddress("http://user:secret@service/"), description="d")
+
+
+def test_groups(repo: MetadataRepository) -> None:
+    repo.create_group(Group("com.example"))
+    with pytest.raises(GroupAlreadyExists):
+        repo.create_group(Group("com.example"))
+    assert repo.get_group("com.example") == Group("com.example")
+    assert [g.name for g in repo.list_groups()] == ["com.example"]
+    repo.delete_group("com.example")
+    with pytest.raises(GroupNotFound):
+        repo.get_group("com.example")
+    with pytest.raises(GroupNotFound):
+        repo.delete_group("com.example")
+
+
+def test_a_group_with_topics_cannot_be_deleted(repo: MetadataRepository) -> None:
+    _topic(repo)
+    with pytest.raises(GroupNotEmpty):
+        repo.delete_group("com.example")
+
+
+def test_topics(repo: MetadataRepository) -> None:
+    with pytest.raises(GroupNotFound):
+        repo.create_topic(Topic(TOPIC))
+    created = _topic(repo)
+    assert created.created_at > 0 and created.modified_at == created.created_at
+    with pytest.raises(TopicAlreadyExists):
+        repo.create_topic(Topic(TOPIC))
+    assert repo.get_topic(TOPIC) == created
+    assert [t.qualified_name for t in repo.list_topics()] == ["com.example.orders"]
+    assert repo.list_topics("other") == []
+    updated = repo.update_topic(TOPIC, lambda t: dataclasses.replace(t, description="changed"))
+    assert repo.get_topic(TOPIC).description == "changed" == updated.description
+    assert updated.created_at == created.created_at
+    repo.delete_topic(TOPIC)
+    with pytest.raises(TopicNotFound):
+        repo.get_topic(TOPIC)
+    with pytest.raises(TopicNotFound):
+        repo.update_topic(TOPIC, lambda t: t)
+
+
+def test_schemas_are_versioned_per_topic(repo: MetadataRepository) -> None:
+    _topic(repo)
+    with pytest.raises(SchemaNotFound):
+        repo.get_schema(TOPIC)
+    assert repo.save_schema(TOPIC, '{"type": "string"}') == 1
+    assert repo.save_schema(TOPIC, '{"type": "long"}') == 2
+    assert repo.get_schema(TOPIC) == (2, '{"type": "long"}')
+    assert repo.get_schema(TOPIC, 1) == (1, '{"type": "string"}')
+    assert repo.list_schema_versions(TOPIC) == [1, 2]
+
+
+def test_subscriptions(repo: MetadataRepository) -> None:
+    with pytest.raises(TopicNotFound):
+        repo.create_subscription(_subscription())
+    _topic(repo)
+    created = repo.create_subscription(_subscription())
+    with pytest.raises(SubscriptionAlreadyExists):
+        repo.create_subscription(_subscription())
+    loaded = repo.get_subscription(TOPIC, "s1")
+    assert loaded == created
+    assert loaded.endpoint.credentials == ("user", "secret"), "the password is stored"
+    repo.create_subscription(_subscription("s2"))
+    assert [s.name for s in repo.list_subscriptions(TOPIC)] == ["s1", "s2"]
+    assert len(repo.list_subscriptions()) == 2
+    with pytest.raises(TopicNotEmpty):
+        repo.delete_topic(TOPIC)
+    repo.delete_subscription(TOPIC, "s1")
+    with pytest.raises(SubscriptionNotFound):
+        repo.get_subscription(TOPIC, "s1")
+    with pytest.raises(SubscriptionNotFound):
+        repo.delete_subscription(TOPIC, "s1")
+
+
+def test_concurrent_updates_from_two_instances_lose_nothing(open_repository: Factory) -> None:
+    first, second = open_repository(), open_repository()
+    _topic(first)
+    first.create_subscription(_subscription())
+    per_writer = 15
+
+    def append_headers(repo: MetadataRepository, writer: str) -> None:
+        for i in range(per_writer):
+            repo.update_subscription(
+                TOPIC, "s1", lambda s, i=i: dataclasses.replace(s, headers=(*s.headers, Header(writer, str(i))))
+            )
+
+    threads = [threading.Thread(target=append_headers, args=(r, w)) for r, w in ((first, "a"), (second, "b"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    headers = first.get_subscription(TOPIC, "s1").headers
+    assert len(headers) == 2 * per_writer
+    for writer in "ab":
+        assert [h.value for h in headers if h.name == writer] == [str(i) for i in range(per_writer)]
+
+
+def test_oauth_providers(repo: MetadataRepository) -> None:
+    provider = OAuthProvider("auth", "http://auth/token", "client", "secret")
+    repo.create_oauth_provider(provider)
+    assert repo.get_oauth_provider("auth") == provider
+    assert repo.list_oauth_providers() == [provider]
+    repo.update_oauth_provider("auth", lambda p: dataclasses.replace(p, client_id="other"))
+    assert repo.get_oauth_provider("auth").client_id == "other"
+    repo.delete_oauth_provider("auth")
+    with pytest.raises(OAuthProviderNotFound):
+        repo.get_oauth_provider("auth")
+
+
+def test_documents(repo: MetadataRepository) -> None:
+    key = "com.example.orders$s1/node-1"
+    assert repo.get_document("subscription-metrics", key) is None
+    repo.put_document("subscription-metrics", key, {"delivered": 1})
+    repo.put_document("subscription-metrics", key, {"delivered": 2})
+    repo.put_document("subscription-metrics", "other", {"delivered": 3})
+    assert repo.get_document("subscription-metrics", key) == {"delivered": 2}
+    assert repo.list_documents("subscription-metrics") == {key: {"delivered": 2}, "other": {"delivered": 3}}
+    repo.delete_document("subscription-metrics", key)
+    repo.delete_document("subscription-metrics", key)  # deleting what is gone is fine
+    assert list(repo.list_documents("subscription-metrics")) == ["other"]
+
+
+def test_changes_reach_watchers_of_another_instance_within_a_second(open_repository: Factory) -> None:
+    writer, reader = open_repository(), open_repository()
+    seen: list[MetadataChange] = []
+    reader.watch(seen.append)
+    _topic(writer)
+    writer.create_subscription(_subscription())
+    writer.update_subscription(TOPIC, "s1", lambda s: dataclasses.replace(s, state=SubscriptionState.SUSPENDED))
+    writer.delete_subscription(TOPIC, "s1")
+    expected = [
+        MetadataChange(ChangeKind.GROUP, ChangeAction.CREATED, "com.example"),
+        MetadataChange(ChangeKind.TOPIC, ChangeAction.CREATED, "com.example.orders"),
+        MetadataChange(ChangeKind.SUBSCRIPTION, ChangeAction.CREATED, "com.example.orders/s1"),
+        MetadataChange(ChangeKind.SUBSCRIPTION, ChangeAction.UPDATED, "com.example.orders/s1"),
+        MetadataChange(ChangeKind.SUBSCRIPTION, ChangeAction.DELETED, "com.example.orders/s1"),
+    ]
+    wait_until(lambda: seen == expected, timeout=1.0)

@@ -1,0 +1,74 @@
+"""A real ZooKeeper server from Debian's ``zookeeper`` package, standalone, on a free port."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from hermes.broker.embedded import free_port
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+
+
+class ZookeeperServer:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.port = free_port()
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def connect(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 30.0) -> ZookeeperServer:
+        java = shutil.which("java")
+        if java is None or not ZOOKEEPER_JAR.exists():
+            raise RuntimeError("ZooKeeper is not installed: run scripts/setup.sh (Debian package 'zookeeper')")
+        data = self.workdir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        config = self.workdir / "zoo.cfg"
+        config.write_text(
+            f"tickTime=500\ndataDir={data}\nclientPort={self.port}\nclientPortAddress=127.0.0.1\n"
+            "maxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=ruok\n"
+        )
+        with open(self.workdir / "zookeeper.log", "ab") as log:  # the child keeps its own descriptor
+            self._process = subprocess.Popen(
+                [
+                    java,
+                    "-Xmx256m",
+                    "-Dzookeeper.log.dir=" + str(self.workdir),
+                    "-cp",
+                    f"/etc/zookeeper/conf:{ZOOKEEPER_JAR}",
+                    "org.apache.zookeeper.server.quorum.QuorumPeerMain",
+                    str(config),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited: {(self.workdir / 'zookeeper.log').read_text()[-2000:]}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"ruok")
+                    if s.recv(4) == b"imok":
+                        return self
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"ZooKeeper did not start within {timeout} s")
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
