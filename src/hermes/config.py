@@ -8,6 +8,7 @@ its description as help, so ``hermes --help`` documents all of them.
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 from typing import Any, Literal
 
@@ -63,6 +64,16 @@ class Settings(BaseSettings):
     # --- consumers ---
     consumer_commit_interval: float = Field(
         1.0, gt=0, description="Seconds between offset commits of each subscription consumer."
+    )
+    consumer_metrics_interval: float = Field(
+        1.0, gt=0, description="Seconds between metric snapshots (and retransmission checks) of each consumer."
+    )
+    consumer_rate_period: float = Field(1.0, gt=0, description="Seconds between adaptive rate adjustments.")
+    consumer_heartbeat_interval: float = Field(
+        60.0, gt=0, description="Seconds between attempts in the rate limiter's heartbeat mode."
+    )
+    node_id: str = Field(
+        default_factory=socket.gethostname, description="Name of this node in metrics (default: the host name)."
     )
     consumer_session_timeout_ms: int = Field(
         6000, ge=1000, description="Kafka consumer group session timeout (Tansu joins take ~23 s at the default)."

@@ -17,11 +17,13 @@ from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker, ensure_port_free
 from hermes.broker.producer import BrokerProducer
 from hermes.config import Settings
+from hermes.consumers.supervisor import ConsumersSupervisor
 from hermes.errors import StartupError
 from hermes.http.server import Server
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
+from hermes.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,8 @@ class Hermes:
         self.cache: MetadataCache | None = None
         self.producer: BrokerProducer | None = None
         self.servers: dict[Role, Server] = {}
+        self.supervisor: ConsumersSupervisor | None = None
+        self.tracking_producer: BrokerProducer | None = None
         self._stoppers: list[Any] = []
 
     @property
@@ -102,12 +106,12 @@ class Hermes:
             await self._serve(Role.MANAGEMENT, management_app(service), settings.management_port)
 
         if Role.CONSUMERS in self.roles:
-            from hermes.consumers.supervisor import ConsumersSupervisor
-
             assert self.cache is not None
-            supervisor = ConsumersSupervisor(settings, self.connection, self.cache)
-            await supervisor.start()
-            self._stoppers.append(supervisor.stop)
+            self.tracking_producer = BrokerProducer(self.connection)
+            tracker = Tracker(self.tracking_producer, settings.cluster_name)
+            self.supervisor = ConsumersSupervisor(settings, self.connection, self.cache, self.repository, tracker)
+            await self.supervisor.start()
+            self._stoppers.append(self.supervisor.stop)
 
         if Role.FRONTEND in self.roles:
             from hermes.frontend.app import create_app as frontend_app
@@ -132,6 +136,9 @@ class Hermes:
             except Exception:
                 log.exception("error while stopping")
         self._stoppers.clear()
+        if self.tracking_producer is not None:
+            await asyncio.to_thread(self.tracking_producer.close, 2.0)
+            self.tracking_producer = None
         if self.producer is not None:
             unacked = await asyncio.to_thread(self.producer.close, 10.0)
             if unacked:

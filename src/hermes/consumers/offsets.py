@@ -26,6 +26,9 @@ class OffsetTracker:
     def finish(self, partition: Partition, offset: int) -> None:
         self._inflight.get(partition, set()).discard(offset)
 
+    def partitions(self) -> set[Partition]:
+        return set(self._next) | set(self._inflight)
+
     def inflight(self) -> int:
         return sum(len(s) for s in self._inflight.values())
 

@@ -9,20 +9,33 @@ import aiohttp
 
 from hermes.broker.connection import KafkaConnection
 from hermes.config import Settings
-from hermes.consumers.consumer import SerialConsumer
+from hermes.consumers.consumer import ConsumerContext, SerialConsumer
+from hermes.consumers.rate import RateSettings
 from hermes.consumers.sender.http import HttpSender
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.metadata.cache import MetadataCache
+from hermes.metadata.repository import MetadataRepository
+from hermes.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
 
 class ConsumersSupervisor:
-    def __init__(self, settings: Settings, connection: KafkaConnection, cache: MetadataCache) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        connection: KafkaConnection,
+        cache: MetadataCache,
+        repository: MetadataRepository,
+        tracker: Tracker | None = None,
+    ) -> None:
         self._settings = settings
         self._connection = connection
         self._cache = cache
+        self._repository = repository
+        self._tracker = tracker
+        self._context: ConsumerContext | None = None
         self._consumers: dict[tuple[str, str], SerialConsumer] = {}
         self._session: aiohttp.ClientSession | None = None
         self._lock = asyncio.Lock()
@@ -31,6 +44,19 @@ class ConsumersSupervisor:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=60),
             auto_decompress=False,
+        )
+        s = self._settings
+        self._context = ConsumerContext(
+            connection=self._connection,
+            sender=HttpSender(self._session),
+            repository=self._repository,
+            node_id=s.node_id,
+            cluster=s.cluster_name,
+            tracker=self._tracker,
+            commit_interval=s.consumer_commit_interval,
+            metrics_interval=s.consumer_metrics_interval,
+            session_timeout_ms=s.consumer_session_timeout_ms,
+            rate=RateSettings(period=s.consumer_rate_period, heartbeat_interval=s.consumer_heartbeat_interval),
         )
         self._cache.on_subscription_change(self._on_change)
         for subscription in list(self._cache.subscriptions.values()):
@@ -44,8 +70,8 @@ class ConsumersSupervisor:
             await self._session.close()
 
     @property
-    def running(self) -> list[str]:
-        return sorted(f"{t}${s}" for t, s in self._consumers)
+    def consumers(self) -> dict[tuple[str, str], SerialConsumer]:
+        return dict(self._consumers)
 
     async def _on_change(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
         await self._apply(topic, name, subscription)
@@ -62,14 +88,8 @@ class ConsumersSupervisor:
             elif current is not None and subscription is not None:
                 current.update(subscription)
             elif current is None and active and subscription is not None:
-                assert self._session is not None
-                consumer = SerialConsumer(
-                    subscription,
-                    self._connection,
-                    HttpSender(self._session),
-                    commit_interval=self._settings.consumer_commit_interval,
-                    session_timeout_ms=self._settings.consumer_session_timeout_ms,
-                )
+                assert self._context is not None
+                consumer = SerialConsumer(subscription, self._context)
                 self._consumers[key] = consumer
                 await consumer.start()
                 log.info("started consumer of %s$%s", topic, name)

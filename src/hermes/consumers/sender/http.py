@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 
 import aiohttp
 
@@ -50,19 +51,20 @@ class HttpSender:
     async def send(
         self, subscription: Subscription, url: str, body: bytes, headers: dict[str, str], timeout_ms: int
     ) -> SendResult:
-        auth = None
         credentials = subscription.endpoint.credentials
         if credentials is not None:
-            auth = aiohttp.BasicAuth(*credentials)
+            user, password = credentials
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            headers = {**headers, "Authorization": f"Basic {token}"}
         socket_timeout = subscription.serial_policy.socket_timeout / 1000 or None
         timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000, sock_read=socket_timeout)
         try:
-            async with self._session.post(url, data=body, headers=headers, auth=auth, timeout=timeout) as response:
+            async with self._session.post(url, data=body, headers=headers, timeout=timeout) as response:
                 await response.read()
                 return SendResult.of_status(response.status, parse_retry_after(response.headers.get("Retry-After")))
         except TimeoutError:
             return SendResult.timeout()
-        except (aiohttp.ClientError, OSError, asyncio.CancelledError) as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return SendResult.failure(f"{type(exc).__name__}: {exc}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # any failure to get an answer is a network error: retried, never fatal
+            return SendResult.failure(type(exc).__name__)

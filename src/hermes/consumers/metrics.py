@@ -1,0 +1,121 @@
+"""Per-subscription delivery metrics: lifetime counters kept in memory, snapshotted to the metadata
+repository (so the management API can aggregate every node and totals survive restarts) and exported to
+Prometheus."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from prometheus_client import Counter, Gauge
+
+SNAPSHOT_NAMESPACE = "subscription-metrics"
+UNDELIVERED_NAMESPACE = "undelivered-last"
+
+_LABELS = ("topic", "subscription")
+_DELIVERED = Counter("hermes_consumers_delivered", "Messages delivered", _LABELS)
+_DISCARDED = Counter("hermes_consumers_discarded", "Messages discarded after their inflight TTL", _LABELS)
+_FILTERED = Counter("hermes_consumers_filtered", "Messages skipped by filters", _LABELS)
+_RESPONSES = Counter("hermes_consumers_responses", "Delivery attempts by outcome", (*_LABELS, "outcome"))
+_INFLIGHT = Gauge("hermes_consumers_inflight", "Messages read and not finished", _LABELS)
+_RATE = Gauge("hermes_consumers_rate", "Current sending rate limit (messages/s)", _LABELS)
+_MODE = Gauge("hermes_consumers_rate_mode", "Rate mode: 0 normal, 1 slow, 2 heartbeat", _LABELS)
+
+COUNTERS = ("delivered", "discarded", "filtered", "timeouts", "otherErrors", "codes2xx", "codes4xx", "codes5xx")
+
+
+@dataclass
+class SubscriptionMetrics:
+    topic: str
+    subscription: str
+    totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    inflight: int = 0
+    rate: float = 0.0
+    mode: str = "NORMAL"
+    lag: int = 0
+    _previous: dict[str, int] = field(default_factory=dict)
+    _previous_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def key(self) -> str:
+        return f"{self.topic}${self.subscription}"
+
+    def _labels(self) -> dict[str, str]:
+        return {"topic": self.topic, "subscription": self.subscription}
+
+    def restore(self, snapshot: dict[str, Any] | None) -> None:
+        """Continues the lifetime totals of an earlier run of this node."""
+        if snapshot:
+            for name in COUNTERS:
+                self.totals[name] = int(snapshot.get(name, 0))
+        self._previous = dict(self.totals)
+
+    def count(self, name: str) -> None:
+        self.totals[name] += 1
+        labels = self._labels()
+        if name == "delivered":
+            _DELIVERED.labels(**labels).inc()
+        elif name == "discarded":
+            _DISCARDED.labels(**labels).inc()
+        elif name == "filtered":
+            _FILTERED.labels(**labels).inc()
+        else:
+            _RESPONSES.labels(**labels, outcome=name).inc()
+
+    def response(self, status: int | None, timed_out: bool) -> None:
+        if timed_out:
+            self.count("timeouts")
+        elif status is None:
+            self.count("otherErrors")
+        elif 200 <= status < 300:
+            self.count("codes2xx")
+        elif 400 <= status < 500:
+            self.count("codes4xx")
+        elif status >= 500:
+            self.count("codes5xx")
+        else:
+            self.count("otherErrors")
+
+    def gauges(self, inflight: int, rate: float, mode: str) -> None:
+        self.inflight, self.rate, self.mode = inflight, rate, mode
+        labels = self._labels()
+        _INFLIGHT.labels(**labels).set(inflight)
+        _RATE.labels(**labels).set(rate)
+        _MODE.labels(**labels).set({"NORMAL": 0, "SLOW": 1, "HEARTBEAT": 2}.get(mode, 0))
+
+    def snapshot(self) -> dict[str, Any]:
+        """Totals, gauges and per-second rates since the previous snapshot."""
+        now = time.monotonic()
+        elapsed = max(now - self._previous_at, 1e-6)
+        per_second = {
+            f"{k}PerSecond": round((v - self._previous.get(k, 0)) / elapsed, 3) for k, v in self.totals.items()
+        }
+        self._previous, self._previous_at = dict(self.totals), now
+        return {
+            **self.totals,
+            **per_second,
+            "inflight": self.inflight,
+            "rate": self.rate,
+            "rateMode": self.mode,
+            "lag": self.lag,
+            "updatedAt": int(time.time() * 1000),
+        }
+
+
+@dataclass(frozen=True)
+class UndeliveredMessage:
+    """Hermes' ``undelivered/last`` record."""
+
+    timestamp: int
+    subscription: str
+    topicName: str  # Hermes field names, camelCase on the wire
+    status: str
+    reason: str
+    message: str
+    partition: int
+    offset: int
+    cluster: str
+
+    def to_document(self) -> dict[str, Any]:
+        return asdict(self)

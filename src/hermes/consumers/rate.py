@@ -1,0 +1,100 @@
+"""Sending rate: a hard maximum that is never exceeded and, below it, Hermes' adaptive rate.
+
+Every ``period`` the limiter looks at the attempts of the last period (only failures that "slow down",
+see ``retry.judge``, count as failures) and moves between three modes:
+
+- NORMAL: if more than ``tolerance`` of the attempts failed the rate drops by ``convergence`` of itself;
+  with no failures it climbs ``convergence`` of the way back up to the maximum. Below ``slow_rate`` it
+  turns SLOW.
+- SLOW: ``slow_rate`` (1 message/s). Every attempt of a period failing turns it HEARTBEAT; a period without
+  failures turns it NORMAL again.
+- HEARTBEAT: one attempt per ``heartbeat_interval`` (60 s) to poke the subscriber; a success turns it SLOW.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class RateMode(StrEnum):
+    NORMAL = "NORMAL"
+    SLOW = "SLOW"
+    HEARTBEAT = "HEARTBEAT"
+
+
+@dataclass(frozen=True)
+class RateSettings:
+    period: float = 1.0  # seconds between adjustments
+    tolerance: float = 0.05
+    convergence: float = 0.2
+    slow_rate: float = 1.0
+    heartbeat_interval: float = 60.0
+
+
+class AdaptiveRateLimiter:
+    def __init__(self, max_rate: float, settings: RateSettings | None = None) -> None:
+        self.settings = settings or RateSettings()
+        self.max_rate = max_rate
+        self.rate = max_rate
+        self.mode = RateMode.NORMAL
+        self._next_slot = time.monotonic()
+        self._attempts = 0
+        self._failures = 0
+        self._period_start = time.monotonic()
+
+    def set_max_rate(self, max_rate: float) -> None:
+        self.max_rate = max_rate
+        self.rate = min(self.rate, max_rate) if self.mode is RateMode.NORMAL else self.rate
+
+    @property
+    def interval(self) -> float:
+        if self.mode is RateMode.HEARTBEAT:
+            return self.settings.heartbeat_interval
+        return 1.0 / max(self.rate, 1e-9)
+
+    async def acquire(self) -> None:
+        """Waits for the next sending slot: slots are spaced so the current rate is never exceeded."""
+        while True:
+            now = time.monotonic()
+            self._adjust(now)
+            slot = max(self._next_slot, now)  # idle time is not saved up: no bursts above the rate
+            if slot <= now:
+                self._next_slot = slot + self.interval
+                return
+            await asyncio.sleep(min(slot - now, self.settings.period))
+
+    def record(self, failed: bool) -> None:
+        self._attempts += 1
+        self._failures += int(failed)
+        if self.mode is RateMode.HEARTBEAT and not failed:
+            self._enter(RateMode.SLOW, self.settings.slow_rate)
+
+    def _adjust(self, now: float) -> None:
+        if now - self._period_start < self.settings.period:
+            return
+        attempts, failures = self._attempts, self._failures
+        self._attempts = self._failures = 0
+        self._period_start = now
+        if attempts == 0:
+            return
+        ratio = failures / attempts
+        s = self.settings
+        if self.mode is RateMode.NORMAL:
+            if ratio > s.tolerance:
+                self.rate *= 1 - s.convergence
+                if self.rate < s.slow_rate:
+                    self._enter(RateMode.SLOW, s.slow_rate)
+            else:
+                self.rate = min(self.max_rate, self.rate + (self.max_rate - self.rate) * s.convergence + 1)
+        elif self.mode is RateMode.SLOW:
+            if failures == attempts:
+                self._enter(RateMode.HEARTBEAT, s.slow_rate)
+            elif ratio <= s.tolerance:
+                self._enter(RateMode.NORMAL, min(self.max_rate, max(s.slow_rate * 2, 1.0)))
+
+    def _enter(self, mode: RateMode, rate: float) -> None:
+        self.mode = mode
+        self.rate = min(rate, self.max_rate)

@@ -1,0 +1,187 @@
+"""SERIAL delivery against the real broker and real, scripted subscriber endpoints."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from hermes.consumers.metrics import SNAPSHOT_NAMESPACE, UNDELIVERED_NAMESPACE
+from tests.conftest import wait_until
+from tests.support.hermes import HermesClient, InProcessHermes
+from tests.support.subscriber import Received, Reply, SubscriberServer
+
+pytestmark = pytest.mark.integration
+
+FAST = {"messageBackoff": 100, "messageTtl": 60}
+
+
+@pytest.fixture
+def scripted() -> Iterator[list[SubscriberServer]]:
+    servers: list[SubscriberServer] = []
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def serve(scripted: list[SubscriberServer], script: object) -> SubscriberServer:
+    server = SubscriberServer(script).start()  # type: ignore[arg-type]
+    scripted.append(server)
+    return server
+
+
+def first_then_ok(status: int, **headers: str) -> object:
+    return lambda n, _r: Reply(status, dict(headers)) if n == 0 else Reply(200)
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_client_errors", "headers", "attempts"),
+    [
+        (400, False, {}, 1),
+        (400, True, {}, 2),
+        (429, False, {}, 1),
+        (429, True, {}, 2),
+        (429, True, {"Retry-After": "0"}, 2),
+        (500, False, {}, 2),
+        (503, False, {}, 2),
+        (503, False, {"Retry-After": "0"}, 2),
+    ],
+)
+def test_each_row_of_the_status_table(
+    client: HermesClient,
+    scripted: list[SubscriberServer],
+    status: int,
+    retry_client_errors: bool,
+    headers: dict[str, str],
+    attempts: int,
+) -> None:
+    subscriber = serve(scripted, first_then_ok(status, **headers))
+    topic = client.create_topic()
+    client.create_subscription(
+        topic, subscriber.url, subscriptionPolicy={**FAST, "retryClientErrors": retry_client_errors}
+    )
+    assert client.publish(topic, '{"n": 1}').status_code == 201
+    received = subscriber.wait_for(attempts, timeout=20)
+    time.sleep(0.5)  # five backoffs: time for a retry that must not happen
+    assert len(subscriber.received) == attempts
+    assert [r.headers["Hermes-Retry-Count"] for r in received] == [str(i) for i in range(attempts)]
+    assert len({r.message_id for r in received}) == 1
+
+
+def test_request_headers(client: HermesClient, scripted: list[SubscriberServer]) -> None:
+    subscriber = serve(scripted, lambda n, r: Reply(200))
+    topic = client.create_topic()
+    endpoint = subscriber.url.replace("http://", "http://alice:s3cret@")
+    name = client.create_subscription(
+        topic, endpoint, headers=[{"name": "X-Team", "value": "orders"}], subscriptionIdentityHeadersEnabled=True
+    )
+    response = client.publish(topic, '{"n": 1}')
+    [received] = subscriber.wait_for(1, timeout=20)
+    assert received.headers["Hermes-Message-Id"] == response.headers["Hermes-Message-Id"]
+    assert received.headers["X-Team"] == "orders"
+    assert received.headers["Hermes-Topic-Name"] == topic
+    assert received.headers["Hermes-Subscription-Name"] == name
+    assert received.headers["Authorization"] == "Basic " + base64.b64encode(b"alice:s3cret").decode()
+
+
+def test_backoff_grows_exponentially(client: HermesClient, scripted: list[SubscriberServer]) -> None:
+    subscriber = serve(scripted, lambda n, _r: Reply(500) if n < 3 else Reply(200))
+    topic = client.create_topic()
+    client.create_subscription(
+        topic, subscriber.url, subscriptionPolicy={"messageBackoff": 150, "backoffMultiplier": 2, "messageTtl": 60}
+    )
+    client.publish(topic, '{"n": 1}')
+    received = subscriber.wait_for(4, timeout=20)
+    gaps = [b.at - a.at for a, b in zip(received, received[1:], strict=False)]
+    for gap, expected in zip(gaps, (0.15, 0.3, 0.6), strict=True):
+        assert expected <= gap < expected + 0.25, gaps
+
+
+def test_an_expired_message_is_discarded_and_recorded_as_undelivered(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber = serve(scripted, lambda n, _r: Reply(500))
+    topic = client.create_topic()
+    name = client.create_subscription(
+        topic, subscriber.url, subscriptionPolicy={"messageBackoff": 200, "messageTtl": 1}
+    )
+    client.publish(topic, '{"doomed": true}')
+    subscriber.wait_for(2, timeout=20)
+    repository = hermes.hermes.repository
+    assert repository is not None
+    wait_until(lambda: repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}") is not None, 10)
+    record = repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}")
+    assert record is not None
+    assert record["status"] == "DISCARDED" and record["message"] == '{"doomed": true}'
+    assert record["reason"] == "Message sending failed with status code:500"
+    assert record["topicName"] == topic and record["subscription"] == name and record["cluster"] == "primary"
+    attempts = len(subscriber.received)
+    time.sleep(0.5)
+    assert len(subscriber.received) == attempts, "no attempts after the discard"
+
+    def discarded() -> bool:
+        snapshots = repository.list_documents(SNAPSHOT_NAMESPACE)
+        return any(
+            k.startswith(f"{topic}${name}/") and v["discarded"] == 1 and v["codes5xx"] == attempts
+            for k, v in snapshots.items()
+        )
+
+    wait_until(discarded, 10)
+
+
+def test_filters_skip_messages_and_their_offsets_are_committed(
+    client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber = serve(scripted, lambda n, _r: Reply(200))
+    topic = client.create_topic()
+    client.create_subscription(
+        topic,
+        subscriber.url,
+        filters=[
+            {"type": "jsonpath", "path": "$.user.status", "matcher": "new"},
+        ],
+    )
+    for status in ("old", "new", "newer", "new"):
+        client.publish(topic, f'{{"user": {{"status": "{status}"}}}}')
+    received = subscriber.wait_for(2, timeout=20)
+    time.sleep(0.3)
+    assert [r.body for r in subscriber.received] == [b'{"user": {"status": "new"}}'] * 2
+    assert all(isinstance(r, Received) for r in received)
+
+
+def test_the_rate_is_a_hard_maximum(client: HermesClient, scripted: list[SubscriberServer]) -> None:
+    subscriber = serve(scripted, lambda n, _r: Reply(200))
+    topic = client.create_topic()
+    client.create_subscription(topic, subscriber.url, subscriptionPolicy={"rate": 10})
+    for i in range(15):
+        client.publish(topic, f'{{"n": {i}}}')
+    received = subscriber.wait_for(15, timeout=30)
+    for first, eleventh in zip(received, received[10:], strict=False):
+        assert eleventh.at - first.at >= 0.95, "more than 10 messages within one second"
+
+
+def test_suspended_subscriptions_resume_where_they_stopped(
+    client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber = serve(scripted, lambda n, _r: Reply(200))
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url)
+    client.publish(topic, '{"n": 1}')
+    subscriber.wait_for(1, timeout=20)
+    state = f"/topics/{topic}/subscriptions/{name}/state"
+    assert (
+        client.management.put(state, content='"SUSPENDED"', headers={"Content-Type": "application/json"}).status_code
+        == 200
+    )
+    time.sleep(1.5)  # the consumer stops and commits
+    client.publish(topic, '{"n": 2}')
+    time.sleep(1.0)
+    assert len(subscriber.received) == 1, "nothing is sent while suspended"
+    assert (
+        client.management.post(state, content='"ACTIVE"', headers={"Content-Type": "application/json"}).status_code
+        == 200
+    )
+    received = subscriber.wait_for(2, timeout=20)
+    assert received[1].body == b'{"n": 2}'

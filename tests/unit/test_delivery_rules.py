@@ -1,0 +1,105 @@
+import pytest
+
+from hermes.consumers.filtering import MessageFilters
+from hermes.consumers.rate import AdaptiveRateLimiter, RateMode, RateSettings
+from hermes.consumers.retry import Backoff, judge
+from hermes.consumers.sender.result import SendResult
+from hermes.domain.message import Message
+from hermes.domain.subscription import MatchingStrategy, MessageFilterSpecification
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    ("status", "retry_client_errors", "retry_after", "retry", "slow_down"),
+    [
+        (200, False, None, False, False),
+        (201, True, None, False, False),
+        (400, False, None, False, False),
+        (404, True, None, True, True),
+        (429, False, None, False, True),
+        (429, True, None, True, True),
+        (429, True, 1.0, True, False),
+        (500, False, None, True, True),
+        (502, True, 1.0, True, True),
+        (503, False, None, True, True),
+        (503, False, 2.0, True, False),
+        (None, False, None, True, True),
+    ],
+)
+def test_the_status_table_of_the_subscribing_guide(
+    status: int | None, retry_client_errors: bool, retry_after: float | None, retry: bool, slow_down: bool
+) -> None:
+    result = SendResult.of_status(status, retry_after) if status is not None else SendResult.timeout()
+    verdict = judge(result, retry_client_errors)
+    assert (verdict.retry, verdict.slow_down) == (retry, slow_down)
+
+
+def test_backoff_grows_by_the_multiplier_up_to_the_maximum_and_retry_after_wins() -> None:
+    backoff = Backoff(initial=0.1, multiplier=2.0, maximum=0.5)
+    assert [backoff.delay(n) for n in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
+    assert backoff.delay(3, retry_after=7.0) == 7.0
+    assert Backoff(1.0, 1.0, 600).delay(10) == 1.0
+
+
+def _message(body: bytes, **headers: str) -> Message:
+    return Message("g.t", 0, 0, "id", body, 0, propagated_headers=headers)
+
+
+def _filter(
+    kind: str,
+    matcher: str,
+    path: str | None = None,
+    header: str | None = None,
+    strategy: MatchingStrategy = MatchingStrategy.ALL,
+) -> MessageFilters:
+    return MessageFilters([MessageFilterSpecification(kind, matcher, path, header, strategy)])
+
+
+def test_jsonpath_matchers_must_match_the_whole_value() -> None:
+    passes = _filter("jsonpath", "abc.*", "$.user.name").passes
+    assert passes(_message(b'{"user": {"name": "abcdef"}}'))
+    assert not passes(_message(b'{"user": {"name": "xabc"}}'))
+    assert not passes(_message(b'{"user": {}}'))
+    assert not passes(_message(b"not json"))
+
+
+def test_matching_strategy_all_and_any_over_wildcards() -> None:
+    body = b'{"addresses": [{"country": "GB"}, {"country": "PL"}]}'
+    everyone = _filter("jsonpath", "GB", "$.addresses.*.country", strategy=MatchingStrategy.ALL)
+    anyone = _filter("jsonpath", "GB", "$.addresses.*.country", strategy=MatchingStrategy.ANY)
+    assert not everyone.passes(_message(body))
+    assert anyone.passes(_message(body))
+    assert everyone.passes(_message(b'{"addresses": [{"country": "GB"}]}'))
+
+
+def test_avropath_and_header_filters() -> None:
+    doc = b'{"user": {"addresses": [{"city": "abcity"}, {"city": "other"}]}}'
+    assert _filter("avropath", "^abc.*", ".user.addresses[0].city").passes(_message(doc))
+    assert not _filter("avropath", "^abc.*", ".user.addresses[*].city").passes(_message(doc))
+    assert _filter("avropath", "^abc.*", ".user.addresses[*].city", strategy=MatchingStrategy.ANY).passes(_message(doc))
+    assert _filter("header", "eu-.*", header="Region").passes(_message(b"{}", region="eu-west"))
+    assert not _filter("header", "eu-.*", header="Region").passes(_message(b"{}", region="us-east"))
+
+
+def test_the_rate_slows_down_on_failures_and_falls_to_slow_then_heartbeat() -> None:
+    limiter = AdaptiveRateLimiter(100, RateSettings(period=0.0, slow_rate=1.0))
+    for _ in range(30):
+        for _ in range(10):
+            limiter.record(failed=True)
+        limiter._adjust(limiter._period_start + 1)
+        if limiter.mode is not RateMode.NORMAL:
+            break
+    assert limiter.mode is RateMode.SLOW and limiter.rate == 1.0
+    limiter.record(failed=True)
+    limiter._adjust(limiter._period_start + 1)
+    assert limiter.mode is RateMode.HEARTBEAT
+    limiter.record(failed=False)
+    assert limiter.mode is RateMode.SLOW
+    limiter.record(failed=False)
+    limiter._adjust(limiter._period_start + 1)
+    assert limiter.mode is RateMode.NORMAL
+    for _ in range(40):
+        limiter.record(failed=False)
+        limiter._adjust(limiter._period_start + 1)
+    assert limiter.rate == 100, "recovers to the maximum, never above it"
