@@ -66,6 +66,7 @@ def test_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> Se
         "kafka_bootstrap_servers": bootstrap,
         "metadata_poll_interval": 0.05,
         "consumer_commit_interval": 0.2,
+        "consumer_metrics_interval": 0.2,
         **overrides,
     }
     return load_settings(values)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from hermes.http.server import error_middleware, json_response
-from hermes.management.api import groups, subscriptions, topics
+from hermes.management.api import groups, operations, subscriptions, topics
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
 
@@ -17,6 +17,7 @@ def create_app(service: ManagementService) -> web.Application:
     groups.register(app.router)
     topics.register(app.router)
     subscriptions.register(app.router)
+    operations.register(app.router)
     return app
 
 

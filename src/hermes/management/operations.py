@@ -1,0 +1,143 @@
+"""Operations on running subscriptions: metrics aggregated over consumer nodes, health, retransmission.
+
+Consumers write one metrics snapshot per (subscription, node) to the metadata repository; these functions
+read and combine them, so the answers are the same with one process or many consumer nodes.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hermes.broker.admin import BrokerAdmin
+from hermes.consumers.metrics import COUNTERS, SNAPSHOT_NAMESPACE
+from hermes.domain.subscription import Subscription, SubscriptionState
+from hermes.errors import ValidationError
+from hermes.metadata.repository import MetadataRepository
+
+RETRANSMISSION_NAMESPACE = "retransmission"
+# A node whose snapshot is older than this no longer contributes to the per-second figures.
+_STALE_MS = 30_000
+_RELATIVE = re.compile(r"^-(\d+)([smhd])$")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+
+
+def subscription_metrics(
+    repository: MetadataRepository, admin: BrokerAdmin, subscription: Subscription
+) -> dict[str, Any]:
+    """Hermes' metrics: lifetime ``delivered``/``discarded``; per-second ``timeouts``, ``otherErrors`` and
+    ``codes*``; plus ``totals`` (lifetime counts of every counter), ``inflight``, ``rate``, ``maxRate``, ``lag``."""
+    prefix = f"{subscription.qualified_name.qualified}/"
+    snapshots = [v for k, v in repository.list_documents(SNAPSHOT_NAMESPACE).items() if k.startswith(prefix)]
+    now = int(time.time() * 1000)
+    fresh = [s for s in snapshots if now - int(s.get("updatedAt", 0)) <= _STALE_MS]
+    totals = {name: sum(int(s.get(name, 0)) for s in snapshots) for name in COUNTERS}
+
+    def per_second(name: str) -> float:
+        return round(sum(float(s.get(f"{name}PerSecond", 0.0)) for s in fresh), 3)
+
+    attempts = ("codes2xx", "codes4xx", "codes5xx", "timeouts", "otherErrors")
+    return {
+        "delivered": totals["delivered"],
+        "discarded": totals["discarded"],
+        "inflight": sum(int(s.get("inflight", 0)) for s in fresh),
+        "timeouts": per_second("timeouts"),
+        "otherErrors": per_second("otherErrors"),
+        "codes2xx": per_second("codes2xx"),
+        "codes4xx": per_second("codes4xx"),
+        "codes5xx": per_second("codes5xx"),
+        "rate": round(sum(per_second(a) for a in attempts), 3),
+        "maxRate": round(sum(float(s.get("rate", 0.0)) for s in fresh), 3),
+        "lag": subscription_lag(admin, subscription),
+        "totals": totals,
+    }
+
+
+def subscription_lag(admin: BrokerAdmin, subscription: Subscription) -> int:
+    topic = subscription.topic_name.qualified
+    end = admin.end_offsets(topic)
+    committed = admin.committed_offsets(subscription.consumer_group_id, topic)
+    return sum(max(0, offset - committed.get(partition, offset)) for partition, offset in end.items())
+
+
+# --- health ---
+
+
+@dataclass(frozen=True)
+class HealthThresholds:
+    """A subscription is unhealthy when, over the last snapshot period, more than these shares of its
+    attempts failed that way, or its lag is above ``lag``."""
+
+    timeouts: float = 0.1
+    unreachable: float = 0.5
+    malfunctioning: float = 0.1
+    lag: int = 10_000
+
+
+def subscription_health(metrics: dict[str, Any], thresholds: HealthThresholds = HealthThresholds()) -> dict[str, Any]:
+    attempts = sum(metrics[k] for k in ("codes2xx", "codes4xx", "codes5xx", "timeouts", "otherErrors"))
+    problems = []
+    if attempts > 0:
+        if metrics["timeouts"] / attempts > thresholds.timeouts:
+            problems.append({"code": "TIMING_OUT", "description": "Too many requests time out"})
+        if metrics["otherErrors"] / attempts > thresholds.unreachable:
+            problems.append({"code": "UNREACHABLE", "description": "The endpoint cannot be reached"})
+        if metrics["codes5xx"] / attempts > thresholds.malfunctioning:
+            problems.append({"code": "MALFUNCTIONING", "description": "The endpoint answers with 5xx errors"})
+    if metrics["lag"] > thresholds.lag:
+        problems.append({"code": "LAGGING", "description": f"{metrics['lag']} messages wait for delivery"})
+    return {"status": "UNHEALTHY" if problems else "HEALTHY", "problems": problems}
+
+
+# --- retransmission ---
+
+
+def parse_retransmission_date(body: Any, field: str = "retransmissionDate") -> datetime:
+    """An ISO-8601 date (without an offset it is UTC) or, in the older form, a relative ``-6h``."""
+    text = body.get(field) if isinstance(body, dict) else body
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if not isinstance(text, str) or not text.strip():
+        raise ValidationError("must be an ISO-8601 date such as 2021-10-25T00:00:00+02:00, or -6h", field)
+    text = text.strip().strip('"')
+    relative = _RELATIVE.match(text)
+    if relative:
+        amount, unit = int(relative.group(1)), _UNITS[relative.group(2)]
+        return datetime.now(UTC) - timedelta(**{unit: amount})
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValidationError(f"'{text}' is not an ISO-8601 date or a relative -6h", field) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def retransmit(
+    repository: MetadataRepository, admin: BrokerAdmin, subscription: Subscription, moment: datetime, cluster: str
+) -> dict[str, Any]:
+    """Moves every partition of the subscription to the first offset at or after ``moment``.
+
+    A running consumer picks the request up from the repository and seeks; a suspended subscription gets
+    the offsets committed to its consumer group, effective on activation.
+    """
+    topic = subscription.topic_name.qualified
+    timestamp = int(moment.timestamp() * 1000)
+    offsets = admin.offsets_for_time(topic, timestamp)
+    oldest = admin.beginning_offsets(topic)
+    if subscription.state is not SubscriptionState.ACTIVE:
+        admin.commit_offsets(subscription.consumer_group_id, topic, offsets)
+    repository.put_document(
+        RETRANSMISSION_NAMESPACE,
+        subscription.qualified_name.qualified,
+        {
+            "offsets": {str(p): o for p, o in offsets.items()},
+            "requestedAt": int(time.time() * 1000),
+            "retransmissionDate": moment.isoformat(),
+        },
+    )
+    partitions = [
+        {"partition": p, "offset": o, "oldestAvailable": o == oldest.get(p, 0)} for p, o in sorted(offsets.items())
+    ]
+    return {"partitionOffsetListPerBrokerName": {cluster: partitions}}

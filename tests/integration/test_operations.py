@@ -1,0 +1,144 @@
+"""Operations API against real traffic: metrics, last undelivered message, retransmission, health."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.support.hermes import HermesClient
+from tests.support.subscriber import Reply, SubscriberServer
+
+pytestmark = pytest.mark.integration
+JSON = {"Content-Type": "application/json"}
+
+
+def _metrics(client: HermesClient, topic: str, sub: str) -> dict[str, Any]:
+    response = client.management.get(f"/topics/{topic}/subscriptions/{sub}/metrics")
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def test_metrics_count_real_deliveries(client: HermesClient) -> None:
+    subscriber = SubscriberServer(lambda n, _r: Reply(200 if n % 2 == 0 else 400)).start()
+    try:
+        topic = client.create_topic()
+        name = client.create_subscription(topic, subscriber.url)
+        for i in range(6):
+            client.publish(topic, f'{{"n": {i}}}')
+        subscriber.wait_for(6, timeout=20)
+        wait_until(lambda: _metrics(client, topic, name)["totals"]["codes4xx"] == 3, 10)
+        metrics = _metrics(client, topic, name)
+        assert metrics["delivered"] == 6, "4xx without retryClientErrors counts as delivered"
+        assert metrics["totals"]["codes2xx"] == 3 and metrics["discarded"] == 0
+        wait_until(lambda: _metrics(client, topic, name)["lag"] == 0, 10)
+        topic_metrics = client.management.get(f"/topics/{topic}/metrics").json()
+        assert topic_metrics["published"] == 6 and topic_metrics["delivered"] == 6
+        health = client.management.get(f"/topics/{topic}/subscriptions/{name}/health").json()
+        assert health == {"status": "HEALTHY", "problems": []}
+    finally:
+        subscriber.stop()
+
+
+def test_last_undelivered_message(client: HermesClient) -> None:
+    subscriber = SubscriberServer(lambda n, _r: Reply(503)).start()
+    try:
+        topic = client.create_topic()
+        name = client.create_subscription(
+            topic, subscriber.url, subscriptionPolicy={"messageTtl": 1, "messageBackoff": 300}
+        )
+        path = f"/topics/{topic}/subscriptions/{name}/undelivered/last"
+        assert client.management.get(path).status_code == 404
+        client.publish(topic, '{"lost": 1}')
+        wait_until(lambda: client.management.get(path).status_code == 200, 15)
+        record = client.management.get(path).json()
+        assert record["message"] == '{"lost": 1}' and record["status"] == "DISCARDED"
+        assert record["reason"] == "Message sending failed with status code:503"
+        assert {"timestamp", "partition", "offset", "cluster", "subscription", "topicName"} <= set(record)
+        wait_until(lambda: _metrics(client, topic, name)["discarded"] == 1, 10)
+    finally:
+        subscriber.stop()
+
+
+def _two_waves(client: HermesClient, topic: str, subscriber: SubscriberServer) -> tuple[datetime, set[bytes]]:
+    first = {f'{{"wave": 1, "n": {i}}}'.encode() for i in range(6)}
+    for body in first:
+        client.publish(topic, body)
+    subscriber.wait_for(6, timeout=20)
+    time.sleep(0.3)
+    between = datetime.now(UTC)
+    time.sleep(0.3)
+    second = {f'{{"wave": 2, "n": {i}}}'.encode() for i in range(6)}
+    for body in second:
+        client.publish(topic, body)
+    subscriber.wait_for(12, timeout=20)
+    return between, second
+
+
+def _retransmit(client: HermesClient, topic: str, sub: str, moment: datetime) -> dict[str, Any]:
+    response = client.management.put(
+        f"/topics/{topic}/subscriptions/{sub}/retransmission", json={"retransmissionDate": moment.isoformat()}
+    )
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def test_retransmission_of_an_active_subscription(client: HermesClient, subscriber: SubscriberServer) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url)
+    between, second = _two_waves(client, topic, subscriber)
+    summary = _retransmit(client, topic, name, between)
+    partitions = summary["partitionOffsetListPerBrokerName"]["primary"]
+    assert len(partitions) == 2 and sum(p["offset"] for p in partitions) == 6
+    received = subscriber.wait_for(18, timeout=20)
+    time.sleep(0.5)
+    assert len(subscriber.received) == 18
+    assert {r.body for r in received[12:]} == second, "every message after the date again, none before"
+
+
+def test_retransmission_of_a_suspended_subscription_takes_effect_on_activation(
+    client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url)
+    between, second = _two_waves(client, topic, subscriber)
+    state = f"/topics/{topic}/subscriptions/{name}/state"
+    assert client.management.put(state, content='"SUSPENDED"', headers=JSON).status_code == 200
+    time.sleep(1.5)  # the consumer leaves the group
+    assert (
+        client.management.post(
+            f"/topics/{topic}/subscriptions/{name}/retransmission", content=between.isoformat(), headers=JSON
+        ).status_code
+        == 200
+    )
+    time.sleep(0.5)
+    assert len(subscriber.received) == 12
+    assert client.management.put(state, content='"ACTIVE"', headers=JSON).status_code == 200
+    received = subscriber.wait_for(18, timeout=30)
+    time.sleep(0.5)
+    assert len(subscriber.received) == 18
+    assert {r.body for r in received[12:]} == second
+
+
+@pytest.mark.parametrize("body", [{"retransmissionDate": "yesterday"}, {"retransmissionDate": 5}, {}])
+def test_bad_retransmission_dates(client: HermesClient, subscriber: SubscriberServer, body: dict[str, Any]) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url)
+    response = client.management.put(f"/topics/{topic}/subscriptions/{name}/retransmission", json=body)
+    assert response.status_code == 400
+    assert response.json()["code"] == "VALIDATION_ERROR" and "retransmissionDate" in response.json()["message"]
+
+
+def test_the_older_relative_retransmission_form(client: HermesClient, subscriber: SubscriberServer) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url)
+    client.publish(topic, '{"n": 1}')
+    subscriber.wait_for(1, timeout=20)
+    response = client.management.post(f"/topics/{topic}/subscriptions/{name}/retransmission", content="-6h")
+    assert response.status_code == 200
+    offsets = response.json()["partitionOffsetListPerBrokerName"]["primary"]
+    assert all(p["offset"] == 0 and p["oldestAvailable"] for p in offsets)
+    subscriber.wait_for(2, timeout=20)
