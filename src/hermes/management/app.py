@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from hermes.http.server import error_middleware, json_response
-from hermes.management.api import groups, operations, subscriptions, topics
+from hermes.management.api import groups, oauth, operations, subscriptions, topics
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
 
@@ -18,6 +18,7 @@ def create_app(service: ManagementService) -> web.Application:
     topics.register(app.router)
     subscriptions.register(app.router)
     operations.register(app.router)
+    oauth.register(app.router)
     return app
 
 

@@ -14,6 +14,9 @@ from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.domain.topic import ContentType, Group, Topic
 from hermes.errors import (
+    BrokerError,
+    BrokerUnavailable,
+    ServiceUnavailable,
     SubscriptionAlreadyExists,
     SubscriptionNotFound,
     TopicAlreadyExists,
@@ -95,15 +98,38 @@ class ManagementService:
         # Only messages published from now on are delivered: pin the group at the current end offsets
         # before any consumer can join it (a group without offsets would start wherever it joins).
         end = await self._run(self.admin.end_offsets, topic.qualified_name)
-        await self._run(self.admin.commit_offsets, subscription.consumer_group_id, topic.qualified_name, end)
+        await self._pin_offsets(subscription.consumer_group_id, topic.qualified_name, end)
         return await self._run(self.repository.create_subscription, subscription)  # type: ignore[no-any-return]
+
+    async def _pin_offsets(self, group_id: str, topic: str, offsets: dict[int, int]) -> None:
+        """Commits ``offsets`` for the group. A consumer of a just-deleted subscription of the same name may
+        still be leaving the group, and the broker refuses commits from outside while it is a member."""
+        deadline = asyncio.get_running_loop().time() + 15.0
+        while True:
+            try:
+                await self._run(self.admin.commit_offsets, group_id, topic, offsets)
+                return
+            except (BrokerError, BrokerUnavailable) as exc:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise ServiceUnavailable(f"the consumer group {group_id} is still busy; try again ({exc})") from exc
+                await asyncio.sleep(0.5)
 
     async def update_subscription(self, topic: TopicName, name: str, patch: dict[str, Any]) -> Subscription:
         def change(current: Subscription) -> Subscription:
             base = codec.subscription_to_json(current, mask_secrets=False)
-            merged = {**base, **patch, "name": name, "topicName": topic.qualified}
-            if "subscriptionPolicy" in patch and isinstance(patch["subscriptionPolicy"], dict):
-                merged["subscriptionPolicy"] = {**base["subscriptionPolicy"], **patch["subscriptionPolicy"]}
+            edit = dict(patch)
+            if edit.get("endpoint") == current.endpoint.masked:
+                del edit["endpoint"]  # the masked endpoint sent back unchanged keeps the stored credentials
+            if "trackingEnabled" in edit and "trackingMode" not in edit:
+                del base["trackingMode"]  # the older shape decides tracking
+            if "supportTeam" in edit and "owner" not in edit:
+                del base["owner"]
+            merged = {**base, **edit, "name": name, "topicName": topic.qualified}
+            policy = edit.get("subscriptionPolicy")
+            if isinstance(policy, dict) and edit.get("deliveryType", current.delivery_type.value) == (
+                current.delivery_type.value
+            ):
+                merged["subscriptionPolicy"] = {**base["subscriptionPolicy"], **policy}
             return codec.subscription_from_json(merged, topic)
 
         return await self._run(self.repository.update_subscription, topic, name, change)  # type: ignore[no-any-return]

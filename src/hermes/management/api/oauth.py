@@ -1,0 +1,60 @@
+"""``/oauth/providers``: create, list, get, update, delete. Client secrets are shown as ``******``."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from aiohttp import web
+
+from hermes.domain import codec
+from hermes.domain.oauth import OAuthProvider
+from hermes.errors import FormattingError
+from hermes.http.server import json_response, read_json
+from hermes.management.context import SERVICE
+
+
+def register(router: web.UrlDispatcher) -> None:
+    router.add_get("/oauth/providers", list_providers)
+    router.add_post("/oauth/providers", create_provider)
+    router.add_get("/oauth/providers/{provider}", get_provider)
+    router.add_put("/oauth/providers/{provider}", update_provider)
+    router.add_delete("/oauth/providers/{provider}", delete_provider)
+
+
+async def list_providers(request: web.Request) -> web.Response:
+    providers = await asyncio.to_thread(request.app[SERVICE].repository.list_oauth_providers)
+    return json_response([p.name for p in providers])
+
+
+async def create_provider(request: web.Request) -> web.Response:
+    provider = codec.oauth_provider_from_json(await read_json(request))
+    created = await asyncio.to_thread(request.app[SERVICE].repository.create_oauth_provider, provider)
+    return json_response(codec.oauth_provider_to_json(created), status=201)
+
+
+async def get_provider(request: web.Request) -> web.Response:
+    repository = request.app[SERVICE].repository
+    provider = await asyncio.to_thread(repository.get_oauth_provider, request.match_info["provider"])
+    return json_response(codec.oauth_provider_to_json(provider))
+
+
+async def update_provider(request: web.Request) -> web.Response:
+    patch = await read_json(request)
+    if not isinstance(patch, dict):
+        raise FormattingError("the body must be a JSON object")
+    name = request.match_info["provider"]
+    if patch.get("clientSecret") == codec.SECRET_MASK:
+        patch = {k: v for k, v in patch.items() if k != "clientSecret"}  # the mask means "unchanged"
+
+    def change(current: OAuthProvider) -> OAuthProvider:
+        merged = {**codec.oauth_provider_to_json(current, mask_secrets=False), **patch, "name": name}
+        return dataclasses.replace(codec.oauth_provider_from_json(merged), name=name)
+
+    updated = await asyncio.to_thread(request.app[SERVICE].repository.update_oauth_provider, name, change)
+    return json_response(codec.oauth_provider_to_json(updated))
+
+
+async def delete_provider(request: web.Request) -> web.Response:
+    await asyncio.to_thread(request.app[SERVICE].repository.delete_oauth_provider, request.match_info["provider"])
+    return web.Response(status=200)
