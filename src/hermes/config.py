@@ -61,6 +61,18 @@ class Settings(BaseSettings):
         0.2, gt=0, le=10, description="Seconds between polls of the SQLite change log by other processes."
     )
 
+    # --- frontend ---
+    frontend_ack_leader_timeout: float = Field(
+        65, gt=0, description="Millis a publish waits for an ack LEADER topic's broker ack before answering 202."
+    )
+    frontend_ack_all_timeout: float = Field(
+        400, gt=0, description="Millis a publish waits for an ack ALL topic's broker ack before answering 202."
+    )
+    frontend_propagated_headers: str = Field(
+        "Trace-Id,Span-Id,Parent-Span-Id,Trace-Sampled,Trace-Reported",
+        description="Comma-separated publisher request headers passed on to subscribers.",
+    )
+
     # --- consumers ---
     consumer_commit_interval: float = Field(
         1.0, gt=0, description="Seconds between offset commits of each subscription consumer."

@@ -23,7 +23,7 @@ from hermes.http.server import Server
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
-from hermes.tracking import Tracker
+from hermes.tracking import TRACKING_TOPIC, Tracker
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,8 @@ class Hermes:
         self.connection = KafkaConnection.from_settings(settings, bootstrap)
         admin = BrokerAdmin(self.connection)
         await asyncio.to_thread(admin.wait_until_reachable, settings.kafka_connect_timeout)
+        if not await asyncio.to_thread(admin.topic_exists, TRACKING_TOPIC):
+            await asyncio.to_thread(admin.create_topic, TRACKING_TOPIC, settings.topic_partitions)
 
         self.repository = await asyncio.to_thread(open_repository, settings)
         if Role.FRONTEND in self.roles or Role.CONSUMERS in self.roles:
@@ -116,10 +118,17 @@ class Hermes:
         if Role.FRONTEND in self.roles:
             from hermes.frontend.app import create_app as frontend_app
             from hermes.frontend.publishing import Publisher, PublishTimeouts
+            from hermes.frontend.schemas import SchemaSource
 
             assert self.cache is not None
             self.producer = BrokerProducer(self.connection)
-            publisher = Publisher(self.producer, PublishTimeouts())
+            publisher = Publisher(
+                self.producer,
+                PublishTimeouts(settings.frontend_ack_leader_timeout / 1000, settings.frontend_ack_all_timeout / 1000),
+                SchemaSource(self.repository, self.cache),
+                Tracker(self.producer, settings.cluster_name),
+                frozenset(h.strip() for h in settings.frontend_propagated_headers.split(",") if h.strip()),
+            )
             await self._serve(Role.FRONTEND, frontend_app(publisher, self.cache), settings.frontend_port)
 
     async def _serve(self, role: Role, app: Any, port: int) -> None:

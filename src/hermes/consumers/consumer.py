@@ -18,6 +18,7 @@ from typing import Any
 
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.consumer import BrokerConsumer
+from hermes.consumers.content import ContentConverter
 from hermes.consumers.filtering import MessageFilters
 from hermes.consumers.metrics import SNAPSHOT_NAMESPACE, UNDELIVERED_NAMESPACE, SubscriptionMetrics, UndeliveredMessage
 from hermes.consumers.offsets import OffsetTracker, Partition
@@ -42,6 +43,7 @@ class ConsumerContext:
     connection: KafkaConnection
     sender: HttpSender
     repository: MetadataRepository
+    content: ContentConverter
     node_id: str
     cluster: str
     tracker: Tracker | None = None
@@ -206,7 +208,12 @@ class SerialConsumer:
         """Delivers until success, a final failure or the TTL. A cancelled delivery stays unfinished, so its
         offset is never committed and the message comes again after a restart."""
         sub = self.subscription
-        if self._filters and not self._filters.passes(message):
+        try:
+            schema = await self._context.content.schema(message)
+        except Exception:
+            log.warning("no schema version %s for %s", message.schema_version, message.topic, exc_info=True)
+            schema = None
+        if self._filters and not self._filters.passes(message, lambda m: self._context.content.document(m, schema)):
             self.metrics.count("filtered")
             self._finish(message, generation)
             return
@@ -219,7 +226,7 @@ class SerialConsumer:
             sub = self.subscription
             policy = sub.serial_policy
             await self.rate.acquire()
-            result = await self._attempt(sub, message, retries)
+            result = await self._attempt(sub, message, retries, schema)
             verdict = judge(result, policy.retry_client_errors)
             self.rate.record(failed=verdict.slow_down)
             self.metrics.response(result.status, result.timed_out)
@@ -238,11 +245,10 @@ class SerialConsumer:
             await asyncio.sleep(backoff)
         self._finish(message, generation)
 
-    async def _attempt(self, sub: Subscription, message: Message, retries: int) -> SendResult:
-        headers = self._context.sender.headers(sub, message, retries, "application/json")
-        return await self._context.sender.send(
-            sub, sub.endpoint.url, message.body, headers, sub.serial_policy.request_timeout
-        )
+    async def _attempt(self, sub: Subscription, message: Message, retries: int, schema: str | None) -> SendResult:
+        body, content_type, extra = self._context.content.body(sub, message, schema)
+        headers = {**self._context.sender.headers(sub, message, retries, content_type), **extra}
+        return await self._context.sender.send(sub, sub.endpoint.url, body, headers, sub.serial_policy.request_timeout)
 
     async def _discard(self, message: Message, result: SendResult) -> None:
         self.metrics.count("discarded")

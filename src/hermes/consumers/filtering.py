@@ -86,27 +86,27 @@ def compile_filter(spec: MessageFilterSpecification) -> Predicate:
     return by_avropath
 
 
-class MessageFilters:
-    """All filters of a subscription; ``decode`` turns a body into the document paths are evaluated on."""
+def _json(message: Message) -> Any:
+    return orjson.loads(message.body)
 
-    def __init__(
-        self,
-        specs: Iterable[MessageFilterSpecification],
-        decode: Callable[[Message], Any] = lambda m: orjson.loads(m.body),
-    ) -> None:
+
+class MessageFilters:
+    """All filters of a subscription. ``decode`` turns a message into the document paths are evaluated on
+    (parsed JSON by default; the decoded record for Avro messages)."""
+
+    def __init__(self, specs: Iterable[MessageFilterSpecification]) -> None:
         self._predicates = [compile_filter(s) for s in specs]
-        self._decode = decode
 
     def __bool__(self) -> bool:
         return bool(self._predicates)
 
-    def passes(self, message: Message) -> bool:
+    def passes(self, message: Message, decode: Callable[[Message], Any] = _json) -> bool:
         document: Any = _UNDECODED
         for predicate in self._predicates:
             if document is _UNDECODED:
                 try:
-                    document = self._decode(message)
-                except (ValueError, TypeError):
+                    document = decode(message)
+                except (ValueError, TypeError, EOFError, IndexError):
                     document = None  # a body paths cannot read matches no path filter
             if not predicate(message, document):
                 return False

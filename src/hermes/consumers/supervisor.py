@@ -10,6 +10,7 @@ import aiohttp
 from hermes.broker.connection import KafkaConnection
 from hermes.config import Settings
 from hermes.consumers.consumer import ConsumerContext, SerialConsumer
+from hermes.consumers.content import ContentConverter
 from hermes.consumers.rate import RateSettings
 from hermes.consumers.sender.http import HttpSender
 from hermes.domain.names import TopicName
@@ -50,6 +51,7 @@ class ConsumersSupervisor:
             connection=self._connection,
             sender=HttpSender(self._session),
             repository=self._repository,
+            content=ContentConverter(self._repository),
             node_id=s.node_id,
             cluster=s.cluster_name,
             tracker=self._tracker,

@@ -2,37 +2,88 @@
 
 from __future__ import annotations
 
-from aiohttp import web
+import time
 
-from hermes.domain.message import MESSAGE_ID_HEADER, PARTITION_KEY_HEADER
-from hermes.errors import TopicNotFound
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from hermes.domain.message import MESSAGE_ID_HEADER
+from hermes.domain.topic import Topic
+from hermes.errors import HermesError, TopicNotFound, UnsupportedMediaType
+from hermes.frontend.metrics import LATENCY, REQUESTS
 from hermes.frontend.publishing import Publisher
 from hermes.http.server import error_middleware, json_response
 from hermes.metadata.cache import MetadataCache
 
 PUBLISHER = web.AppKey("publisher", Publisher)
-CACHE = web.AppKey("cache", MetadataCache)
+# An unknown topic is looked up in the store at most once per this many seconds (the cache is fed by
+# change notifications; this only closes the gap of a topic created a moment ago).
+_NEGATIVE_TTL = 1.0
+
+
+class TopicLookup:
+    def __init__(self, cache: MetadataCache) -> None:
+        self._cache = cache
+        self._unknown: dict[str, float] = {}
+
+    async def get(self, name: str) -> Topic:
+        topic = self._cache.topic(name)
+        if topic is not None:
+            return topic
+        now = time.monotonic()
+        if now - self._unknown.get(name, -_NEGATIVE_TTL) >= _NEGATIVE_TTL:
+            if len(self._unknown) > 10_000:
+                self._unknown.clear()
+            self._unknown[name] = now
+            topic = await self._cache.refresh_topic(name)
+        if topic is None:
+            raise TopicNotFound(f"Topic {name} not found")
+        return topic
+
+
+TOPICS = web.AppKey("topics", TopicLookup)
+
+
+def _accepts(content_type: str) -> bool:
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind in ("", "application/json", "text/plain", "*/*") or kind.endswith("+json")
 
 
 def create_app(publisher: Publisher, cache: MetadataCache, max_body: int = 64 * 1024 * 1024) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=max_body)
     app[PUBLISHER] = publisher
-    app[CACHE] = cache
+    app[TOPICS] = TopicLookup(cache)
     app.router.add_post("/topics/{topic}", publish)
     app.router.add_get("/status/health", _health)
     app.router.add_get("/status/ready", _health)
+    app.router.add_get("/status/prometheus", prometheus)
     return app
 
 
 async def publish(request: web.Request) -> web.Response:
+    started = time.perf_counter()
     name = request.match_info["topic"]
-    cache = request.app[CACHE]
-    topic = cache.topic(name) or await cache.refresh_topic(name)
-    if topic is None:
-        raise TopicNotFound(f"Topic {name} not found")
-    body = await request.read()
-    result = await request.app[PUBLISHER].publish(topic, body, request.headers.get(PARTITION_KEY_HEADER))
-    return web.Response(status=201 if result.acknowledged else 202, headers={MESSAGE_ID_HEADER: result.message_id})
+    status = 500
+    try:
+        if not _accepts(request.headers.get("Content-Type", "")):
+            raise UnsupportedMediaType(
+                f"Content-Type {request.headers['Content-Type']} is not accepted; publish JSON (application/json)"
+            )
+        topic = await request.app[TOPICS].get(name)
+        body = await request.read()
+        result = await request.app[PUBLISHER].publish(topic, body, request.headers)
+        status = 201 if result.acknowledged else 202
+        return web.Response(status=status, headers={MESSAGE_ID_HEADER: result.message_id})
+    except HermesError as exc:
+        status = exc.status
+        raise
+    finally:
+        REQUESTS.labels(name if status != 404 else "unknown", str(status)).inc()
+        LATENCY.observe(time.perf_counter() - started)
+
+
+async def prometheus(_: web.Request) -> web.Response:
+    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 async def _health(_: web.Request) -> web.Response:

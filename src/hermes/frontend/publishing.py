@@ -5,14 +5,26 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
 
 from hermes.broker.producer import BrokerProducer, DeliveryReport
-from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP
+from hermes.domain.avro import json_to_avro
+from hermes.domain.message import (
+    KAFKA_MESSAGE_ID,
+    KAFKA_PROPAGATED_PREFIX,
+    KAFKA_PUBLISH_TIMESTAMP,
+    KAFKA_SCHEMA_VERSION,
+    PARTITION_KEY_HEADER,
+    SCHEMA_VERSION_HEADER,
+)
 from hermes.domain.topic import Ack, ContentType, Topic
-from hermes.errors import PayloadTooLarge, ValidationError
+from hermes.errors import HermesError, PayloadTooLarge, ValidationError
+from hermes.frontend.metrics import PRODUCER_ERRORS
+from hermes.frontend.schemas import SchemaSource
+from hermes.tracking import TraceStatus, Tracker
 
 
 @dataclass(frozen=True)
@@ -33,39 +45,80 @@ class PublishResult:
 
 
 class Publisher:
-    def __init__(self, producer: BrokerProducer, timeouts: PublishTimeouts) -> None:
+    def __init__(
+        self,
+        producer: BrokerProducer,
+        timeouts: PublishTimeouts,
+        schemas: SchemaSource | None = None,
+        tracker: Tracker | None = None,
+        propagated_headers: frozenset[str] = frozenset(),
+    ) -> None:
         self._producer = producer
         self._timeouts = timeouts
+        self._schemas = schemas
+        self._tracker = tracker
+        self._propagated = frozenset(h.lower() for h in propagated_headers)
 
-    async def publish(self, topic: Topic, body: bytes, partition_key: str | None = None) -> PublishResult:
-        if len(body) > topic.max_message_size:
-            raise PayloadTooLarge(
-                f"Message size {len(body)} exceeds the topic's maxMessageSize {topic.max_message_size}"
-            )
+    async def _encode(self, topic: Topic, body: bytes, headers: Mapping[str, str]) -> tuple[bytes, int | None]:
         if topic.content_type is ContentType.JSON:
             try:
                 orjson.loads(body)
             except orjson.JSONDecodeError as exc:
                 raise ValidationError(f"the message is not valid JSON: {exc}") from None
+            return body, None
+        if self._schemas is None:
+            raise ValidationError(f"topic {topic.qualified_name} takes Avro, and no schema is available")
+        requested = headers.get(SCHEMA_VERSION_HEADER)
+        if requested is not None and not requested.isdigit():
+            raise ValidationError("must be a schema version number", SCHEMA_VERSION_HEADER)
+        version, schema = await self._schemas.get(topic.name, int(requested) if requested else None)
+        return json_to_avro(schema, body), version
+
+    async def publish(self, topic: Topic, body: bytes, headers: Mapping[str, str]) -> PublishResult:
+        if len(body) > topic.max_message_size:
+            raise PayloadTooLarge(
+                f"Message size {len(body)} exceeds the topic's maxMessageSize {topic.max_message_size}"
+            )
+        value, schema_version = await self._encode(topic, body, headers)
         message_id = str(uuid.uuid4())
-        headers = [
+        kafka_headers = [
             (KAFKA_MESSAGE_ID, message_id.encode()),
             (KAFKA_PUBLISH_TIMESTAMP, str(int(time.time() * 1000)).encode()),
         ]
+        if schema_version is not None:
+            kafka_headers.append((KAFKA_SCHEMA_VERSION, str(schema_version).encode()))
+        kafka_headers.extend(
+            (KAFKA_PROPAGATED_PREFIX + name, value_.encode())
+            for name, value_ in headers.items()
+            if name.lower() in self._propagated
+        )
+        partition_key = headers.get(PARTITION_KEY_HEADER)
+        tracked = self._tracker if topic.tracking_enabled else None
+        if tracked is not None:
+            tracked.frontend(message_id, topic.qualified_name, TraceStatus.INFLIGHT)
         ack = self._producer.send(
             topic.qualified_name,
-            body,
+            value,
             key=partition_key.encode() if partition_key else None,
-            headers=headers,
+            headers=kafka_headers,
             ack=topic.ack,
         )
+        ack.add_done_callback(lambda f: self._settled(f, topic, message_id, tracked))
         try:
             await asyncio.wait_for(asyncio.shield(ack), self._timeouts.for_ack(topic.ack))
         except TimeoutError:
-            ack.add_done_callback(_consume_result)
             return PublishResult(message_id, acknowledged=False)
         return PublishResult(message_id, acknowledged=True)
 
-
-def _consume_result(future: asyncio.Future[DeliveryReport]) -> None:
-    future.exception()  # mark it retrieved; the journal (not this callback) keeps unacknowledged messages
+    @staticmethod
+    def _settled(
+        future: asyncio.Future[DeliveryReport], topic: Topic, message_id: str, tracker: Tracker | None
+    ) -> None:
+        error = future.exception()
+        if error is not None:
+            PRODUCER_ERRORS.labels(topic.qualified_name).inc()
+        if tracker is not None:
+            reason = error.message if isinstance(error, HermesError) else None
+            tracker.frontend(
+                message_id, topic.qualified_name, TraceStatus.FAILED if error else TraceStatus.SUCCESS, reason
+            )

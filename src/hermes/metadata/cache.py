@@ -29,6 +29,7 @@ class MetadataCache:
         self.subscriptions: dict[tuple[str, str], Subscription] = {}
         self._topic_listeners: list[TopicListener] = []
         self._subscription_listeners: list[SubscriptionListener] = []
+        self._schema_listeners: list[Callable[[str], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unwatch: Unwatch | None = None
         self._changes: asyncio.Queue[MetadataChange] | None = None
@@ -57,6 +58,10 @@ class MetadataCache:
     def on_subscription_change(self, listener: SubscriptionListener) -> None:
         self._subscription_listeners.append(listener)
 
+    def on_schema_change(self, listener: Callable[[str], None]) -> None:
+        """``listener(qualified topic name)`` runs when a topic gets a new schema version."""
+        self._schema_listeners.append(listener)
+
     def topic(self, qualified_name: str) -> Topic | None:
         return self.topics.get(qualified_name)
 
@@ -79,6 +84,9 @@ class MetadataCache:
             try:
                 if change.kind is ChangeKind.TOPIC:
                     await self._reload_topic(change.key)
+                elif change.kind is ChangeKind.SCHEMA:
+                    for schema_listener in self._schema_listeners:
+                        schema_listener(change.key)
                 elif change.kind is ChangeKind.SUBSCRIPTION:
                     topic, _, name = change.key.partition("/")
                     await self._reload_subscription(topic, name, change.action)

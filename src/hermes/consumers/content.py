@@ -1,0 +1,48 @@
+"""What a subscriber receives: JSON as published, or for Avro topics either Avro binary (AVRO subscriptions)
+or the message converted to JSON (JSON subscriptions)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+
+from hermes.domain.avro import avro_to_json, avro_to_record
+from hermes.domain.message import SCHEMA_VERSION_HEADER, Message
+from hermes.domain.names import TopicName
+from hermes.domain.subscription import Subscription, SubscriptionContentType
+from hermes.metadata.repository import MetadataRepository
+
+JSON = "application/json"
+AVRO = "avro/binary"
+
+
+class ContentConverter:
+    def __init__(self, repository: MetadataRepository) -> None:
+        self._repository = repository
+        self._schemas: dict[tuple[str, int], str] = {}
+
+    async def schema(self, message: Message) -> str | None:
+        """The Avro schema of an Avro message (None for JSON); each version is read from the store once."""
+        if message.schema_version is None:
+            return None
+        key = (message.topic, message.schema_version)
+        if key not in self._schemas:
+            _, self._schemas[key] = await asyncio.to_thread(
+                self._repository.get_schema, TopicName.parse(message.topic), message.schema_version
+            )
+        return self._schemas[key]
+
+    @staticmethod
+    def document(message: Message, schema: str | None) -> Any:
+        """The message as a document filters' paths are evaluated on."""
+        return orjson.loads(message.body) if schema is None else avro_to_record(schema, message.body)
+
+    @staticmethod
+    def body(subscription: Subscription, message: Message, schema: str | None) -> tuple[bytes, str, dict[str, str]]:
+        if schema is None:
+            return message.body, JSON, {}
+        if subscription.content_type is SubscriptionContentType.AVRO:
+            return message.body, AVRO, {SCHEMA_VERSION_HEADER: str(message.schema_version)}
+        return avro_to_json(schema, message.body), JSON, {}

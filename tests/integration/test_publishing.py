@@ -1,0 +1,141 @@
+"""The publishing API against the real broker: statuses, metadata in Kafka, Avro, tracking, metrics."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import pytest
+
+from hermes.broker.admin import BrokerAdmin
+from hermes.broker.consumer import BrokerConsumer
+from hermes.domain.message import Message
+from hermes.tracking import TRACKING_TOPIC
+from tests.conftest import wait_until
+from tests.support.hermes import HermesClient, InProcessHermes, unique
+from tests.support.subscriber import SubscriberServer
+
+pytestmark = pytest.mark.integration
+
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "User",
+    "fields": [
+        {"name": "name", "type": "string"},
+        {"name": "age", "type": "int"},
+        {
+            "name": "addresses",
+            "type": {
+                "type": "array",
+                "items": {"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"}]},
+            },
+        },
+    ],
+}
+
+
+def read_topic(hermes: InProcessHermes, topic: str, count: int, timeout: float = 20) -> list[Message]:
+    assert hermes.hermes.connection is not None
+    partitions = BrokerAdmin(hermes.hermes.connection).partitions(topic)
+    consumer = BrokerConsumer(hermes.hermes.connection, unique("reader"), auto_offset_reset="earliest")
+    consumer.assign({(topic, p): 0 for p in partitions})
+    messages: list[Message] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(messages) < count and time.monotonic() < deadline:
+            messages.extend(consumer.poll(100, 0.2))
+    finally:
+        consumer.close()
+    return messages
+
+
+def test_statuses(client: HermesClient) -> None:
+    topic = client.create_topic(maxMessageSize=1024)
+    assert client.publish(topic, '{"ok": true}').status_code == 201
+    group = topic.rpartition(".")[0]
+    missing = client.publish(f"{group}.missing", "{}")
+    assert missing.status_code == 404 and missing.json()["code"] == "TOPIC_NOT_EXISTS"
+    too_big = client.publish(topic, '{"x": "' + "a" * 1100 + '"}')
+    assert too_big.status_code == 413 and "maxMessageSize" in too_big.json()["message"]
+    malformed = client.publish(topic, '{"broken": ')
+    assert malformed.status_code == 400 and malformed.json()["code"] == "VALIDATION_ERROR"
+    xml = client.frontend.post(f"/topics/{topic}", content=b"<a/>", headers={"Content-Type": "application/xml"})
+    assert xml.status_code == 415 and set(xml.json()) == {"message", "code"}
+
+
+def test_metadata_travels_in_kafka(hermes: InProcessHermes, client: HermesClient) -> None:
+    topic = client.create_topic()
+    response = client.publish(
+        topic, '{"n": 1}', headers={"Partition-Key": "customer-7", "Trace-Id": "abc", "X-Private": "not propagated"}
+    )
+    [message] = read_topic(hermes, topic, 1)
+    assert message.message_id == response.headers["Hermes-Message-Id"]
+    assert message.key == b"customer-7" and message.body == b'{"n": 1}'
+    assert message.propagated_headers == {"Trace-Id": "abc"}
+    assert abs(message.publish_timestamp - time.time() * 1000) < 60_000
+
+
+def test_the_cache_follows_topic_changes(client: HermesClient) -> None:
+    topic = client.create_topic(maxMessageSize=2048)
+    body = '{"x": "' + "a" * 1500 + '"}'
+    assert client.publish(topic, body).status_code == 201
+    client.management.put(f"/topics/{topic}", json={"maxMessageSize": 1024})
+    wait_until(lambda: client.publish(topic, body).status_code == 413, 2)
+    client.management.delete(f"/topics/{topic}")
+    wait_until(lambda: client.publish(topic, "{}").status_code == 404, 2)
+
+
+def test_avro_topics_validate_and_convert_json(hermes: InProcessHermes, client: HermesClient) -> None:
+    topic = client.create_topic(contentType="AVRO", schema=orjson.dumps(AVRO_SCHEMA).decode())
+    good = '{"name": "abc", "age": 7, "addresses": [{"city": "Warsaw"}]}'
+    assert client.publish(topic, good).status_code == 201
+    wrong = client.publish(topic, '{"name": "abc", "age": "seven", "addresses": []}')
+    assert wrong.status_code == 400 and "age" in wrong.json()["message"]
+    unknown_version = client.publish(topic, good, headers={"Schema-Version": "9"})
+    assert unknown_version.status_code == 400
+    [message] = read_topic(hermes, topic, 1)
+    assert message.schema_version == 1 and message.body != good.encode()  # Avro binary, not the JSON
+
+
+def test_avro_delivery_as_json_and_as_avro_with_avropath_filters(client: HermesClient) -> None:
+    as_json, as_avro = SubscriberServer().start(), SubscriberServer().start()
+    try:
+        topic = client.create_topic(contentType="AVRO", schema=AVRO_SCHEMA)
+        client.create_subscription(
+            topic,
+            as_json.url,
+            filters=[{"type": "avropath", "path": ".addresses[*].city", "matcher": "W.*", "matchingStrategy": "any"}],
+        )
+        client.create_subscription(topic, as_avro.url, contentType="AVRO")
+        client.publish(topic, '{"name": "a", "age": 1, "addresses": [{"city": "Berlin"}]}')
+        client.publish(topic, '{"name": "b", "age": 2, "addresses": [{"city": "Berlin"}, {"city": "Warsaw"}]}')
+        [received] = as_json.wait_for(1, timeout=20)
+        assert orjson.loads(received.body) == {
+            "name": "b",
+            "age": 2,
+            "addresses": [{"city": "Berlin"}, {"city": "Warsaw"}],
+        }
+        assert received.headers["Content-Type"] == "application/json"
+        avro = as_avro.wait_for(2, timeout=20)
+        assert all(r.headers["Content-Type"] == "avro/binary" and r.headers["Schema-Version"] == "1" for r in avro)
+        time.sleep(0.3)
+        assert len(as_json.received) == 1
+    finally:
+        as_json.stop()
+        as_avro.stop()
+
+
+def test_tracking_events_and_prometheus(hermes: InProcessHermes, client: HermesClient) -> None:
+    topic = client.create_topic(trackingEnabled=True)
+    message_id = client.publish(topic, '{"tracked": 1}').headers["Hermes-Message-Id"]
+
+    def events() -> list[dict[str, Any]]:
+        found = [orjson.loads(m.body) for m in read_topic(hermes, TRACKING_TOPIC, 10_000, timeout=2)]
+        return [e for e in found if e["messageId"] == message_id]
+
+    wait_until(lambda: [e["status"] for e in events()] == ["INFLIGHT", "SUCCESS"], 15, 0.5)
+    assert all(e["topicName"] == topic and e["cluster"] == "primary" for e in events())
+    metrics = client.frontend.get("/status/prometheus")
+    assert metrics.status_code == 200
+    assert f'hermes_frontend_requests_total{{status="201",topic="{topic}"}} 1.0' in metrics.text
