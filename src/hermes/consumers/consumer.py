@@ -108,6 +108,10 @@ class SerialConsumer:
                 await self._reporter
         await self._publish_metrics()
 
+    def _capacity(self) -> int:
+        """How many read messages may be unfinished before reading pauses."""
+        return self.subscription.serial_policy.inflight_size
+
     @property
     def _snapshot_key(self) -> str:
         return f"{self.name}/{self._context.node_id}"
@@ -129,7 +133,7 @@ class SerialConsumer:
                 if self._seek_to is not None:
                     self._apply_seek(consumer)
                 with self._lock:
-                    full = self._tracker.inflight() >= self.subscription.serial_policy.inflight_size
+                    full = self._tracker.inflight() >= self._capacity()
                     generation = self._generation
                 if full != paused:
                     (consumer.pause if full else consumer.resume)(consumer.assignment())

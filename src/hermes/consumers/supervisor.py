@@ -9,6 +9,7 @@ import aiohttp
 
 from hermes.broker.connection import KafkaConnection
 from hermes.config import Settings
+from hermes.consumers.batch import BatchConsumer
 from hermes.consumers.consumer import ConsumerContext, SerialConsumer
 from hermes.consumers.content import ContentConverter
 from hermes.consumers.rate import RateSettings
@@ -83,6 +84,14 @@ class ConsumersSupervisor:
         async with self._lock:
             current = self._consumers.get(key)
             active = subscription is not None and subscription.state is SubscriptionState.ACTIVE
+            if (
+                current is not None
+                and subscription is not None
+                and current.subscription.is_batch != (subscription.is_batch)
+            ):
+                del self._consumers[key]  # the delivery type changed: the other kind of consumer takes over
+                await current.stop()
+                current = None
             if current is not None and not active:
                 del self._consumers[key]
                 await current.stop()
@@ -91,7 +100,8 @@ class ConsumersSupervisor:
                 current.update(subscription)
             elif current is None and active and subscription is not None:
                 assert self._context is not None
-                consumer = SerialConsumer(subscription, self._context)
+                kind = BatchConsumer if subscription.is_batch else SerialConsumer
+                consumer = kind(subscription, self._context)
                 self._consumers[key] = consumer
                 await consumer.start()
                 log.info("started consumer of %s$%s", topic, name)

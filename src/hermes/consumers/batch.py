@@ -1,0 +1,136 @@
+"""BATCH delivery: messages are aggregated into a JSON array and sent as one request.
+
+A batch is sent when it holds ``batchSize`` messages, its bodies reach ``batchVolume`` bytes, or ``batchTime``
+ms passed since its first message, whichever comes first. One batch is in flight at a time, so batches (and
+the messages of every partition) arrive in order. A batch is retried as a whole with the batch policy; its
+offsets are finished only when it was delivered or discarded. A single message larger than ``batchVolume``
+is sent alone rather than dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+
+from hermes.consumers.consumer import ConsumerContext, SerialConsumer
+from hermes.consumers.retry import Backoff, judge
+from hermes.consumers.sender.result import SendResult
+from hermes.domain.message import BATCH_ID_HEADER, Message
+from hermes.domain.subscription import Subscription
+from hermes.tracking import TraceStatus
+
+log = logging.getLogger(__name__)
+
+MESSAGE_IDS_HEADER = "Hermes-Message-Ids"
+
+
+@dataclass
+class Batch:
+    messages: list[tuple[Message, int]]  # with the generation each was read in
+    volume: int
+    started: float
+
+    @property
+    def body(self) -> bytes:
+        return b"[" + b",".join(m.body for m, _ in self.messages) + b"]"
+
+
+class BatchConsumer(SerialConsumer):
+    def __init__(self, subscription: Subscription, context: ConsumerContext) -> None:
+        super().__init__(subscription, context)
+        self._queue: asyncio.Queue[tuple[Message, int]] = asyncio.Queue()
+        self._batcher: asyncio.Task[None] | None = None
+        self._carry: tuple[Message, int] | None = None
+
+    async def start(self) -> None:
+        await super().start()
+        self._batcher = asyncio.create_task(self._run_batches(), name=f"batches-{self.name}")
+
+    async def stop(self, drain_timeout: float = 5.0) -> None:
+        if self._batcher is not None:
+            self._batcher.cancel()  # an unfinished batch stays uncommitted: it comes again after a restart
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._batcher
+        await super().stop(drain_timeout)
+
+    def _capacity(self) -> int:
+        return 2 * self.subscription.batch_policy.batch_size
+
+    def _dispatch(self, messages: list[Message], generation: int) -> None:
+        for message in messages:
+            self._queue.put_nowait((message, generation))
+
+    async def _run_batches(self) -> None:
+        while True:
+            batch = await self._collect()
+            if batch.messages:
+                await self._deliver_batch(batch)
+
+    async def _collect(self) -> Batch:
+        if self._carry is not None:
+            (message, generation), self._carry = self._carry, None
+        else:
+            message, generation = await self._queue.get()
+        batch = Batch([], 0, time.monotonic())
+        while True:
+            policy = self.subscription.batch_policy
+            if generation == self._generation:
+                if self._filters and not self._filters.passes(message):
+                    self.metrics.count("filtered")
+                    self._finish(message, generation)
+                elif batch.messages and batch.volume + message.size > policy.batch_volume:
+                    self._carry = (message, generation)  # starts the next batch, ahead of everything queued
+                    return batch
+                else:
+                    batch.messages.append((message, generation))
+                    batch.volume += message.size
+            if len(batch.messages) >= policy.batch_size or batch.volume >= policy.batch_volume:
+                return batch
+            remaining = batch.started + policy.batch_time / 1000 - time.monotonic()
+            if remaining <= 0:
+                return batch
+            try:
+                message, generation = await asyncio.wait_for(self._queue.get(), remaining)
+            except TimeoutError:
+                return batch
+
+    async def _deliver_batch(self, batch: Batch) -> None:
+        deadline = batch.started + self.subscription.batch_policy.message_ttl
+        batch_id = str(uuid.uuid4())
+        retries = 0
+        while True:
+            sub = self.subscription
+            policy = sub.batch_policy
+            result = await self._send(sub, batch, batch_id, retries)
+            verdict = judge(result, policy.retry_client_errors)
+            self.metrics.response(result.status, result.timed_out)
+            if not verdict.retry:
+                for message, _ in batch.messages:
+                    self.metrics.count("delivered")
+                    self._trace(message, TraceStatus.SUCCESS)
+                break
+            backoff = Backoff(policy.message_backoff / 1000, 1.0, policy.message_backoff / 1000).delay(
+                retries, result.retry_after
+            )
+            if time.monotonic() + backoff > deadline:
+                for message, _ in batch.messages:
+                    await self._discard(message, result)
+                break
+            retries += 1
+            await asyncio.sleep(backoff)
+        for message, generation in batch.messages:
+            self._finish(message, generation)
+
+    async def _send(self, sub: Subscription, batch: Batch, batch_id: str, retries: int) -> SendResult:
+        first = batch.messages[0][0]
+        headers = self._context.sender.headers(sub, first, retries, "application/json")
+        headers[BATCH_ID_HEADER] = batch_id
+        headers[MESSAGE_IDS_HEADER] = ",".join(m.message_id for m, _ in batch.messages)
+        del headers["Hermes-Message-Id"]
+        return await self._context.sender.send(
+            sub, sub.endpoint.url, batch.body, headers, sub.batch_policy.request_timeout
+        )

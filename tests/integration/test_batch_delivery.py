@@ -1,0 +1,76 @@
+"""BATCH delivery against the real broker and real subscribers."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pytest
+
+from tests.support.hermes import HermesClient
+from tests.support.subscriber import Reply, SubscriberServer
+
+pytestmark = pytest.mark.integration
+
+
+def batch_subscription(client: HermesClient, topic: str, url: str, **policy: int | bool) -> str:
+    return client.create_subscription(topic, url, deliveryType="BATCH", subscriptionPolicy=policy)
+
+
+def test_a_batch_is_sent_when_batch_size_is_reached(client: HermesClient, subscriber: SubscriberServer) -> None:
+    topic = client.create_topic()
+    batch_subscription(client, topic, subscriber.url, batchSize=5, batchTime=60_000)
+    ids = [
+        client.publish(topic, f'{{"n": {i}}}', headers={"Partition-Key": "one"}).headers["Hermes-Message-Id"]
+        for i in range(10)
+    ]
+    first, second = subscriber.wait_for(2, timeout=20)
+    assert orjson.loads(first.body) == [{"n": i} for i in range(5)], "a JSON array, in partition order"
+    assert orjson.loads(second.body) == [{"n": i} for i in range(5, 10)]
+    assert first.headers["Hermes-Message-Ids"].split(",") == ids[:5]
+    assert first.headers["Hermes-Batch-Id"] != second.headers["Hermes-Batch-Id"]
+
+
+def test_a_batch_is_sent_when_batch_time_passes(client: HermesClient, subscriber: SubscriberServer) -> None:
+    topic = client.create_topic()
+    batch_subscription(client, topic, subscriber.url, batchSize=100, batchTime=300)
+    client.publish(topic, '{"n": 1}')
+    client.publish(topic, '{"n": 2}')
+    [received] = subscriber.wait_for(1, timeout=20)
+    assert sorted(m["n"] for m in orjson.loads(received.body)) == [1, 2]
+
+
+def test_a_batch_is_sent_when_batch_volume_is_reached(client: HermesClient, subscriber: SubscriberServer) -> None:
+    topic = client.create_topic()
+    batch_subscription(client, topic, subscriber.url, batchSize=100, batchTime=60_000, batchVolume=45)
+    for i in range(5):  # 21 bytes each: the fifth overflows the second batch
+        client.publish(topic, f'{{"n": {i}, "pad": "xx"}}', headers={"Partition-Key": "one"})
+    first, second = subscriber.wait_for(2, timeout=20)
+    assert [m["n"] for m in orjson.loads(first.body)] == [0, 1]
+    assert [m["n"] for m in orjson.loads(second.body)] == [2, 3]
+
+
+def test_a_failed_batch_is_retried_as_a_whole(client: HermesClient) -> None:
+    subscriber = SubscriberServer(lambda n, _r: Reply(500) if n < 2 else Reply(200)).start()
+    try:
+        topic = client.create_topic()
+        batch_subscription(client, topic, subscriber.url, batchSize=3, batchTime=60_000, messageBackoff=100)
+        for i in range(3):
+            client.publish(topic, f'{{"n": {i}}}', headers={"Partition-Key": "one"})
+        attempts = subscriber.wait_for(3, timeout=20)
+        assert len({a.body for a in attempts}) == 1 and len({a.headers["Hermes-Batch-Id"] for a in attempts}) == 1
+        assert [a.headers["Hermes-Retry-Count"] for a in attempts] == ["0", "1", "2"]
+        time.sleep(0.5)
+        assert len(subscriber.received) == 3
+    finally:
+        subscriber.stop()
+
+
+def test_batch_limits_are_enforced_by_the_api(client: HermesClient) -> None:
+    topic = client.create_topic()
+    for field, value in (("mode", "BROADCAST"), ("contentType", "AVRO")):
+        response = client.management.post(
+            f"/topics/{topic}/subscriptions",
+            json={"name": "b", "endpoint": "http://service", "deliveryType": "BATCH", field: value},
+        )
+        assert response.status_code == 400 and field in response.json()["message"]
