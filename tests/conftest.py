@@ -10,7 +10,7 @@ import pytest
 
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.metadata.sqlite import SqliteMetadataRepository
-from tests.support.hermes import HermesClient, InProcessHermes, test_settings
+from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings
 from tests.support.subscriber import SubscriberServer
 from tests.support.zookeeper import ZookeeperServer
 
@@ -49,7 +49,7 @@ def subscriber() -> Iterator[SubscriberServer]:
 @pytest.fixture(scope="module")
 def hermes(kafka: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessHermes]:
     """Every role of Hermes in this process, against the session's broker (one per test module)."""
-    running = InProcessHermes(test_settings(tmp_path_factory.mktemp("hermes"), kafka.bootstrap_servers)).start()
+    running = InProcessHermes(hermes_settings(tmp_path_factory.mktemp("hermes"), kafka.bootstrap_servers)).start()
     yield running
     running.stop()
 

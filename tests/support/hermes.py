@@ -58,7 +58,7 @@ class InProcessHermes:
         return self.hermes.frontend_url
 
 
-def test_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> Settings:
+def hermes_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "data_dir": data_dir,
         "frontend_port": 0,
@@ -108,6 +108,11 @@ class HermesProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        if wait_for == "nothing":  # a role without an HTTP server: just make sure it did not exit at once
+            time.sleep(1.0)
+            if self.process.poll() is not None:
+                raise AssertionError(f"hermes exited with {self.process.returncode}:\n{self.log()}")
+            return self
         url = self.management_url if wait_for == "management" else self.frontend_url
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -1,0 +1,61 @@
+"""At-least-once across a SIGKILL of the real ``hermes consumers`` process under load."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+
+from hermes.broker.embedded import EmbeddedBroker
+from hermes.runtime import Role
+from tests.conftest import wait_until
+from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, hermes_settings
+from tests.support.subscriber import Reply, SubscriberServer
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_killed_consumers_process_loses_nothing(tmp_path: Path, kafka: EmbeddedBroker) -> None:
+    settings = hermes_settings(tmp_path, kafka.bootstrap_servers)
+    api = InProcessHermes(settings, frozenset({Role.MANAGEMENT, Role.FRONTEND})).start()
+    subscriber = SubscriberServer(lambda n, _r: Reply(200, delay=0.005)).start()
+    consumers_args = (
+        "--kafka-bootstrap-servers",
+        kafka.bootstrap_servers,
+        "--consumer-commit-interval",
+        "0.2",
+        "--metadata-poll-interval",
+        "0.05",
+    )
+    consumers = HermesProcess(tmp_path, *consumers_args, command="consumers").start(wait_for="nothing")
+    client = HermesClient(api.management_url, api.frontend_url)
+    try:
+        topic = client.create_topic()
+        client.create_subscription(topic, subscriber.url, subscriptionPolicy={"inflightSize": 20})
+        published: list[str] = []
+
+        def publish(count: int) -> None:
+            for i in range(count):
+                response = client.publish(topic, f'{{"n": {i}}}')
+                assert response.status_code in (201, 202)
+                published.append(response.headers["Hermes-Message-Id"])
+
+        publisher = threading.Thread(target=publish, args=(400,))
+        publisher.start()
+        subscriber.wait_for(100, timeout=30)
+        consumers.stop(signal.SIGKILL)  # mid-stream, with messages in flight and offsets uncommitted
+        publisher.join(60)
+        consumers = HermesProcess(tmp_path, *consumers_args, command="consumers").start(wait_for="nothing")
+
+        def everything_arrived() -> bool:
+            return set(published) <= {r.message_id for r in subscriber.received}
+
+        wait_until(everything_arrived, timeout=60, interval=0.2)
+        assert len(published) == 400
+    finally:
+        consumers.stop()
+        client.close()
+        subscriber.stop()
+        api.stop()
