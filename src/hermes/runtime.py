@@ -84,6 +84,8 @@ class Hermes:
             ensure_port_free(settings.host, settings.frontend_port, "frontend")
         if Role.MANAGEMENT in self.roles:
             ensure_port_free(settings.host, settings.management_port, "management")
+        if self.roles == {Role.CONSUMERS}:
+            ensure_port_free(settings.host, settings.consumers_port, "consumers")
 
         bootstrap = settings.kafka_bootstrap_servers
         if bootstrap is None:
@@ -114,9 +116,14 @@ class Hermes:
             self.supervisor = ConsumersSupervisor(settings, self.connection, self.cache, self.repository, tracker)
             await self.supervisor.start()
             self._stoppers.append(self.supervisor.stop)
+            if not self.roles & {Role.FRONTEND, Role.MANAGEMENT}:  # alone: serve health and Prometheus itself
+                from hermes.http.status import status_app
+
+                await self._serve(Role.CONSUMERS, status_app(), settings.consumers_port)
 
         if Role.FRONTEND in self.roles:
             from hermes.frontend.app import create_app as frontend_app
+            from hermes.frontend.metrics import PublishedCounter
             from hermes.frontend.publishing import Publisher, PublishTimeouts
             from hermes.frontend.schemas import SchemaSource
 
@@ -129,7 +136,23 @@ class Hermes:
                 Tracker(self.producer, settings.cluster_name),
                 frozenset(h.strip() for h in settings.frontend_propagated_headers.split(",") if h.strip()),
             )
-            await self._serve(Role.FRONTEND, frontend_app(publisher, self.cache), settings.frontend_port)
+            published = PublishedCounter()
+            await self._serve(Role.FRONTEND, frontend_app(publisher, self.cache, published), settings.frontend_port)
+            reporter = asyncio.create_task(self._report_published(published), name="published-metrics")
+            self._stoppers.append(lambda: _cancel(reporter))
+
+    async def _report_published(self, published: Any) -> None:
+        from hermes.frontend.metrics import TOPIC_METRICS_NAMESPACE
+
+        assert self.repository is not None
+        while True:
+            await asyncio.sleep(self.settings.consumer_metrics_interval)
+            for topic, snapshot in published.snapshots().items():
+                key = f"{topic}/{self.settings.node_id}"
+                try:
+                    await asyncio.to_thread(self.repository.put_document, TOPIC_METRICS_NAMESPACE, key, snapshot)
+                except Exception:
+                    log.warning("reporting publish metrics failed", exc_info=True)
 
     async def _serve(self, role: Role, app: Any, port: int) -> None:
         server = Server(app, self.settings.host, port, role.value)
@@ -162,6 +185,12 @@ class Hermes:
         if self.broker is not None:
             await asyncio.to_thread(self.broker.stop)
             self.broker = None
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def serve(settings: Settings, roles: frozenset[Role]) -> None:

@@ -6,6 +6,7 @@ import signal
 import threading
 from pathlib import Path
 
+import httpx
 import pytest
 
 from hermes.broker.embedded import EmbeddedBroker
@@ -54,6 +55,50 @@ def test_a_killed_consumers_process_loses_nothing(tmp_path: Path, kafka: Embedde
 
         wait_until(everything_arrived, timeout=60, interval=0.2)
         assert len(published) == 400
+    finally:
+        consumers.stop()
+        client.close()
+        subscriber.stop()
+        api.stop()
+
+
+def test_lifetime_counters_survive_a_consumers_restart(tmp_path: Path, kafka: EmbeddedBroker) -> None:
+    settings = hermes_settings(tmp_path, kafka.bootstrap_servers)
+    api = InProcessHermes(settings, frozenset({Role.MANAGEMENT, Role.FRONTEND})).start()
+    subscriber = SubscriberServer().start()
+    args = (
+        "--kafka-bootstrap-servers",
+        kafka.bootstrap_servers,
+        "--consumer-metrics-interval",
+        "0.2",
+        "--metadata-poll-interval",
+        "0.05",
+    )
+    consumers = HermesProcess(tmp_path, *args, command="consumers").start(wait_for="nothing")
+    client = HermesClient(api.management_url, api.frontend_url)
+    metrics_path = ""
+    try:
+        topic = client.create_topic()
+        name = client.create_subscription(topic, subscriber.url)
+        metrics_path = f"/topics/{topic}/subscriptions/{name}/metrics"
+        for i in range(5):
+            client.publish(topic, f'{{"n": {i}}}')
+        subscriber.wait_for(5, timeout=30)
+        wait_until(lambda: client.management.get(metrics_path).json()["delivered"] == 5, 10)
+        status_port = consumers.argv[consumers.argv.index("--consumers-port") + 1]
+        prometheus = httpx.get(f"http://127.0.0.1:{status_port}/status/prometheus", timeout=5).text
+        assert f'hermes_consumers_delivered_total{{subscription="{name}",topic="{topic}"}} 5.0' in prometheus
+        assert consumers.stop() == 0
+        consumers = HermesProcess(tmp_path, *args, command="consumers").start(wait_for="nothing")
+        for i in range(5, 8):
+            client.publish(topic, f'{{"n": {i}}}')
+        subscriber.wait_for(8, timeout=30)
+        wait_until(lambda: client.management.get(metrics_path).json()["delivered"] == 8, 10)
+        topic_metrics = client.management.get(f"/topics/{topic}/metrics").json()
+        assert topic_metrics["published"] == 8 and topic_metrics["delivered"] == 8
+        assert api.hermes.repository is not None
+        snapshots = api.hermes.repository.list_documents("topic-metrics")
+        assert sum(v["published"] for k, v in snapshots.items() if k.startswith(f"{topic}/")) == 8
     finally:
         consumers.stop()
         client.close()

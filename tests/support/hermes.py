@@ -91,6 +91,8 @@ class HermesProcess:
             str(self.frontend_port),
             "--management-port",
             str(self.management_port),
+            "--consumers-port",
+            str(free_port()),
             *args,
         ]
         self.env = {**os.environ, **(env or {})}

@@ -5,17 +5,18 @@ from __future__ import annotations
 import time
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hermes.domain.message import MESSAGE_ID_HEADER
 from hermes.domain.topic import Topic
 from hermes.errors import HermesError, TopicNotFound, UnsupportedMediaType
-from hermes.frontend.metrics import LATENCY, REQUESTS
+from hermes.frontend.metrics import LATENCY, REQUESTS, PublishedCounter
 from hermes.frontend.publishing import Publisher
-from hermes.http.server import error_middleware, json_response
+from hermes.http import status as status_routes
+from hermes.http.server import error_middleware
 from hermes.metadata.cache import MetadataCache
 
 PUBLISHER = web.AppKey("publisher", Publisher)
+PUBLISHED = web.AppKey("published", PublishedCounter)
 # An unknown topic is looked up in the store at most once per this many seconds (the cache is fed by
 # change notifications; this only closes the gap of a topic created a moment ago).
 _NEGATIVE_TTL = 1.0
@@ -49,14 +50,15 @@ def _accepts(content_type: str) -> bool:
     return kind in ("", "application/json", "text/plain", "*/*") or kind.endswith("+json")
 
 
-def create_app(publisher: Publisher, cache: MetadataCache, max_body: int = 64 * 1024 * 1024) -> web.Application:
+def create_app(
+    publisher: Publisher, cache: MetadataCache, published: PublishedCounter, max_body: int = 64 * 1024 * 1024
+) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=max_body)
+    app[PUBLISHED] = published
     app[PUBLISHER] = publisher
     app[TOPICS] = TopicLookup(cache)
     app.router.add_post("/topics/{topic}", publish)
-    app.router.add_get("/status/health", _health)
-    app.router.add_get("/status/ready", _health)
-    app.router.add_get("/status/prometheus", prometheus)
+    status_routes.register(app.router)
     return app
 
 
@@ -73,6 +75,7 @@ async def publish(request: web.Request) -> web.Response:
         body = await request.read()
         result = await request.app[PUBLISHER].publish(topic, body, request.headers)
         status = 201 if result.acknowledged else 202
+        request.app[PUBLISHED].count(topic.qualified_name)
         return web.Response(status=status, headers={MESSAGE_ID_HEADER: result.message_id})
     except HermesError as exc:
         status = exc.status
@@ -80,11 +83,3 @@ async def publish(request: web.Request) -> web.Response:
     finally:
         REQUESTS.labels(name if status != 404 else "unknown", str(status)).inc()
         LATENCY.observe(time.perf_counter() - started)
-
-
-async def prometheus(_: web.Request) -> web.Response:
-    return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
-
-
-async def _health(_: web.Request) -> web.Response:
-    return json_response({"status": "UP"})

@@ -1,6 +1,10 @@
-"""Prometheus metrics of the frontend."""
+"""Metrics of the frontend: Prometheus, and per-topic publish counts snapshotted to the metadata repository
+(so the management API can show every frontend's recent publish rate)."""
 
 from __future__ import annotations
+
+import time
+from typing import Any
 
 from prometheus_client import Counter, Histogram
 
@@ -13,3 +17,30 @@ LATENCY = Histogram(
 PRODUCER_ERRORS = Counter(
     "hermes_frontend_producer_errors", "Messages the broker refused or never acknowledged", ("topic",)
 )
+
+TOPIC_METRICS_NAMESPACE = "topic-metrics"
+
+
+class PublishedCounter:
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._previous: dict[str, int] = {}
+        self._previous_at = time.monotonic()
+
+    def count(self, topic: str) -> None:
+        self._counts[topic] = self._counts.get(topic, 0) + 1
+
+    def snapshots(self) -> dict[str, dict[str, Any]]:
+        """Per topic: published since start, and per second since the previous call."""
+        now = time.monotonic()
+        elapsed = max(now - self._previous_at, 1e-6)
+        out = {
+            topic: {
+                "published": n,
+                "publishedPerSecond": round((n - self._previous.get(topic, 0)) / elapsed, 3),
+                "updatedAt": int(time.time() * 1000),
+            }
+            for topic, n in self._counts.items()
+        }
+        self._previous, self._previous_at = dict(self._counts), now
+        return out

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from hermes.http.server import error_middleware, json_response
+from hermes.http import status as status_routes
+from hermes.http.server import error_middleware
 from hermes.management.api import groups, oauth, operations, subscriptions, topics
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
@@ -13,14 +14,10 @@ from hermes.management.services import ManagementService
 def create_app(service: ManagementService) -> web.Application:
     app = web.Application(middlewares=[error_middleware], client_max_size=16 * 1024 * 1024)
     app[SERVICE] = service
-    app.router.add_get("/status/health", _health)
+    status_routes.register(app.router)
     groups.register(app.router)
     topics.register(app.router)
     subscriptions.register(app.router)
     operations.register(app.router)
     oauth.register(app.router)
     return app
-
-
-async def _health(_: web.Request) -> web.Response:
-    return json_response({"status": "UP"})

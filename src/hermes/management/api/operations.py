@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import orjson
@@ -12,6 +13,7 @@ from hermes.consumers.metrics import UNDELIVERED_NAMESPACE
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription
 from hermes.errors import NotFoundError
+from hermes.frontend.metrics import TOPIC_METRICS_NAMESPACE
 from hermes.http.server import json_response
 from hermes.management import operations
 from hermes.management.api.topics import topic_name
@@ -87,8 +89,15 @@ async def topic_metrics(request: web.Request) -> web.Response:
         begin = service.admin.beginning_offsets(name.qualified)
         subs = service.repository.list_subscriptions(name)
         per_sub = [_metrics(service, s) for s in subs]
+        now = time.time() * 1000
+        frontends = [
+            v
+            for k, v in service.repository.list_documents(TOPIC_METRICS_NAMESPACE).items()
+            if k.startswith(f"{name.qualified}/") and now - v.get("updatedAt", 0) <= 30_000
+        ]
         return {
             "published": sum(end.values()) - sum(begin.values()),
+            "rate": round(sum(float(f.get("publishedPerSecond", 0)) for f in frontends), 3),
             "subscriptions": len(subs),
             "delivered": sum(m["delivered"] for m in per_sub),
             "discarded": sum(m["discarded"] for m in per_sub),
