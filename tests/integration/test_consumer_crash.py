@@ -104,3 +104,48 @@ def test_lifetime_counters_survive_a_consumers_restart(tmp_path: Path, kafka: Em
         client.close()
         subscriber.stop()
         api.stop()
+
+
+def test_metrics_are_aggregated_over_consumer_nodes(tmp_path: Path, kafka: EmbeddedBroker) -> None:
+    settings = hermes_settings(tmp_path, kafka.bootstrap_servers)
+    api = InProcessHermes(settings, frozenset({Role.MANAGEMENT, Role.FRONTEND})).start()
+    subscriber = SubscriberServer().start()
+    args = (
+        "--kafka-bootstrap-servers",
+        kafka.bootstrap_servers,
+        "--consumer-metrics-interval",
+        "0.2",
+        "--metadata-poll-interval",
+        "0.05",
+    )
+    nodes = [
+        HermesProcess(tmp_path, *args, "--node-id", f"node-{i}", command="consumers").start(wait_for="nothing")
+        for i in range(2)
+    ]
+    client = HermesClient(api.management_url, api.frontend_url)
+    try:
+        topic = client.create_topic()
+        name = client.create_subscription(topic, subscriber.url)
+        assert api.hermes.repository is not None
+        repository = api.hermes.repository
+
+        def both_nodes_deliver() -> bool:
+            client.publish(topic, '{"n": 1}')
+            snapshots = repository.list_documents("subscription-metrics")
+            return all(snapshots.get(f"{topic}${name}/node-{i}", {}).get("delivered", 0) > 0 for i in range(2))
+
+        wait_until(both_nodes_deliver, timeout=40, interval=0.3)  # the two nodes share the partitions
+
+        def settled() -> bool:  # every delivery counted once, by the node that made it
+            snapshots = repository.list_documents("subscription-metrics")
+            per_node = sum(snapshots[f"{topic}${name}/node-{i}"]["delivered"] for i in range(2))
+            total = client.management.get(f"/topics/{topic}/subscriptions/{name}/metrics").json()["delivered"]
+            return total == per_node == len(subscriber.received)
+
+        wait_until(settled, 10, 0.2)
+    finally:
+        for node in nodes:
+            node.stop()
+        client.close()
+        subscriber.stop()
+        api.stop()

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from hermes.broker.embedded import free_port
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient
 from tests.support.subscriber import Reply, SubscriberServer
@@ -142,3 +143,29 @@ def test_the_older_relative_retransmission_form(client: HermesClient, subscriber
     offsets = response.json()["partitionOffsetListPerBrokerName"]["primary"]
     assert all(p["offset"] == 0 and p["oldestAvailable"] for p in offsets)
     subscriber.wait_for(2, timeout=20)
+
+
+def test_timeouts_network_errors_and_unhealthy_subscriptions(client: HermesClient) -> None:
+    slow = SubscriberServer(lambda n, _r: Reply(200, delay=1.0)).start()
+    try:
+        topic = client.create_topic()
+        timing_out = client.create_subscription(
+            topic, slow.url, subscriptionPolicy={"requestTimeout": 100, "messageBackoff": 100, "messageTtl": 60}
+        )
+        unreachable = client.create_subscription(
+            topic, f"http://127.0.0.1:{free_port()}/", subscriptionPolicy={"messageBackoff": 100, "messageTtl": 60}
+        )
+        client.publish(topic, '{"n": 1}')
+
+        def problems(name: str) -> list[str]:
+            health = client.management.get(f"/topics/{topic}/subscriptions/{name}/health").json()
+            return [p["code"] for p in health["problems"]]
+
+        wait_until(lambda: "TIMING_OUT" in problems(timing_out), 15, 0.1)
+        wait_until(lambda: "UNREACHABLE" in problems(unreachable), 15, 0.1)
+        assert _metrics(client, topic, timing_out)["totals"]["timeouts"] >= 1
+        assert _metrics(client, topic, unreachable)["totals"]["otherErrors"] >= 1
+        listed = {(u["qualifiedTopicName"], u["name"]) for u in client.management.get("/unhealthy").json()}
+        assert (topic, unreachable) in listed
+    finally:
+        slow.stop()
