@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hermes.management import openapi
+from hermes.runtime import Role
 from tests.support.hermes import HermesClient, unique
 
 pytestmark = pytest.mark.integration
@@ -238,8 +241,64 @@ def test_no_input_makes_the_api_fail(client: HermesClient, fuzz_topic: tuple[str
     method = client.management.put if target in ("SUB", "STATE") else client.management.post
     response = method(path, content=json.dumps(body), headers=JSON)
     assert response.status_code < 500, response.text
-    if response.status_code >= 400:
-        assert set(response.json()) == {"message", "code"}
+    template = {
+        "SUBS": "/topics/{topic}/subscriptions",
+        "SUB": "/topics/{topic}/subscriptions/{subscription}",
+        "STATE": "/topics/{topic}/subscriptions/{subscription}/state",
+        "RETRANSMIT": "/topics/{topic}/subscriptions/{subscription}/retransmission",
+    }.get(target, target)
+    conforms_to_openapi(template, "put" if target in ("SUB", "STATE") else "post", response)
+
+
+OPENAPI = openapi.document()
+
+
+def conforms_to_openapi(template: str, method: str, response: Any) -> None:
+    """The response's status is documented for the operation and its body validates against its schema."""
+    documented = OPENAPI["paths"][template][method]["responses"]
+    assert str(response.status_code) in documented, (template, method, response.status_code)
+    content = documented[str(response.status_code)].get("content")
+    if content and response.content:
+        schema = {**content["application/json"]["schema"], "components": OPENAPI["components"]}
+        jsonschema.validate(response.json(), schema)
+
+
+def test_the_openapi_document_describes_every_route(hermes: Any, client: HermesClient) -> None:
+    served = client.management.get("/openapi.json")
+    assert served.status_code == 200 and served.json() == json.loads(json.dumps(OPENAPI))
+    app = hermes.hermes.servers[Role.MANAGEMENT].app
+    routes = {(r.resource.canonical, r.method.lower()) for r in app.router.routes() if r.method != "HEAD"}
+    documented = {(path, method) for path, operations in OPENAPI["paths"].items() for method in operations}
+    assert routes == documented
+
+
+def test_responses_conform_to_the_openapi_document(client: HermesClient) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, "http://user:pw@my-service/")
+    base = f"/topics/{topic}/subscriptions/{name}"
+    checks = [
+        ("/groups", "get", client.management.get("/groups")),
+        ("/topics/{topic}", "get", client.management.get(f"/topics/{topic}")),
+        ("/topics/{topic}/metrics", "get", client.management.get(f"/topics/{topic}/metrics")),
+        ("/topics/{topic}/subscriptions", "get", client.management.get(f"/topics/{topic}/subscriptions")),
+        ("/topics/{topic}/subscriptions/{subscription}", "get", client.management.get(base)),
+        ("/topics/{topic}/subscriptions/{subscription}/metrics", "get", client.management.get(base + "/metrics")),
+        ("/topics/{topic}/subscriptions/{subscription}/health", "get", client.management.get(base + "/health")),
+        (
+            "/topics/{topic}/subscriptions/{subscription}/undelivered/last",
+            "get",
+            client.management.get(base + "/undelivered/last"),
+        ),
+        (
+            "/topics/{topic}/subscriptions/{subscription}/retransmission",
+            "put",
+            client.management.put(base + "/retransmission", json={"retransmissionDate": "2026-01-01T00:00:00Z"}),
+        ),
+        ("/unhealthy", "get", client.management.get("/unhealthy")),
+        ("/topics/{topic}/schema", "get", client.management.get(f"/topics/{topic}/schema")),
+    ]
+    for template, method, response in checks:
+        conforms_to_openapi(template, method, response)
 
 
 @pytest.fixture(scope="module")

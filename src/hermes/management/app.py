@@ -5,7 +5,8 @@ from __future__ import annotations
 from aiohttp import web
 
 from hermes.http import status as status_routes
-from hermes.http.server import error_middleware
+from hermes.http.server import error_middleware, json_response
+from hermes.management import openapi
 from hermes.management.api import groups, oauth, operations, subscriptions, topics
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
@@ -20,4 +21,9 @@ def create_app(service: ManagementService) -> web.Application:
     subscriptions.register(app.router)
     operations.register(app.router)
     oauth.register(app.router)
+    app.router.add_get("/openapi.json", _openapi)
     return app
+
+
+async def _openapi(_: web.Request) -> web.Response:
+    return json_response(openapi.document())
