@@ -76,6 +76,14 @@ class Settings(BaseSettings):
         description="Comma-separated publisher request headers passed on to subscribers.",
     )
 
+    frontend_journal_max_bytes: int = Field(
+        256 * 1024 * 1024, ge=1024, description="Bytes of unacknowledged messages the journal keeps before 503s."
+    )
+    frontend_journal_fsync: Literal["always", "interval", "never"] = Field(
+        "interval", description="When the journal forces its file to disk (process crashes are safe with any)."
+    )
+    frontend_journal_fsync_interval: float = Field(0.05, gt=0, description="Seconds between journal fsyncs.")
+
     # --- consumers ---
     consumer_commit_interval: float = Field(
         1.0, gt=0, description="Seconds between offset commits of each subscription consumer."

@@ -61,6 +61,7 @@ class Hermes:
         self.supervisor: ConsumersSupervisor | None = None
         self.tracking_producer: BrokerProducer | None = None
         self._stoppers: list[Any] = []
+        self._closers: list[Any] = []  # synchronous, after the producer flushed
 
     @property
     def frontend_url(self) -> str:
@@ -123,19 +124,31 @@ class Hermes:
 
         if Role.FRONTEND in self.roles:
             from hermes.frontend.app import create_app as frontend_app
+            from hermes.frontend.journal import Journal
             from hermes.frontend.metrics import PublishedCounter
             from hermes.frontend.publishing import Publisher, PublishTimeouts
             from hermes.frontend.schemas import SchemaSource
 
             assert self.cache is not None
             self.producer = BrokerProducer(self.connection)
+            journal = Journal(
+                settings.data_dir / "journal",
+                settings.frontend_journal_max_bytes,
+                settings.frontend_journal_fsync,
+                settings.frontend_journal_fsync_interval,
+            )
+            pending = await asyncio.to_thread(journal.recover)
+            self._closers.append(journal.close)
             publisher = Publisher(
                 self.producer,
                 PublishTimeouts(settings.frontend_ack_leader_timeout / 1000, settings.frontend_ack_all_timeout / 1000),
                 SchemaSource(self.repository, self.cache),
                 Tracker(self.producer, settings.cluster_name),
                 frozenset(h.strip() for h in settings.frontend_propagated_headers.split(",") if h.strip()),
+                journal,
             )
+            for entry in pending:
+                publisher.resend(entry)
             published = PublishedCounter()
             await self._serve(Role.FRONTEND, frontend_app(publisher, self.cache, published), settings.frontend_port)
             reporter = asyncio.create_task(self._report_published(published), name="published-metrics")
@@ -176,6 +189,9 @@ class Hermes:
             if unacked:
                 log.warning("%d published messages were not acknowledged by the broker at shutdown", unacked)
             self.producer = None
+        for close in self._closers:
+            close()
+        self._closers.clear()
         if self.cache is not None:
             await self.cache.stop()
             self.cache = None

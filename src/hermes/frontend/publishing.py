@@ -22,9 +22,13 @@ from hermes.domain.message import (
 )
 from hermes.domain.topic import Ack, ContentType, Topic
 from hermes.errors import HermesError, PayloadTooLarge, ValidationError
+from hermes.frontend.journal import Journal, JournalEntry
 from hermes.frontend.metrics import PRODUCER_ERRORS
 from hermes.frontend.schemas import SchemaSource
 from hermes.tracking import TraceStatus, Tracker
+
+# A journaled message the broker refused is produced again after this many seconds.
+_RESEND_DELAY = 5.0
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,9 @@ class Publisher:
         schemas: SchemaSource | None = None,
         tracker: Tracker | None = None,
         propagated_headers: frozenset[str] = frozenset(),
+        journal: Journal | None = None,
     ) -> None:
+        self._journal = journal
         self._producer = producer
         self._timeouts = timeouts
         self._schemas = schemas
@@ -107,8 +113,28 @@ class Publisher:
         try:
             await asyncio.wait_for(asyncio.shield(ack), self._timeouts.for_ack(topic.ack))
         except TimeoutError:
+            if self._journal is not None:  # kept on disk before the 202 leaves: a crash cannot lose it
+                key = partition_key.encode() if partition_key else None
+                entry = JournalEntry(message_id, topic.qualified_name, value, key, tuple(kafka_headers), topic.ack)
+                self._journal.put(entry.message_id, entry.topic, entry.value, entry.key, entry.headers, entry.ack)
+                self._watch(ack, entry)
             return PublishResult(message_id, acknowledged=False)
         return PublishResult(message_id, acknowledged=True)
+
+    def resend(self, entry: JournalEntry) -> None:
+        """Produces a journaled message again (at start-up, or after the broker refused it)."""
+        future = self._producer.send(entry.topic, entry.value, key=entry.key, headers=entry.headers, ack=Ack(entry.ack))
+        self._watch(future, entry)
+
+    def _watch(self, future: asyncio.Future[DeliveryReport], entry: JournalEntry) -> None:
+        def settled(f: asyncio.Future[DeliveryReport]) -> None:
+            if f.exception() is None:
+                assert self._journal is not None
+                self._journal.acknowledge(entry.message_id)
+            else:
+                asyncio.get_running_loop().call_later(_RESEND_DELAY, self.resend, entry)
+
+        future.add_done_callback(settled)
 
     @staticmethod
     def _settled(

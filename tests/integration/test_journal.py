@@ -1,0 +1,76 @@
+"""No message that got a 201 or 202 is lost: broker outage plus a SIGKILL of the frontend."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from hermes.broker.admin import BrokerAdmin
+from hermes.broker.consumer import BrokerConsumer
+from hermes.broker.embedded import EmbeddedBroker
+from hermes.domain.message import Message
+from hermes.runtime import Role
+from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, hermes_settings, unique
+
+pytestmark = pytest.mark.integration
+
+
+def _read_all(hermes: InProcessHermes, topic: str, count: int, timeout: float = 30) -> dict[str, Message]:
+    assert hermes.hermes.connection is not None
+    partitions = BrokerAdmin(hermes.hermes.connection).partitions(topic)
+    consumer = BrokerConsumer(hermes.hermes.connection, unique("reader"), auto_offset_reset="earliest")
+    consumer.assign({(topic, p): 0 for p in partitions})
+    found: dict[str, Message] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(found) < count and time.monotonic() < deadline:
+            for message in consumer.poll(500, 0.2):
+                found[message.message_id] = message
+    finally:
+        consumer.close()
+    return found
+
+
+def test_accepted_messages_survive_a_broker_outage_and_a_killed_frontend(tmp_path: Path) -> None:
+    broker = EmbeddedBroker(log_dir=tmp_path / "tansu")
+    broker.start()
+    management = InProcessHermes(
+        hermes_settings(tmp_path, broker.bootstrap_servers), frozenset({Role.MANAGEMENT})
+    ).start()
+    frontend_args = ("--kafka-bootstrap-servers", broker.bootstrap_servers, "--metadata-poll-interval", "0.05")
+    frontend = HermesProcess(tmp_path, *frontend_args, command="frontend").start(wait_for="frontend")
+    client = HermesClient(management.management_url, frontend.frontend_url)
+    accepted: dict[str, tuple[bytes, str]] = {}
+    try:
+        topic = client.create_topic()
+
+        def publish(i: int) -> int:
+            body, key = f'{{"n": {i}}}'.encode(), f"key-{i % 3}"
+            response = client.publish(topic, body, headers={"Partition-Key": key, "Trace-Id": f"trace-{i}"})
+            if response.status_code in (201, 202):
+                accepted[response.headers["Hermes-Message-Id"]] = (body, key)
+            return response.status_code
+
+        assert [publish(i) for i in range(5)] == [201] * 5
+        broker.pause()  # SIGSTOP: the broker stops answering
+        statuses = [publish(i) for i in range(5, 25)]
+        assert statuses.count(202) == 20, statuses
+        frontend.stop(signal.SIGKILL)
+        broker.resume()
+        frontend = HermesProcess(tmp_path, *frontend_args, command="frontend").start(wait_for="frontend")
+
+        found = _read_all(management, topic, len(accepted))
+        assert set(accepted) <= set(found), f"lost {len(set(accepted) - set(found))} accepted messages"
+        for message_id, (body, key) in accepted.items():
+            message = found[message_id]
+            assert (message.body, message.key) == (body, key.encode())
+            assert message.propagated_headers["Trace-Id"].startswith("trace-")
+    finally:
+        broker.resume()
+        frontend.stop()
+        client.close()
+        management.stop()
+        broker.stop()
