@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 import types
@@ -56,6 +57,14 @@ def _management(settings: Settings, _: argparse.Namespace) -> int:
 @command("consumers", "Run only the consumers (push delivery).")
 def _consumers(settings: Settings, _: argparse.Namespace) -> int:
     return _serve(settings, frozenset({Role.CONSUMERS}))
+
+
+@command("bench", "Measure publish and delivery throughput beside their ceilings; prints JSON.")
+def _bench(settings: Settings, _: argparse.Namespace) -> int:
+    from hermes.bench.quick import run
+
+    print(json.dumps(run(), indent=2))
+    return 0
 
 
 def _add_setting(

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hermes.broker.admin import BrokerAdmin
 from hermes.management import openapi
 from hermes.runtime import Role
 from tests.support.hermes import HermesClient, unique
@@ -181,9 +182,15 @@ def test_errors_have_one_shape_and_the_right_status(client: HermesClient) -> Non
     )
 
 
-def test_groups_topics_and_their_kafka_topics(client: HermesClient) -> None:
+def test_groups_topics_and_their_kafka_topics(hermes: Any, client: HermesClient) -> None:
+    admin = BrokerAdmin(hermes.hermes.connection)
     group = client.create_group()
     topic = client.create_topic(f"{group}.orders", retentionTime={"duration": 2, "retentionUnit": "HOURS"})
+    assert admin.topic_exists(topic) and len(admin.partitions(topic)) == 2
+    avro_only = client.management.post(
+        f"/topics/{topic}/subscriptions", json={"name": "a", "endpoint": "http://x", "contentType": "AVRO"}
+    )
+    assert avro_only.status_code == 400 and "contentType" in avro_only.json()["message"]
     assert client.management.get("/groups").json().count(group) == 1
     assert client.management.get("/topics", params={"groupName": group}).json() == [topic]
     updated = client.management.put(f"/topics/{topic}", json={"description": "new", "maxMessageSize": 4096})
@@ -193,6 +200,7 @@ def test_groups_topics_and_their_kafka_topics(client: HermesClient) -> None:
         "retentionUnit": "HOURS",
     }
     assert client.management.delete(f"/topics/{topic}").status_code == 200
+    assert not admin.topic_exists(topic), "deleting the topic deletes its Kafka topic"
     assert client.management.delete(f"/groups/{group}").status_code == 200
     assert group not in client.management.get("/groups").json()
 

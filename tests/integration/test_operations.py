@@ -161,6 +161,9 @@ def test_timeouts_network_errors_and_unhealthy_subscriptions(client: HermesClien
             health = client.management.get(f"/topics/{topic}/subscriptions/{name}/health").json()
             return [p["code"] for p in health["problems"]]
 
+        wait_until(lambda: _metrics(client, topic, timing_out)["inflight"] == 1, 15, 0.1)
+        wait_until(lambda: _metrics(client, topic, timing_out)["rate"] > 0, 15, 0.1)
+        assert 0 < _metrics(client, topic, timing_out)["maxRate"] <= 400
         wait_until(lambda: "TIMING_OUT" in problems(timing_out), 15, 0.1)
         wait_until(lambda: "UNREACHABLE" in problems(unreachable), 15, 0.1)
         assert _metrics(client, topic, timing_out)["totals"]["timeouts"] >= 1

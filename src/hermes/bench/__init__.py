@@ -1,0 +1,1 @@
+"""Benchmarks: each figure measured beside its ceiling in the same run."""
