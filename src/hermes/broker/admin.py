@@ -100,44 +100,58 @@ class BrokerAdmin:
     def _offset_consumer(self, group_id: str = "hermes-offsets") -> Any:
         return Consumer(self._connection.config(**{"group.id": group_id, "enable.auto.commit": False}))
 
-    def end_offsets(self, topic: str) -> dict[int, int]:
+    def _watermarks(self, topic: str) -> dict[int, tuple[int, int]]:
         consumer = self._offset_consumer()
         try:
             return {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self._timeout)[1]
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self._timeout)
                 for p in self.partitions(topic)
             }
         finally:
             consumer.close()
+
+    def end_offsets(self, topic: str) -> dict[int, int]:
+        return {p: high for p, (_, high) in self._watermarks(topic).items()}
 
     def beginning_offsets(self, topic: str) -> dict[int, int]:
-        consumer = self._offset_consumer()
-        try:
-            return {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self._timeout)[0]
-                for p in self.partitions(topic)
-            }
-        finally:
-            consumer.close()
+        return {p: low for p, (low, _) in self._watermarks(topic).items()}
 
     def offsets_for_time(self, topic: str, timestamp_ms: int) -> dict[int, int]:
-        """Per partition, the first offset whose timestamp is at or after ``timestamp_ms``
-        (the end offset when there is none)."""
+        """Per partition, the first offset whose timestamp is at or after ``timestamp_ms`` (the end offset when
+        there is none). The broker's answer is checked by reading forward from it: some brokers (Tansu) answer
+        with an earlier offset, and a retransmission must never replay messages from before its date."""
         consumer = self._offset_consumer()
         try:
+            watermarks = {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self._timeout)
+                for p in self.partitions(topic)
+            }
             found = consumer.offsets_for_times(
-                [TopicPartition(topic, p, timestamp_ms) for p in self.partitions(topic)], timeout=self._timeout
+                [TopicPartition(topic, p, timestamp_ms) for p in watermarks], timeout=self._timeout
             )
             out = {}
             for tp in found:
-                out[tp.partition] = (
-                    tp.offset
-                    if tp.offset >= 0
-                    else consumer.get_watermark_offsets(TopicPartition(topic, tp.partition), timeout=self._timeout)[1]
-                )
+                low, high = watermarks[tp.partition]
+                start = max(tp.offset, low) if tp.offset >= 0 else high
+                out[tp.partition] = self._first_at_or_after(consumer, topic, tp.partition, start, high, timestamp_ms)
             return out
         finally:
             consumer.close()
+
+    def _first_at_or_after(
+        self, consumer: Any, topic: str, partition: int, start: int, end: int, timestamp_ms: int
+    ) -> int:
+        offset = start
+        deadline = time.monotonic() + self._timeout
+        consumer.assign([TopicPartition(topic, partition, start)])
+        while offset < end and time.monotonic() < deadline:
+            for record in consumer.consume(num_messages=500, timeout=0.5):
+                if record.error() is not None or record.partition() != partition:
+                    continue
+                if record.timestamp()[1] >= timestamp_ms:
+                    return int(record.offset())
+                offset = record.offset() + 1
+        return min(offset, end)
 
     def committed_offsets(self, group_id: str, topic: str) -> dict[int, int]:
         consumer = self._offset_consumer(group_id)
