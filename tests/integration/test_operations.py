@@ -27,7 +27,7 @@ def test_metrics_count_real_deliveries(client: HermesClient) -> None:
     subscriber = SubscriberServer(lambda n, _r: Reply(200 if n % 2 == 0 else 400)).start()
     try:
         topic = client.create_topic()
-        name = client.create_subscription(topic, subscriber.url)
+        name = client.create_subscription(topic, subscriber.url, subscriptionPolicy={"requestTimeout": 10_000})
         for i in range(6):
             client.publish(topic, f'{{"n": {i}}}')
         subscriber.wait_for(6, timeout=20)

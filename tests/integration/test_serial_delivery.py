@@ -16,7 +16,8 @@ from tests.support.subscriber import Received, Reply, SubscriberServer
 
 pytestmark = pytest.mark.integration
 
-FAST = {"messageBackoff": 100, "messageTtl": 60}
+# requestTimeout is generous: a slow answer under load would legitimately add a retry to the counts
+FAST = {"messageBackoff": 100, "messageTtl": 60, "requestTimeout": 10_000}
 
 
 @pytest.fixture
@@ -76,7 +77,11 @@ def test_request_headers(client: HermesClient, scripted: list[SubscriberServer])
     topic = client.create_topic()
     endpoint = subscriber.url.replace("http://", "http://alice:s3cret@")
     name = client.create_subscription(
-        topic, endpoint, headers=[{"name": "X-Team", "value": "orders"}], subscriptionIdentityHeadersEnabled=True
+        topic,
+        endpoint,
+        headers=[{"name": "X-Team", "value": "orders"}],
+        subscriptionIdentityHeadersEnabled=True,
+        subscriptionPolicy=FAST,
     )
     response = client.publish(topic, '{"n": 1}')
     [received] = subscriber.wait_for(1, timeout=20)
@@ -140,6 +145,7 @@ def test_filters_skip_messages_and_their_offsets_are_committed(
     client.create_subscription(
         topic,
         subscriber.url,
+        subscriptionPolicy=FAST,
         filters=[
             {"type": "jsonpath", "path": "$.user.status", "matcher": "new"},
         ],
@@ -168,7 +174,7 @@ def test_suspended_subscriptions_resume_where_they_stopped(
 ) -> None:
     subscriber = serve(scripted, lambda n, _r: Reply(200))
     topic = client.create_topic()
-    name = client.create_subscription(topic, subscriber.url)
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
     client.publish(topic, '{"n": 1}')
     subscriber.wait_for(1, timeout=20)
     state = f"/topics/{topic}/subscriptions/{name}/state"
