@@ -72,6 +72,7 @@ class BrokerConsumer:
                     "session.timeout.ms": session_timeout_ms,
                     "heartbeat.interval.ms": max(500, session_timeout_ms // 5),
                     "enable.partition.eof": False,
+                    "queued.max.messages.kbytes": 8192,  # the prefetch bound per consumer (librdkafka: 64 MiB)
                     **overrides,
                 }
             )

@@ -34,6 +34,8 @@ from hermes.tracking import TraceStatus, Tracker
 log = logging.getLogger(__name__)
 
 RETRANSMISSION_NAMESPACE = "retransmission"
+# Seconds a consumer may sit at its in-flight limit before its partitions are paused (see _run).
+_PAUSE_AFTER = 10.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,7 @@ class SerialConsumer:
         try:
             consumer.subscribe([self.subscription.topic_name.qualified])
             paused = False
+            full_since: float | None = None
             last_commit = time.monotonic()
             while not self._stopping.is_set():
                 if self._seek_to is not None:
@@ -135,10 +138,21 @@ class SerialConsumer:
                 with self._lock:
                     full = self._tracker.inflight() >= self._capacity()
                     generation = self._generation
-                if full != paused:
-                    (consumer.pause if full else consumer.resume)(consumer.assignment())
-                    paused = full
-                messages = consumer.poll(max_messages=100, timeout=0.05 if full else 0.1)
+                # A full in-flight budget first just stops taking messages: librdkafka keeps prefetching into
+                # its bounded queue. Pausing would drop that queue (a resume fetches from scratch, which cut
+                # throughput tenfold), so partitions are paused only in a long stall, to keep polling (and with
+                # it the group membership) going while nothing can be taken.
+                now = time.monotonic()
+                full_since = (full_since or now) if full else None
+                stalled = full_since is not None and now - full_since > _PAUSE_AFTER
+                if stalled != paused:
+                    (consumer.pause if stalled else consumer.resume)(consumer.assignment())
+                    paused = stalled
+                if full and not paused:
+                    messages = []
+                    time.sleep(0.002)
+                else:
+                    messages = consumer.poll(max_messages=100, timeout=0.05 if paused else 0.1)
                 if messages:
                     with self._lock:
                         if generation != self._generation:
