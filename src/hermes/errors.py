@@ -99,13 +99,6 @@ class TopicNotEmpty(ConflictError):
     code = "TOPIC_NOT_EMPTY"
 
 
-class ConcurrentModification(ConflictError):
-    """An optimistic-versioning check failed: someone else changed the entity first."""
-
-    code = "CONCURRENT_MODIFICATION"
-    retriable = True
-
-
 class PayloadTooLarge(HermesError):
     code = "MESSAGE_TOO_LARGE"
     status = 413

@@ -6,7 +6,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from hermes.broker.connection import KafkaConnection
 from hermes.domain.message import (
@@ -116,10 +116,6 @@ class BrokerConsumer:
         except KafkaException as exc:
             raise BrokerUnavailable(f"committing offsets of {self.group_id} failed: {exc}") from exc
 
-    def committed(self, partitions: Iterable[tuple[str, int]], timeout: float = 10.0) -> dict[tuple[str, int], int]:
-        result = self._consumer.committed([TopicPartition(t, p) for t, p in partitions], timeout=timeout)
-        return {(tp.topic, tp.partition): tp.offset for tp in result if tp.offset != OFFSET_INVALID}
-
     def seek(self, topic: str, partition: int, offset: int) -> None:
         self._consumer.seek(TopicPartition(topic, partition, offset))
 
@@ -131,10 +127,6 @@ class BrokerConsumer:
 
     def assignment(self) -> list[tuple[str, int]]:
         return [(tp.topic, tp.partition) for tp in self._consumer.assignment()]
-
-    def position(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        result = self._consumer.position([TopicPartition(t, p) for t, p in partitions])
-        return {(tp.topic, tp.partition): tp.offset for tp in result if tp.offset >= 0}
 
     def close(self) -> None:
         self._consumer.close()

@@ -122,7 +122,3 @@ class EmbeddedBroker:
     def resume(self) -> None:
         if self._process is not None:
             self._process.send_signal(signal.SIGCONT)
-
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None

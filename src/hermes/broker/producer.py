@@ -112,9 +112,6 @@ class BrokerProducer:
             future.set_exception(_to_error(exc.args[0]))
         return future
 
-    def pending(self) -> int:
-        return sum(len(p.producer) for p in self._producers.values())
-
     def close(self, timeout: float = 10.0) -> int:
         """Flushes and stops; returns how many messages were still unacknowledged."""
         return sum(p.close(timeout) for p in self._producers.values())

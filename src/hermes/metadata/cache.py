@@ -19,7 +19,6 @@ from hermes.metadata.repository import ChangeAction, ChangeKind, MetadataChange,
 log = logging.getLogger(__name__)
 
 SubscriptionListener = Callable[[TopicName, str, Subscription | None], Awaitable[None]]
-TopicListener = Callable[[TopicName, Topic | None], Awaitable[None]]
 
 
 class MetadataCache:
@@ -27,7 +26,6 @@ class MetadataCache:
         self._repository = repository
         self.topics: dict[str, Topic] = {}
         self.subscriptions: dict[tuple[str, str], Subscription] = {}
-        self._topic_listeners: list[TopicListener] = []
         self._subscription_listeners: list[SubscriptionListener] = []
         self._schema_listeners: list[Callable[[str], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -52,9 +50,6 @@ class MetadataCache:
             self._applier.cancel()
             await asyncio.gather(self._applier, return_exceptions=True)
 
-    def on_topic_change(self, listener: TopicListener) -> None:
-        self._topic_listeners.append(listener)
-
     def on_subscription_change(self, listener: SubscriptionListener) -> None:
         self._subscription_listeners.append(listener)
 
@@ -64,9 +59,6 @@ class MetadataCache:
 
     def topic(self, qualified_name: str) -> Topic | None:
         return self.topics.get(qualified_name)
-
-    def subscriptions_of(self, topic: str) -> list[Subscription]:
-        return [s for (t, _), s in self.subscriptions.items() if t == topic]
 
     async def refresh_topic(self, qualified_name: str) -> Topic | None:
         """Re-reads one topic now (e.g. on a cache miss, to close the window before a notification)."""
@@ -103,8 +95,6 @@ class MetadataCache:
             self.topics.pop(qualified_name, None)
         else:
             self.topics[qualified_name] = topic
-        for listener in self._topic_listeners:
-            await listener(name, topic)
 
     async def _reload_subscription(self, topic: str, name: str, action: ChangeAction) -> None:
         topic_name = TopicName.parse(topic)
