@@ -6,15 +6,16 @@ import itertools
 import logging
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from hermes.broker.embedded import free_port
+from hermes.broker.embedded import EmbeddedBroker, free_port
 from tests.conftest import wait_until
-from tests.support.hermes import HermesClient, InProcessHermes, unique
+from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, unique
 from tests.support.oauth import OAuthServer
 from tests.support.subscriber import Reply
 
@@ -279,3 +280,38 @@ def test_secrets_never_appear_in_api_responses(client: HermesClient, oauth: OAut
             assert secret not in text
     assert orjson.loads(shown[0])["clientSecret"] == "******"
     assert orjson.loads(shown[1])["oAuthPolicy"]["password"] == "******"
+
+
+def test_the_log_of_a_hermes_process_holds_no_secret(kafka: EmbeddedBroker, tmp_path: Path) -> None:
+    server = OAuthServer({CLIENT_ID: CLIENT_SECRET}, {USER: USER_PASSWORD}).start()
+    process = HermesProcess(
+        tmp_path,
+        "--kafka-bootstrap-servers",
+        kafka.bootstrap_servers,
+        "--metadata-poll-interval",
+        "0.05",
+        "--log-level",
+        "DEBUG",
+    ).start()
+    client = HermesClient(process.management_url, process.frontend_url)
+    try:
+        provider = create_provider(client, server.token_url, secret="wrong-secret-0b1d")
+        topic, name = secured(client, server, provider, grant="password")
+        client.publish(topic, '{"n": 1}')
+        wait_until(lambda: "no OAuth token for" in process.log(), timeout=30)
+        fixed = {"clientSecret": CLIENT_SECRET}
+        assert client.management.put(f"/oauth/providers/{provider}", json=fixed).status_code == 200
+        wait_until(lambda: len(server.delivered()) == 1, timeout=30)
+        prometheus = client.management.get("/status/prometheus").text
+        labels = f'subscription="{name}",topic="{topic}"'
+        assert f"hermes_consumers_oauth_token_requests_total{{{labels}}} 2.0" in prometheus
+        assert f"hermes_consumers_oauth_token_failures_total{{{labels}}} 1.0" in prometheus
+    finally:
+        client.close()
+        process.stop()
+        server.stop()
+    log = process.log()
+    assert f"obtained an OAuth token for {topic}${name} from provider {provider}" in log
+    assert f"the token endpoint of provider {provider} answered 401 (invalid_client)" in log
+    for secret in (CLIENT_SECRET, "wrong-secret-0b1d", USER_PASSWORD, *server.issued):
+        assert secret not in log and secret not in prometheus
