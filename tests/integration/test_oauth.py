@@ -118,12 +118,12 @@ def test_one_token_request_for_many_concurrent_messages(client: HermesClient, oa
 
 
 def test_an_expired_token_is_replaced_on_the_next_401(client: HermesClient, oauth: OAuthServer) -> None:
-    oauth.lifetime = 0.5
+    oauth.lifetime = 1.5  # long enough for the first message even on a loaded machine
     topic, _ = secured(client, oauth, create_provider(client, oauth.token_url))
     client.publish(topic, '{"n": 1}')
     wait_until(lambda: len(oauth.delivered()) == 1, timeout=20)
     first_token = oauth.issued[0]
-    [(_, expired_at)] = [(t, r.at + 0.5) for r in oauth.requests if (t := r.token)]
+    expired_at = oauth.requests[0].at + oauth.lifetime
     wait_until(lambda: time.monotonic() > expired_at + 0.05)
     client.publish(topic, '{"n": 2}')
     wait_until(lambda: len(oauth.delivered()) == 2, timeout=20)
@@ -143,7 +143,7 @@ def test_token_requests_are_spaced_by_a_growing_delay(client: HermesClient, oaut
         times = [r.at for r in oauth.requests[:6]]
         gaps = [b - a for a, b in itertools.pairwise(times)]
         for gap, expected in zip(gaps, (0.2, 0.4, 0.8, 0.8, 0.8), strict=True):
-            assert gap >= expected - 0.03, gaps
+            assert gap >= expected - 0.08, gaps  # the tolerance covers a slower arrival of the previous request
         assert max(gaps[3:]) < 1.5, f"the delay stops growing at tokenRequestMaxDelay: {gaps}"
         assert counter("token_requests", topic, name) >= 6
     finally:
@@ -161,11 +161,8 @@ def test_the_delay_falls_back_after_a_2xx(client: HermesClient, oauth: OAuthServ
     wait_until(lambda: time.monotonic() > oauth.requests[-1].at + 0.3)
     client.publish(topic, '{"n": 2}')
     wait_until(lambda: len(oauth.delivered()) == 2, timeout=30)
-    refused = next(
-        r
-        for r in reversed(oauth.subscriber.received)
-        if r.headers.get("Authorization") == (f"Bearer {oauth.issued[4]}")
-    )
+    last_accepted = f"Bearer {oauth.issued[4]}"
+    refused = next(r for r in reversed(oauth.subscriber.received) if r.headers.get("Authorization") == last_accepted)
     assert oauth.requests[5].at - refused.at < 1.5, "after a 2xx the next token request waits the initial delay"
 
 
