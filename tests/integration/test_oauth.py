@@ -312,3 +312,24 @@ def test_the_log_of_a_hermes_process_holds_no_secret(kafka: EmbeddedBroker, tmp_
     assert f"the token endpoint of provider {provider} answered 401 (invalid_client)" in log
     for secret in (CLIENT_SECRET, "wrong-secret-0b1d", USER_PASSWORD, *server.issued):
         assert secret not in log and secret not in prometheus
+
+
+def test_a_policy_sent_back_with_the_masked_password_keeps_the_password(
+    client: HermesClient, oauth: OAuthServer
+) -> None:
+    topic, name = secured(client, oauth, create_provider(client, oauth.token_url), grant="password")
+    client.publish(topic, '{"n": 1}')
+    wait_until(lambda: len(oauth.delivered()) == 1, timeout=20)
+    shown = client.management.get(f"/topics/{topic}/subscriptions/{name}").json()["oAuthPolicy"]
+    assert shown["password"] == "******"
+    changed = client.management.put(
+        f"/topics/{topic}/subscriptions/{name}", json={"oAuthPolicy": {**shown, "scope": "events:other"}}
+    )
+    assert changed.status_code == 200, changed.text
+    oauth.revoke()
+    client.publish(topic, '{"n": 2}')
+    wait_until(lambda: len(oauth.delivered()) == 2, timeout=20)
+    assert [(r.form["password"], r.form["scope"]) for r in oauth.requests] == [
+        (USER_PASSWORD, "events:write"),
+        (USER_PASSWORD, "events:other"),
+    ]
