@@ -4,6 +4,7 @@ rejects bad credentials; the subscriber answers 401 to a missing, unknown, expir
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -30,6 +31,7 @@ class OAuthServer:
         self.lifetime = lifetime
         self.accept_from = 1  # the subscriber rejects the tokens issued before this one (1-based)
         self.override: Reply | None = None  # the token endpoint answers this instead of issuing
+        self.token_delay = 0.0  # seconds the token endpoint takes to answer
         self.requests: list[TokenRequest] = []
         self._accepted: list[Received] = []
         self._expiry: dict[str, float] = {}
@@ -93,7 +95,7 @@ class OAuthServer:
                 self._expiry[token] = time.monotonic() + self.lifetime
                 self._number[token] = len(self._number) + 1
             self.requests.append(TokenRequest(form, request.headers.get("Content-Type", ""), request.at, token))
-        return reply
+        return dataclasses.replace(reply, delay=self.token_delay)
 
     def _grant(self, form: dict[str, str]) -> Reply:
         if self.clients.get(form.get("client_id", "")) != form.get("client_secret"):
