@@ -132,9 +132,11 @@ class TokenClient:
 
 
 class SubscriptionToken:
-    """One subscription's token, shared by all its in-flight sends."""
+    """One subscription's token, shared by all its sends."""
 
-    def __init__(self, subscription: Subscription, policy: OAuthPolicy, client: TokenClient, providers: ProviderLookup):
+    def __init__(
+        self, subscription: Subscription, policy: OAuthPolicy, client: TokenClient, providers: ProviderLookup
+    ) -> None:
         self.policy = policy
         self._topic = subscription.topic_name.qualified
         self._subscription = subscription.name
