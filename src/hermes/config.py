@@ -102,6 +102,22 @@ class Settings(BaseSettings):
         6000, ge=1000, description="Kafka consumer group session timeout (Tansu joins take ~23 s at the default)."
     )
 
+    # --- pipeline: tracking and offline retransmission ---
+    pipeline_tracking_dir: Path | None = Field(
+        None,
+        description="Where the tracking job writes traces and delivery statistics and management reads them "
+        "(default: tracking/ in the data directory).",
+    )
+    pipeline_tracking_trigger: float = Field(
+        1.0, gt=0, description="Seconds between micro-batches of the trace table (a trace shows up within ~this)."
+    )
+    pipeline_statistics_trigger: float = Field(
+        5.0, gt=0, description="Seconds between micro-batches of the per-minute delivery statistics."
+    )
+    pipeline_retransmission_poll: float = Field(
+        2.0, gt=0, description="Seconds between looks for new offline retransmission tasks."
+    )
+
     @property
     def embedded_broker(self) -> bool:
         return self.kafka_bootstrap_servers is None

@@ -1,0 +1,109 @@
+"""Tracking analytics: one streaming read of the tracking topic materialized two ways.
+
+- the trace table: every trace event, Parquet partitioned by topic and date, through Spark's file sink
+  (exactly once: the sink's metadata log lists the committed files; readers use only those);
+- per-subscription, per-minute delivery statistics: delivered, discarded, failed attempts and delivery
+  latencies (publish to successful delivery, from the consumer events' ``publishTimestamp``). Each micro-batch
+  writes its partial counts to its own directory, so a replayed batch overwrites, never adds; readers sum.
+
+The layout is described in :mod:`hermes.pipeline.traces`, which reads it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hermes.pipeline.kafka_source import SOURCE_NAME
+from hermes.pipeline.traces import STATISTICS, TRACES
+from hermes.tracking import TRACKING_TOPIC
+
+EVENT_SCHEMA = (
+    "messageId STRING, timestamp BIGINT, topicName STRING, status STRING, cluster STRING, subscription STRING, "
+    "`partition` INT, `offset` BIGINT, reason STRING, publishTimestamp BIGINT"
+)
+
+
+def trace_events(spark: Any, source_options: dict[str, str]) -> Any:
+    """The tracking topic as a stream of parsed events, each with its position on the topic."""
+    from pyspark.sql import functions as f
+
+    raw = (
+        spark.readStream.format(SOURCE_NAME)
+        .options(**source_options)
+        .option("topics", TRACKING_TOPIC)
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    parsed = raw.select(
+        f.from_json(f.col("value").cast("string"), EVENT_SCHEMA).alias("e"),
+        f.col("partition").alias("trackingPartition"),
+        f.col("offset").alias("trackingOffset"),
+    )
+    return parsed.select("e.*", "trackingPartition", "trackingOffset").where(
+        f.col("messageId").isNotNull() & f.col("topicName").isNotNull() & f.col("timestamp").isNotNull()
+    )
+
+
+def start_tracking(
+    spark: Any,
+    source_options: dict[str, str],
+    root: Path,
+    checkpoints: Path,
+    trace_trigger: str = "1 second",
+    statistics_trigger: str = "5 seconds",
+) -> list[Any]:
+    """Starts both queries; returns them (the caller stops them)."""
+    from pyspark.sql import functions as f
+
+    events = trace_events(spark, source_options)
+    traces = (
+        events.withColumn("topic", f.col("topicName"))
+        .withColumn("date", f.date_format(f.timestamp_millis(f.col("timestamp")), "yyyy-MM-dd"))
+        .writeStream.queryName("hermes-tracking-traces")
+        .format("parquet")
+        .option("path", str(root / TRACES))
+        .option("checkpointLocation", str(checkpoints / "tracking-traces"))
+        .partitionBy("topic", "date")
+        .trigger(processingTime=trace_trigger)
+        .start()
+    )
+    statistics = (
+        trace_events(spark, source_options)
+        .writeStream.queryName("hermes-tracking-statistics")
+        .option("checkpointLocation", str(checkpoints / "tracking-statistics"))
+        .foreachBatch(lambda batch, batch_id: write_statistics(batch, batch_id, root / STATISTICS))
+        .trigger(processingTime=statistics_trigger)
+        .start()
+    )
+    return [traces, statistics]
+
+
+def write_statistics(events: Any, batch_id: int, directory: Path) -> None:
+    """Partial per-minute statistics of one micro-batch's consumer events, in ``batch=<id>``."""
+    from pyspark.sql import functions as f
+
+    consumer = events.where(f.col("subscription").isNotNull()).persist()
+    try:
+        if not consumer.isEmpty():  # an idle batch writes nothing (a directory per idle batch would pile up)
+            _partials(consumer).coalesce(1).write.mode("overwrite").parquet(str(directory / f"batch={batch_id}"))
+    finally:
+        consumer.unpersist()
+
+
+def _partials(consumer: Any) -> Any:
+    from pyspark.sql import functions as f
+
+    status = f.col("status")
+    latency = f.when(
+        (status == "SUCCESS") & f.col("publishTimestamp").isNotNull(),
+        f.greatest(f.col("timestamp") - f.col("publishTimestamp"), f.lit(0)),
+    )
+    return consumer.groupBy(
+        "topicName", "subscription", (f.floor(f.col("timestamp") / 60_000) * 60_000).cast("long").alias("minute")
+    ).agg(
+        f.count(f.when(status == "SUCCESS", 1)).alias("delivered"),
+        f.count(f.when(status == "DISCARDED", 1)).alias("discarded"),
+        f.count(f.when(status == "FAILED", 1)).alias("failedAttempts"),
+        f.collect_list(latency).alias("latencies"),
+    )
