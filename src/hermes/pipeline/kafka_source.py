@@ -220,7 +220,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ends: dict[tuple[str, int], int] = {}
         deadline = time.monotonic() + 10
         while len(ends) < len(listed) and time.monotonic() < deadline:
-            for record in probe.consume(num_messages=10_000, timeout=0.5):
+            for record in probe.consume(num_messages=1000, timeout=0.05):
                 error = record.error()
                 if error is not None and error.code() == KafkaError._PARTITION_EOF:
                     ends[(record.topic(), record.partition())] = record.offset()
@@ -288,7 +288,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             position = partition.start
             idle_since = time.monotonic()
             while position < partition.end:
-                records = consumer.consume(num_messages=1000, timeout=1.0)
+                # asks for no more than are due, so consume() returns as soon as they are here, not at its timeout
+                records = consumer.consume(num_messages=min(1000, partition.end - position), timeout=1.0)
                 if not records:
                     if time.monotonic() - idle_since > _READ_STALL_TIMEOUT:
                         raise TimeoutError(
