@@ -102,6 +102,30 @@ class Settings(BaseSettings):
         6000, ge=1000, description="Kafka consumer group session timeout (Tansu joins take ~23 s at the default)."
     )
 
+    # --- pipeline: the Spark process (hermes pipeline) and offline storage ---
+    pipeline: bool = Field(True, description="`hermes run` also runs the Spark pipeline, as a child process.")
+    spark_master: str = Field("local[*]", description="Spark master of the pipeline, e.g. spark://host:7077.")
+    spark_remote: str | None = Field(
+        None, description="Spark Connect server (sc://host:port) to run the pipeline on instead of a master."
+    )
+    pipeline_lake: str | None = Field(
+        None,
+        description="Root of the offline storage lake: a directory or any Spark-writable URI "
+        "(default: pipeline/lake in the data directory).",
+    )
+    pipeline_checkpoints: str | None = Field(
+        None,
+        description="Directory or URI of the pipeline's streaming checkpoints "
+        "(default: pipeline/checkpoints in the data directory).",
+    )
+    pipeline_trigger_interval: float = Field(1.0, gt=0, description="Seconds between archive micro-batches.")
+    pipeline_max_records_per_batch: int | None = Field(
+        None, ge=1, description="At most this many Kafka records per archive micro-batch (default: all available)."
+    )
+    pipeline_retention_interval: float = Field(
+        3600.0, gt=0, description="Seconds between checks for lake hour partitions past their topic's retention."
+    )
+
     # --- pipeline: tracking and offline retransmission ---
     pipeline_tracking_dir: Path | None = Field(
         None,

@@ -99,6 +99,8 @@ class Hermes:
             await asyncio.to_thread(admin.create_topic, TRACKING_TOPIC, settings.topic_partitions)
 
         self.repository = await asyncio.to_thread(open_repository, settings)
+        if self.roles == ALL_ROLES and settings.pipeline:
+            await self._start_pipeline(bootstrap)
         if Role.FRONTEND in self.roles or Role.CONSUMERS in self.roles:
             self.cache = MetadataCache(self.repository)
             await self.cache.start()
@@ -153,6 +155,30 @@ class Hermes:
             await self._serve(Role.FRONTEND, frontend_app(publisher, self.cache, published), settings.frontend_port)
             reporter = asyncio.create_task(self._report_published(published), name="published-metrics")
             self._stoppers.append(lambda: _cancel(reporter))
+
+    async def _start_pipeline(self, bootstrap: str) -> None:
+        from hermes.pipeline.runner import PipelineProcess
+
+        pipeline = PipelineProcess(self.settings, bootstrap)
+        await asyncio.to_thread(pipeline.start)
+        watcher = asyncio.create_task(self._watch_pipeline(pipeline), name="pipeline-watch")
+
+        async def stop() -> None:
+            await _cancel(watcher)
+            await asyncio.to_thread(pipeline.stop)
+
+        self._stoppers.append(stop)
+
+    @staticmethod
+    async def _watch_pipeline(pipeline: Any) -> None:
+        """Starts the pipeline again when it exits: it is stateless apart from its checkpoints."""
+        while True:
+            await asyncio.sleep(1.0)
+            code = pipeline.exited()
+            if code is not None:
+                log.error("the pipeline exited with %s; starting it again in 5 s (see logs/pipeline.log)", code)
+                await asyncio.sleep(5.0)
+                await asyncio.to_thread(pipeline.start)
 
     async def _report_published(self, published: Any) -> None:
         from hermes.frontend.metrics import TOPIC_METRICS_NAMESPACE
