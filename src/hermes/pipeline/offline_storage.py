@@ -178,6 +178,8 @@ def _forget_files(log_dir: Path, expired: set[tuple[str, str]]) -> None:
             continue
         replacement = batch_file.with_name(f".{batch_file.name}.retention")
         replacement.write_text("\n".join(kept), encoding="utf-8")
+        # Hadoop's local file system checks a file against its .crc when there is one: drop it first
+        batch_file.with_name(f".{batch_file.name}.crc").unlink(missing_ok=True)
         os.replace(replacement, batch_file)
 
 
