@@ -125,6 +125,9 @@ class Settings(BaseSettings):
     pipeline_retention_interval: float = Field(
         3600.0, gt=0, description="Seconds between checks for lake hour partitions past their topic's retention."
     )
+    pipeline_jobs: str = Field(
+        "all", description="Comma-separated names of the pipeline jobs to run (archive, tracking, ...), or all."
+    )
 
     # --- pipeline: tracking and offline retransmission ---
     pipeline_tracking_dir: Path | None = Field(

@@ -42,7 +42,8 @@ class Pipeline:
             "--pipeline-lake", str(lake),
             "--pipeline-checkpoints", str(checkpoints),
             "--pipeline-trigger-interval", "0.5",
-            "--pipeline-max-records-per-batch", "10",
+            "--pipeline-max-records-per-batch", "15",
+            "--pipeline-jobs", "archive",
             "--spark-master", "local[2]",
             "--metadata-poll-interval", "0.1",
         )  # fmt: skip
@@ -86,17 +87,17 @@ def test_a_killed_pipeline_archives_each_message_exactly_once(
 
     publish(60)
     pipeline.start()
-    wait_until(lambda: lake_count(spark, lake) >= 10, timeout=120, interval=0.5)
-    pipeline.kill()  # batches of at most 10 records: it is mid-stream
+    wait_until(lambda: lake_count(spark, lake) >= 15, timeout=120, interval=0.5)
+    pipeline.kill()  # batches of at most 15 records: it is mid-stream
     assert lake_count(spark, lake) < 60
     publish(40)
     publish(15, to=later)
     pipeline.start()
-    wait_until(lambda: lake_count(spark, lake) >= 100, timeout=120, interval=0.5)
+    wait_until(lambda: lake_count(spark, lake) >= 100, timeout=120, interval=1.0)
 
     # a topic whose offline storage is switched on while the pipeline runs is archived from its beginning
     assert client.management.put(f"/topics/{later}", json={"offlineStorage": {"enabled": True}}).status_code == 200
-    wait_until(lambda: lake_count(spark, lake, later) >= 15, timeout=120, interval=0.5)
+    wait_until(lambda: lake_count(spark, lake, later) >= 15, timeout=120, interval=1.0)
 
     rows = read_lake(spark, lake, topic).collect()
     ids = [r.message_id for r in rows]

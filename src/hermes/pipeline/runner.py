@@ -64,6 +64,18 @@ def load_job(path: str) -> type[Any]:
     return job
 
 
+def selected_jobs(settings: Settings) -> list[type[Any]]:
+    jobs = [load_job(path) for path in JOBS]
+    wanted = {name.strip() for name in settings.pipeline_jobs.split(",") if name.strip()}
+    if "all" in wanted:
+        return jobs
+    unknown = wanted - {job.name for job in jobs}
+    if unknown:
+        known = ", ".join(job.name for job in jobs)
+        raise StartupError(f"pipeline_jobs: no job named {', '.join(sorted(unknown))} (the jobs: {known})")
+    return [job for job in jobs if job.name in wanted]
+
+
 def lake_root(settings: Settings) -> str:
     return settings.pipeline_lake or str((settings.data_dir / "pipeline" / "lake").absolute())
 
@@ -108,8 +120,8 @@ class Pipeline:
             max_records_per_batch=settings.pipeline_max_records_per_batch,
             retention_interval=settings.pipeline_retention_interval,
         )
-        for path in JOBS:
-            job: Job = load_job(path)(context)
+        for job_class in selected_jobs(settings):
+            job: Job = job_class(context)
             job.start()
             self.jobs.append(job)
             log.info("pipeline: job %s started", job.name)
