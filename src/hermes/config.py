@@ -133,7 +133,7 @@ class Settings(BaseSettings):
     pipeline_tracking_dir: Path | None = Field(
         None,
         description="Where the tracking job writes traces and delivery statistics and management reads them "
-        "(default: tracking/ in the data directory).",
+        "(default: pipeline/tracking in the data directory). A local directory: management reads it.",
     )
     pipeline_tracking_trigger: float = Field(
         1.0, gt=0, description="Seconds between micro-batches of the trace table (a trace shows up within ~this)."

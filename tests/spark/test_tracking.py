@@ -25,7 +25,7 @@ def tracking_job(
     spark: Any, kafka: EmbeddedBroker, hermes: InProcessHermes, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Path]:
     root = tracking_root(hermes.hermes.settings)
-    checkpoints = tmp_path_factory.mktemp("tracking-checkpoints")
+    checkpoints = str(tmp_path_factory.mktemp("tracking-checkpoints"))
     source = {"bootstrap.servers": kafka.bootstrap_servers}
     queries = start_tracking(spark, source, root, checkpoints, "1 second", "1 second")
     try:

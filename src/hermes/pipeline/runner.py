@@ -32,7 +32,11 @@ from hermes.pipeline.lake import Lake
 
 log = logging.getLogger(__name__)
 
-JOBS: tuple[str, ...] = ("hermes.pipeline.offline_storage:ArchiveJob",)
+JOBS: tuple[str, ...] = (
+    "hermes.pipeline.offline_storage:ArchiveJob",
+    "hermes.pipeline.tracking:TrackingJob",
+    "hermes.pipeline.retransmission:RetransmissionJob",
+)
 
 
 @dataclass(frozen=True)

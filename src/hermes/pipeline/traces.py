@@ -42,7 +42,8 @@ TRACE_FIELDS = (
 
 
 def tracking_root(settings: Settings) -> Path:
-    return settings.pipeline_tracking_dir or settings.data_dir / "tracking"
+    """Next to the lake (which may be remote): DuckDB in management reads these tables from a local path."""
+    return (settings.pipeline_tracking_dir or settings.data_dir / "pipeline" / "tracking").absolute()
 
 
 def committed_files(sink_dir: Path) -> list[Path]:

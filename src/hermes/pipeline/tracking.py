@@ -11,12 +11,22 @@ The layout is described in :mod:`hermes.pipeline.traces`, which reads it.
 
 from __future__ import annotations
 
+import logging
+import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermes.pipeline.kafka_source import SOURCE_NAME
-from hermes.pipeline.traces import STATISTICS, TRACES
+from hermes.pipeline.offline_storage import source_options
+from hermes.pipeline.traces import STATISTICS, TRACES, tracking_root
 from hermes.tracking import TRACKING_TOPIC
+
+if TYPE_CHECKING:
+    from hermes.pipeline.runner import PipelineContext
+
+log = logging.getLogger(__name__)
+
+_CHECK_INTERVAL = 5.0  # seconds between checks that both queries still run
 
 EVENT_SCHEMA = (
     "messageId STRING, timestamp BIGINT, topicName STRING, status STRING, cluster STRING, subscription STRING, "
@@ -49,7 +59,7 @@ def start_tracking(
     spark: Any,
     source_options: dict[str, str],
     root: Path,
-    checkpoints: Path,
+    checkpoints: str,
     trace_trigger: str = "1 second",
     statistics_trigger: str = "5 seconds",
 ) -> list[Any]:
@@ -63,7 +73,7 @@ def start_tracking(
         .writeStream.queryName("hermes-tracking-traces")
         .format("parquet")
         .option("path", str(root / TRACES))
-        .option("checkpointLocation", str(checkpoints / "tracking-traces"))
+        .option("checkpointLocation", f"{checkpoints.rstrip('/')}/traces")
         .partitionBy("topic", "date")
         .trigger(processingTime=trace_trigger)
         .start()
@@ -71,7 +81,7 @@ def start_tracking(
     statistics = (
         trace_events(spark, source_options)
         .writeStream.queryName("hermes-tracking-statistics")
-        .option("checkpointLocation", str(checkpoints / "tracking-statistics"))
+        .option("checkpointLocation", f"{checkpoints.rstrip('/')}/statistics")
         .foreachBatch(lambda batch, batch_id: write_statistics(batch, batch_id, root / STATISTICS))
         .trigger(processingTime=statistics_trigger)
         .start()
@@ -107,3 +117,59 @@ def _partials(consumer: Any) -> Any:
         f.count(f.when(status == "FAILED", 1)).alias("failedAttempts"),
         f.collect_list(latency).alias("latencies"),
     )
+
+
+class TrackingJob:
+    """Keeps both tracking queries running (a failed one is started again from its checkpoint)."""
+
+    name = "tracking"
+
+    def __init__(self, context: PipelineContext) -> None:
+        self._context = context
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tracking", daemon=True)
+        self._queries: list[Any] = []
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(60)
+        self._stop_queries()
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                failed = [q for q in self._queries if not q.isActive]
+                if failed:
+                    log.error("tracking: a query stopped (%s); starting them again", failed[0].exception())
+                    self._stop_queries()
+                if not self._queries:
+                    self._queries = self._start()
+            except Exception:
+                log.exception("tracking: starting the queries failed; trying again")
+                self._stop_queries()
+            self._stopping.wait(_CHECK_INTERVAL)
+
+    def _start(self) -> list[Any]:
+        context, settings = self._context, self._context.settings
+        root = tracking_root(settings)
+        queries = start_tracking(
+            context.spark,
+            source_options(context, [TRACKING_TOPIC]),
+            root,
+            f"{context.checkpoints.rstrip('/')}/{self.name}",
+            f"{settings.pipeline_tracking_trigger} seconds",
+            f"{settings.pipeline_statistics_trigger} seconds",
+        )
+        log.info("tracking: materializing %s into %s", TRACKING_TOPIC, root)
+        return queries
+
+    def _stop_queries(self) -> None:
+        queries, self._queries = self._queries, []
+        for query in queries:
+            try:
+                query.stop()
+            except Exception:
+                log.warning("tracking: stopping a query failed", exc_info=True)
