@@ -48,7 +48,8 @@ def tracking_root(settings: Settings) -> Path:
 
 def committed_files(sink_dir: Path) -> list[Path]:
     """The data files a Spark file sink committed, from its metadata log: the newest ``<n>.compact`` file
-    holds every earlier entry, plain ``<n>`` files one batch each."""
+    holds every earlier entry, plain ``<n>`` files one batch each. Compact files are parsed once per process
+    (they grow with the table; the few batch files after them are read every time)."""
     log_dir = sink_dir / SINK_LOG
     if not log_dir.is_dir():
         return []
@@ -57,18 +58,36 @@ def committed_files(sink_dir: Path) -> list[Path]:
         stem = entry.name.removesuffix(".compact")
         if stem.isdigit():
             batches[int(stem)] = entry
-    compacted = [n for n, p in batches.items() if p.name.endswith(".compact")]
-    first = max(compacted, default=-1)
+    first = max((n for n, p in batches.items() if p.name.endswith(".compact")), default=-1)
     files: dict[str, bool] = {}
     for number in sorted(n for n in batches if n >= first):
         try:
-            lines = batches[number].read_text().splitlines()[1:]  # the first line is the log version
+            files.update(_log_entries(batches[number]))
         except FileNotFoundError:  # compacted away meanwhile: its entries are in the newer compact file
             continue
-        for line in lines:
-            record = json.loads(line)
-            files[record["path"]] = record.get("action", "add") == "add"
     return [Path(unquote(urlparse(path).path)) for path, added in files.items() if added]
+
+
+_compacted: dict[Path, tuple[float, dict[str, bool]]] = {}
+
+
+def _log_entries(log_file: Path) -> dict[str, bool]:
+    """``{path: added}`` of one log file; the first line is the log's version."""
+    compact = log_file.name.endswith(".compact")
+    if compact:
+        mtime = log_file.stat().st_mtime
+        cached = _compacted.get(log_file)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+    entries: dict[str, bool] = {}
+    for line in log_file.read_text().splitlines()[1:]:
+        if line.strip():
+            record = json.loads(line)
+            entries[record["path"]] = record.get("action", "add") == "add"
+    if compact:
+        _compacted.clear()  # only the newest compact file of each table matters; keep the cache small
+        _compacted[log_file] = (mtime, entries)
+    return entries
 
 
 class TrackingStore:
