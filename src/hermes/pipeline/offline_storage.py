@@ -91,8 +91,9 @@ def source_options(context: PipelineContext, topics: list[str]) -> dict[str, str
     return options
 
 
-def start_archive(context: PipelineContext, topics: list[str]) -> Any:
-    """Starts the archive query for ``topics`` on the archive checkpoint."""
+def start_archive(context: PipelineContext, topics: list[str], trigger: dict[str, Any] | None = None) -> Any:
+    """Starts the archive query for ``topics`` on the archive checkpoint (``trigger``: the writer's trigger
+    arguments, by default every ``trigger_interval``)."""
     raw = context.spark.readStream.format(SOURCE_NAME).options(**source_options(context, topics)).load()
     lake_rows = raw.selectExpr(*(f"{sql} as `{name}`" for name, sql in _LAKE_COLUMNS.items()))
     lake_rows = lake_rows.selectExpr("*", f"date_format(publish_timestamp, '{HOUR_PATTERN_SPARK}') as hour")
@@ -102,7 +103,7 @@ def start_archive(context: PipelineContext, topics: list[str]) -> Any:
         .option("path", context.lake.root)
         .option("checkpointLocation", f"{context.checkpoints.rstrip('/')}/archive")
         .partitionBy(*PARTITION_COLUMNS)
-        .trigger(processingTime=f"{context.trigger_interval} seconds")
+        .trigger(**(trigger or {"processingTime": f"{context.trigger_interval} seconds"}))
         .start()
     )
 
