@@ -157,7 +157,13 @@ class Hermes:
             self._stoppers.append(lambda: _cancel(reporter))
 
     async def _start_pipeline(self, bootstrap: str) -> None:
+        import importlib.util
+
         from hermes.pipeline.runner import PipelineProcess
+
+        if importlib.util.find_spec("pyspark") is None:
+            log.warning("the pipeline is not started: pyspark is missing (install hermes-broker[spark])")
+            return
 
         pipeline = PipelineProcess(self.settings, bootstrap)
         await asyncio.to_thread(pipeline.start)

@@ -249,6 +249,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     positions[(topic, p)], available[(topic, p)] = low, 0
                     continue
                 begin = known
+                if known > high:  # the topic was deleted and created again: its offsets start over
+                    log.warning("%s[%s]: position %d is past the end %d; reading from %d", topic, p, known, high, low)
+                    begin = low
                 until = high if self._target is None else min(high, self._target.get(topic, {}).get(p, begin))
                 positions[(topic, p)] = begin
                 available[(topic, p)] = max(0, until - begin)

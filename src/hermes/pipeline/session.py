@@ -19,9 +19,10 @@ def build_session(
 ) -> Any:
     """A SparkSession with the Kafka source registered.
 
-    ``remote`` (``sc://host:port``) selects Spark Connect; otherwise ``master`` is used. The settings keep a
-    small local pipeline light: few shuffle partitions (the archive has no shuffle, tracking aggregates a
-    little), no UI, and Python workers running this interpreter so they can import hermes.
+    ``remote`` (``sc://host:port``) selects Spark Connect (needs ``pyspark[connect]``); otherwise ``master``.
+    The settings keep a small local pipeline light: few shuffle partitions (the archive has no shuffle,
+    tracking aggregates a little), no UI, and Python workers running this interpreter so they can import
+    hermes.
     """
     from pyspark.sql import SparkSession
 
@@ -37,7 +38,6 @@ def build_session(
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-            .config("spark.sql.session.timeZone", "UTC")
             .config("spark.driver.memory", "1g")
             .config("spark.sql.streaming.stopActiveRunOnRestart", "true")
         )
@@ -48,5 +48,7 @@ def build_session(
     session = builder.getOrCreate()
     if not remote:
         session.sparkContext.setLogLevel("WARN")
+    session.conf.set("spark.sql.session.timeZone", "UTC")  # lake hours are UTC hours
+    session.conf.set("spark.sql.mapKeyDedupPolicy", "LAST_WIN")  # a header sent twice keeps its last value
     session.dataSource.register(KafkaSource)
     return session
