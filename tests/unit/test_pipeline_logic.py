@@ -1,0 +1,59 @@
+"""Pure logic of the pipeline: read-limit sharing, the child's settings environment, lake hours."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from hermes.config import load_settings
+from hermes.pipeline.lake import hour_expired, hour_of
+from hermes.pipeline.runner import settings_environment
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_read_limit_is_shared_fairly_and_never_exceeds_what_is_there() -> None:
+    share = pytest.importorskip("hermes.pipeline.kafka_source")._share
+    available = {("t", "0"): 100, ("t", "1"): 2, ("t", "2"): 0, ("u", "0"): 50}
+
+    granted = share(available, 30)
+
+    assert sum(granted.values()) == 30
+    assert granted[("t", "1")] == 2 and granted[("t", "2")] == 0
+    assert granted[("t", "0")] == granted[("u", "0")] == 14
+    assert share(available, 1000) == available
+    assert all(granted[k] <= available[k] for k in available)
+
+
+def test_the_pipeline_child_gets_the_same_settings_through_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = load_settings(
+        {"data_dir": tmp_path, "kafka_sasl_password": "s3cret", "pipeline_max_records_per_batch": 50, "pipeline": True}
+    )
+
+    env = settings_environment(settings, "broker:9092")
+    for name in [k for k in os.environ if k.startswith("HERMES_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    again = load_settings({})
+
+    assert again.kafka_bootstrap_servers == "broker:9092"
+    assert again.kafka_sasl_password is not None and again.kafka_sasl_password.get_secret_value() == "s3cret"
+    assert again.model_dump(exclude={"kafka_bootstrap_servers"}) == settings.model_dump(
+        exclude={"kafka_bootstrap_servers"}
+    )
+    assert "HERMES_SPARK_REMOTE" not in env  # unset stays unset
+
+
+def test_an_hour_expires_once_its_last_message_is_older_than_the_retention() -> None:
+    now = datetime(2026, 11, 23, 12, 30, tzinfo=UTC)
+    week = timedelta(days=7)
+    assert hour_of(now) == "2026-11-23-12"
+    assert hour_expired(hour_of(now - week - timedelta(hours=2)), week, now)
+    assert not hour_expired(hour_of(now - week), week, now)  # 05:xx of that hour is not yet a week old
+    assert not hour_expired(hour_of(now), week, now)
