@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 from hermes.broker.admin import BrokerAdmin
-from hermes.pipeline.lake import Lake, read_lake
+from hermes.pipeline.lake import read_lake
 from hermes.pipeline.offline_storage import ArchiveJob
 from hermes.pipeline.retransmission import RetransmissionJob
 from hermes.pipeline.runner import PipelineContext
 from tests.conftest import wait_until
 from tests.integration.test_publishing import read_topic
 from tests.support.hermes import HermesClient, InProcessHermes
+from tests.support.pipeline import pipeline_context
 from tests.support.subscriber import SubscriberServer
 
 ARCHIVED = {"offlineStorage": {"enabled": True, "retentionTime": {"duration": 7}}}
@@ -26,19 +27,7 @@ TASKS = "/offline-retransmission/tasks"
 
 @pytest.fixture(scope="module")
 def context(spark: Any, hermes: InProcessHermes, tmp_path_factory: pytest.TempPathFactory) -> PipelineContext:
-    running = hermes.hermes
-    assert running.connection is not None and running.repository is not None
-    return PipelineContext(
-        settings=running.settings.model_copy(update={"pipeline_retransmission_poll": 0.5}),
-        spark=spark,
-        connection=running.connection,
-        repository=running.repository,
-        lake=Lake(str(tmp_path_factory.mktemp("lake"))),
-        checkpoints=str(tmp_path_factory.mktemp("checkpoints")),
-        trigger_interval=1.0,
-        max_records_per_batch=None,
-        retention_interval=3600.0,
-    )
+    return pipeline_context(spark, hermes, tmp_path_factory, pipeline_retransmission_poll=0.5)
 
 
 @pytest.fixture

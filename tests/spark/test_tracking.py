@@ -10,31 +10,33 @@ from typing import Any
 
 import pytest
 
-from hermes.broker.embedded import EmbeddedBroker
-from hermes.pipeline.traces import TRACES, committed_files, tracking_root
-from hermes.pipeline.tracking import start_tracking
+from hermes.pipeline.traces import TRACES, TrackingStore, committed_files, tracking_root
+from hermes.pipeline.tracking import TrackingJob
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
+from tests.support.pipeline import pipeline_context
 from tests.support.subscriber import Reply, SubscriberServer
 
 FAST = {"messageBackoff": 100, "messageTtl": 60, "requestTimeout": 10_000}
 
 
 @pytest.fixture(scope="module")
-def tracking_job(
-    spark: Any, kafka: EmbeddedBroker, hermes: InProcessHermes, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Path]:
+def tracking_job(spark: Any, hermes: InProcessHermes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The pipeline's tracking job, as ``hermes pipeline`` runs it (statistics every 2 s here), warmed up: the
+    first micro-batches of a cold query take many seconds (Python workers start), so a first tracked message
+    goes all the way through before the tests measure anything."""
+    job = TrackingJob(pipeline_context(spark, hermes, tmp_path_factory, pipeline_statistics_trigger=2.0))
+    job.start()
     root = tracking_root(hermes.hermes.settings)
-    checkpoints = str(tmp_path_factory.mktemp("tracking-checkpoints"))
-    source = {"bootstrap.servers": kafka.bootstrap_servers}
-    queries = start_tracking(spark, source, root, checkpoints, "1 second", "1 second")
+    api = HermesClient(hermes.management_url, hermes.frontend_url)
     try:
-        # the first micro-batch of a cold query takes seconds (Python workers start): wait it out first
-        wait_until(lambda: all(q.lastProgress for q in queries), 180, 0.5)
+        topic = api.create_topic(trackingEnabled=True)
+        message_id = api.publish(topic, "{}").headers["Hermes-Message-Id"]
+        wait_until(lambda: len(TrackingStore(root).trace(topic, "any", message_id)) == 2, 180, 0.5)
         yield root
     finally:
-        for query in queries:
-            query.stop()
+        api.close()
+        job.stop()
 
 
 def scripted(script: Any) -> SubscriberServer:
