@@ -166,6 +166,8 @@ def test_retention_removes_old_hours_keeps_recent_ones_and_infinite_topics(
     finally:
         spark.conf.unset("spark.sql.streaming.fileSink.log.compactInterval")
 
+    assert any(f.name.endswith(".compact") for f in (tmp_path / "lake" / "_spark_metadata").iterdir())
+
     removed = apply_retention(tmp_path / "lake", {kept_for_a_week: timedelta(days=7), forever: None}, datetime.now(UTC))
 
     assert sorted(p.name for p in removed) == sorted(
