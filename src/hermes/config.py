@@ -141,6 +141,9 @@ class Settings(BaseSettings):
     pipeline_statistics_trigger: float = Field(
         5.0, gt=0, description="Seconds between micro-batches of the per-minute delivery statistics."
     )
+    pipeline_tracking_compaction_interval: float = Field(
+        600.0, gt=0, description="Seconds between compactions of the trace table's small files."
+    )
     pipeline_retransmission_poll: float = Field(
         2.0, gt=0, description="Seconds between looks for new offline retransmission tasks."
     )

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hermes.pipeline.traces import TRACES, TrackingStore, committed_files, tracking_root
-from hermes.pipeline.tracking import TrackingJob
+from hermes.pipeline.tracking import TrackingJob, compact_traces
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.pipeline import pipeline_context
@@ -108,3 +108,19 @@ def test_the_trace_table_is_partitioned_by_topic_and_date(tracking_job: Path) ->
     files = committed_files(tracking_job / TRACES)
     assert files and all(f.parent.parent.name.startswith("topic=") for f in files)
     assert all(f.parent.name.startswith("date=") and len(f.parent.name) == len("date=2026-11-23") for f in files)
+
+
+def test_compaction_keeps_every_event_in_fewer_files(spark: Any, tracking_job: Path, client: HermesClient) -> None:
+    store = TrackingStore(tracking_job)
+    topic = client.create_topic(trackingEnabled=True)
+    ids = []
+    for n in range(3):  # one at a time: separate micro-batches, separate files
+        ids.append(client.publish(topic, f'{{"n": {n}}}').headers["Hermes-Message-Id"])
+        wait_until(lambda m=ids[-1]: len(store.trace(topic, "any", m)) == 2, 30, 0.2)
+    before = {m: store.trace(topic, "any", m) for m in ids}
+    assert len(store.trace_files(topic)) >= 3
+    assert compact_traces(spark, tracking_job) >= 3
+    assert len(store.trace_files(topic)) == 1, "one sorted block replaces the topic's files"
+    assert {m: store.trace(topic, "any", m) for m in ids} == before
+    compact_traces(spark, tracking_job)
+    assert len(store.trace_files(topic)) == 1, "a second compaction finds nothing new of the topic"

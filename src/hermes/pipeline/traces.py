@@ -6,6 +6,9 @@ Layout under the tracking root (see :mod:`hermes.pipeline.tracking`, which write
   names, plus the event's position on the tracking topic (``trackingPartition``, ``trackingOffset``), which
   identifies it. A Spark file sink: only files listed in its ``_spark_metadata`` log are committed (a failed
   batch can leave files, and a running batch writes its files in place), so only those are read.
+- ``traces-compacted/topic=<qualified topic>/block=<id>/``: the same rows, compacted: one Parquet file sorted
+  by ``messageId`` (so a lookup skips most row groups) and a ``_manifest.json`` naming the sink files it
+  replaces, written last. Readers take the blocks with a manifest and the sink files no manifest names.
 - ``delivery-statistics/batch=<id>/*.parquet``: per-batch partial statistics per subscription and minute,
   written by ``foreachBatch`` (a replayed batch overwrites its own directory). Readers sum the partials.
 
@@ -22,6 +25,8 @@ from urllib.parse import unquote, urlparse
 from hermes.config import Settings
 
 TRACES = "traces"
+COMPACTED = "traces-compacted"
+MANIFEST = "_manifest.json"
 STATISTICS = "delivery-statistics"
 SINK_LOG = "_spark_metadata"
 UNDELIVERED_LIMIT = 100
@@ -151,10 +156,20 @@ class TrackingStore:
             for r in rows
         ]
 
-    def _traces(self, topic: str, where: str, params: list[Any], order: str) -> list[dict[str, Any]]:
-        sink = self.root / TRACES
+    def trace_files(self, topic: str) -> list[Path]:
+        """The Parquet files holding the topic's trace events: compacted blocks, then the sink's committed
+        files no block replaced."""
+        blocks, replaced = compacted_blocks(self.root, topic)
         prefix = f"topic={topic}"
-        files = [str(p) for p in committed_files(sink) if p.parent.parent.name == prefix and p.exists()]
+        sink = [
+            p
+            for p in committed_files(self.root / TRACES)
+            if p.parent.parent.name == prefix and str(p) not in replaced and p.exists()
+        ]
+        return blocks + sink
+
+    def _traces(self, topic: str, where: str, params: list[Any], order: str) -> list[dict[str, Any]]:
+        files = [str(p) for p in self.trace_files(topic)]
         if not files:
             return []
         columns = ", ".join(f'"{c}"' for c in (*TRACE_FIELDS, "trackingPartition", "trackingOffset"))
@@ -172,6 +187,19 @@ class TrackingStore:
 
         with duckdb.connect() as connection:
             return connection.execute(query, params).fetchall()
+
+
+def compacted_blocks(root: Path, topic: str) -> tuple[list[Path], set[str]]:
+    """The topic's complete compacted blocks' data files, and the sink files those blocks replace."""
+    files: list[Path] = []
+    replaced: set[str] = set()
+    for block in sorted((root / COMPACTED / f"topic={topic}").glob("block=*")):
+        manifest = block / MANIFEST
+        if not manifest.is_file():
+            continue  # being written, or left by a crash: ignored (and removed by the next compaction)
+        replaced.update(json.loads(manifest.read_text())["replaces"])
+        files.extend(sorted(block.glob("*.parquet")))
+    return files, replaced
 
 
 def _hermes_fields(row: dict[str, Any]) -> dict[str, Any]:

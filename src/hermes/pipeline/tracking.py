@@ -6,19 +6,35 @@
   latencies (publish to successful delivery, from the consumer events' ``publishTimestamp``). Each micro-batch
   writes its partial counts to its own directory, so a replayed batch overwrites, never adds; readers sum.
 
-The layout is described in :mod:`hermes.pipeline.traces`, which reads it.
+Compaction: a micro-batch every second leaves a small file per batch and topic, and a lookup must open
+every file of the topic. Every ``pipeline_tracking_compaction_interval`` seconds the job rewrites each topic's
+not yet compacted files into one block sorted by message id (see :mod:`hermes.pipeline.traces` for the
+layout and how readers combine blocks with the sink's files).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import shutil
 import threading
+import time
+from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hermes.pipeline.kafka_source import SOURCE_NAME
 from hermes.pipeline.offline_storage import source_options
-from hermes.pipeline.traces import STATISTICS, TRACES, tracking_root
+from hermes.pipeline.traces import (
+    COMPACTED,
+    MANIFEST,
+    STATISTICS,
+    TRACES,
+    committed_files,
+    compacted_blocks,
+    tracking_root,
+)
 from hermes.tracking import TRACKING_TOPIC
 
 if TYPE_CHECKING:
@@ -119,6 +135,33 @@ def _partials(consumer: Any) -> Any:
     )
 
 
+def compact_traces(spark: Any, root: Path) -> int:
+    """Compacts every topic's sink files that no block replaces yet into one new block per topic; returns
+    how many files were compacted. Only one compaction may run at a time (the tracking job's thread)."""
+    for orphan in (root / COMPACTED).glob("topic=*/block=*"):
+        if not (orphan / MANIFEST).is_file():
+            shutil.rmtree(orphan, ignore_errors=True)  # a compaction that did not finish
+    pending: dict[str, list[Path]] = defaultdict(list)
+    for path in committed_files(root / TRACES):
+        topic_dir = path.parent.parent.name
+        if topic_dir.startswith("topic=") and path.exists():
+            pending[topic_dir.removeprefix("topic=")].append(path)
+    compacted = 0
+    for topic, files in sorted(pending.items()):
+        replaced = compacted_blocks(root, topic)[1]
+        todo = sorted(str(p) for p in files if str(p) not in replaced)
+        if len(todo) < 2:
+            continue
+        block = root / COMPACTED / f"topic={topic}" / f"block={time.time_ns()}"
+        events = spark.read.parquet(*todo).dropDuplicates(["trackingPartition", "trackingOffset"])
+        events.repartition(1).sortWithinPartitions("messageId").write.parquet(str(block))
+        written = block / f".{MANIFEST}.tmp"
+        written.write_text(json.dumps({"replaces": todo}))
+        os.replace(written, block / MANIFEST)  # the block counts from here on
+        compacted += len(todo)
+    return compacted
+
+
 class TrackingJob:
     """Keeps both tracking queries running (a failed one is started again from its checkpoint)."""
 
@@ -139,6 +182,8 @@ class TrackingJob:
         self._stop_queries()
 
     def _run(self) -> None:
+        interval = self._context.settings.pipeline_tracking_compaction_interval
+        next_compaction = time.monotonic() + interval
         while not self._stopping.is_set():
             try:
                 failed = [q for q in self._queries if not q.isActive]
@@ -150,6 +195,13 @@ class TrackingJob:
             except Exception:
                 log.exception("tracking: starting the queries failed; trying again")
                 self._stop_queries()
+            if time.monotonic() >= next_compaction:
+                next_compaction = time.monotonic() + interval
+                try:
+                    count = compact_traces(self._context.spark, tracking_root(self._context.settings))
+                    log.info("tracking: compacted %d trace files", count)
+                except Exception:
+                    log.exception("tracking: compaction failed; trying again at the next interval")
             self._stopping.wait(_CHECK_INTERVAL)
 
     def _start(self) -> list[Any]:
