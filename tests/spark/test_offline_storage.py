@@ -44,6 +44,7 @@ class Pipeline:
             "--pipeline-trigger-interval", "0.5",
             "--pipeline-max-records-per-batch", "15",
             "--pipeline-jobs", "archive",
+            "--pipeline-retention-interval", "2",
             "--spark-master", "local[2]",
             "--metadata-poll-interval", "0.1",
         )  # fmt: skip
@@ -70,7 +71,7 @@ def pipeline(hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path) -> 
 
 
 def test_a_killed_pipeline_archives_each_message_exactly_once(
-    spark: Any, client: HermesClient, pipeline: Pipeline, tmp_path: Path
+    spark: Any, kafka: EmbeddedBroker, client: HermesClient, pipeline: Pipeline, tmp_path: Path
 ) -> None:
     lake = Lake(str(tmp_path / "lake"))
     topic = client.create_topic(offlineStorage={"enabled": True, "retentionTime": {"duration": 7}})
@@ -115,6 +116,18 @@ def test_a_killed_pipeline_archives_each_message_exactly_once(
         assert before <= published_ms <= before + 5000
         assert row.hour == hour_of(row.publish_timestamp.replace(tzinfo=UTC))
     assert lake_count(spark, lake, later) == 15
+
+    # the running pipeline's retention removes an hour past the topic's 7 days, and archiving goes on
+    expired = produce_at(kafka, topic, [datetime.now(UTC) - timedelta(days=9)])
+    expired_hour = tmp_path / "lake" / f"topic={topic}" / f"hour={hour_of(datetime.now(UTC) - timedelta(days=9))}"
+    assert pipeline.process is not None
+    wait_until(lambda: f"retention: removed 1 hour partitions: {expired_hour}" in pipeline.process.log(), timeout=90)
+    assert not expired_hour.exists()
+    publish(5)
+    wait_until(lambda: lake_count(spark, lake, topic) >= 105, timeout=120, interval=1.0)
+    ids = [r.message_id for r in read_lake(spark, lake, topic).collect()]
+    assert len(ids) == len(set(ids)) == 105
+    assert expired[0] not in ids
 
 
 def produce_at(kafka: EmbeddedBroker, topic: str, moments: list[datetime]) -> list[str]:
