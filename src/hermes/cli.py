@@ -59,7 +59,7 @@ def _consumers(settings: Settings, _: argparse.Namespace) -> int:
     return _serve(settings, frozenset({Role.CONSUMERS}))
 
 
-@command("pipeline", "Run the Spark data pipeline: offline storage of topics (needs the spark extra).")
+@command("pipeline", "Run the Spark data pipeline: offline storage and the jobs of docs/pipeline.md (spark extra).")
 def _pipeline(settings: Settings, _: argparse.Namespace) -> int:
     from hermes.pipeline.runner import run_pipeline
 
