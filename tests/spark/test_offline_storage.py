@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pyarrow.parquet as pq
 import pytest
@@ -19,16 +20,21 @@ from hermes.broker.embedded import EmbeddedBroker
 from hermes.config import load_settings
 from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP
 from hermes.pipeline.lake import Lake, committed_files, hour_of, read_lake
-from hermes.pipeline.offline_storage import apply_retention, start_archive
+from hermes.pipeline.offline_storage import start_archive
+from hermes.pipeline.retention import apply_retention, lake_files
 from hermes.pipeline.runner import PipelineContext
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, unique
 
 
+def local(root: str) -> Path:
+    return Path(urlparse(root).path)
+
+
 def lake_count(spark: Any, lake: Lake, topic: str | None = None) -> int:
     """Committed messages in the lake (of one topic), from the sink's log and the Parquet footers: cheap
     enough to poll while Spark runs elsewhere."""
-    files = committed_files(Path(lake.root))
+    files = committed_files(local(lake.root))
     if topic is not None:
         files = [f for f in files if f"/topic={topic}/" in str(f)]
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
@@ -164,12 +170,15 @@ def archive(spark: Any, kafka: EmbeddedBroker, lake: Lake, checkpoints: Path, to
         query.stop()
 
 
+@pytest.mark.parametrize("root_kind", ["path", "uri"])  # uri: through Hadoop's file system API
 def test_retention_removes_old_hours_keeps_recent_ones_and_infinite_topics(
-    spark: Any, kafka: EmbeddedBroker, tmp_path: Path
+    spark: Any, kafka: EmbeddedBroker, tmp_path: Path, root_kind: str
 ) -> None:
     now = datetime.now(UTC)
-    lake, checkpoints = Lake(str(tmp_path / "lake")), tmp_path / "ckpt"
+    root = str(tmp_path / "lake") if root_kind == "path" else (tmp_path / "lake").as_uri()
+    lake, checkpoints = Lake(root), tmp_path / "ckpt"
     kept_for_a_week, forever = unique("g.retention"), unique("g.infinite")
+    retention = {kept_for_a_week: timedelta(days=7), forever: None}
     old = produce_at(kafka, kept_for_a_week, [now - timedelta(days=10), now - timedelta(days=8, hours=2)])
     recent = produce_at(kafka, kept_for_a_week, [now - timedelta(days=6), now])
     ancient = produce_at(kafka, forever, [now - timedelta(days=400), now])
@@ -177,18 +186,19 @@ def test_retention_removes_old_hours_keeps_recent_ones_and_infinite_topics(
     try:
         archive(spark, kafka, lake, checkpoints, [kept_for_a_week, forever], 6)
         produce_at(kafka, forever, [now])
-        archive(spark, kafka, lake, checkpoints, [kept_for_a_week, forever], 7)  # a second batch, maybe a compaction
+        archive(spark, kafka, lake, checkpoints, [kept_for_a_week, forever], 7)  # a second batch, a compaction
     finally:
         spark.conf.unset("spark.sql.streaming.fileSink.log.compactInterval")
-
     assert any(f.name.endswith(".compact") for f in (tmp_path / "lake" / "_spark_metadata").iterdir())
+    files = lake_files(spark, root)
+    assert files is not None
 
-    removed = apply_retention(tmp_path / "lake", {kept_for_a_week: timedelta(days=7), forever: None}, datetime.now(UTC))
+    removed = apply_retention(files, root, retention, datetime.now(UTC))
 
-    assert sorted(p.name for p in removed) == sorted(
+    assert sorted(local(p).name for p in removed) == sorted(
         f"hour={hour_of(now - timedelta(days=d, hours=h))}" for d, h in ((10, 0), (8, 2))
     )
-    assert all(not p.exists() for p in removed)
+    assert all(not local(p).exists() for p in removed)
     assert all(f.exists() for f in committed_files(tmp_path / "lake"))
     remaining = {r.message_id for r in read_lake(spark, lake).collect()}  # still readable: the log lists no lost file
     assert remaining.isdisjoint(old)
@@ -199,6 +209,4 @@ def test_retention_removes_old_hours_keeps_recent_ones_and_infinite_topics(
     newest = produce_at(kafka, kept_for_a_week, [now])
     archive(spark, kafka, lake, checkpoints, [kept_for_a_week, forever], 6)
     assert set(newest) <= {r.message_id for r in read_lake(spark, lake).collect()}
-    assert (
-        apply_retention(tmp_path / "lake", {kept_for_a_week: timedelta(days=7), forever: None}, datetime.now(UTC)) == []
-    )
+    assert apply_retention(files, root, retention, datetime.now(UTC)) == []

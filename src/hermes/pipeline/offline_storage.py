@@ -9,26 +9,17 @@ readers of the lake root see every message once.
 The archived topics change at run time: the job watches the metadata repository and restarts the query with
 the new topic list on the same checkpoint (a new topic is read from its earliest offset).
 
-Retention deletes whole ``hour=`` directories. Deleting files the sink's log lists would make every Spark
-reader of the lake fail, so retention runs while the archive query is stopped, first removes the expired
-files' entries from every file of the ``_spark_metadata`` log (each file is rewritten whole and renamed into
-place), then deletes the directories. The log stays a valid log of the files that exist. Retention works on
-local lakes (plain paths and ``file:`` URIs); other file systems are archived but not pruned.
+Retention (:mod:`hermes.pipeline.retention`) rewrites the sink's log, so it runs while the query is stopped:
+the job checks every ``retention_interval`` and stops the query only when some hour has expired.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import shutil
 import threading
 import time
-from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
 
 from hermes.domain.message import (
     KAFKA_MESSAGE_ID,
@@ -39,7 +30,8 @@ from hermes.domain.message import (
 from hermes.domain.topic import Topic
 from hermes.metadata.repository import ChangeKind, MetadataChange
 from hermes.pipeline.kafka_source import SOURCE_NAME
-from hermes.pipeline.lake import HOUR_PATTERN_SPARK, METADATA_DIR, PARTITION_COLUMNS, hour_expired
+from hermes.pipeline.lake import HOUR_PATTERN_SPARK, PARTITION_COLUMNS
+from hermes.pipeline.retention import expired_partitions, lake_files, remove_partitions
 
 if TYPE_CHECKING:
     from hermes.pipeline.runner import PipelineContext
@@ -108,82 +100,6 @@ def start_archive(context: PipelineContext, topics: list[str], trigger: dict[str
     )
 
 
-def local_path(root: str) -> Path | None:
-    """The local directory of a lake root, or None when it lives on another file system."""
-    parsed = urlparse(root)
-    if parsed.scheme in ("", "file"):
-        return Path(unquote(parsed.path) if parsed.scheme else root)
-    return None
-
-
-def _partition(path: str) -> tuple[str, str] | None:
-    """The (topic, hour) directory a file of the lake belongs to."""
-    values = dict(p.split("=", 1) for p in unquote(path).split("/") if "=" in p)
-    if "topic" in values and "hour" in values:
-        return values["topic"], values["hour"]
-    return None
-
-
-def expired_partitions(
-    lake_root: Path, retention: Mapping[str, timedelta | None], now: datetime
-) -> set[tuple[str, str]]:
-    """The (topic, hour) partitions whose messages are all older than their topic's retention (None keeps all;
-    topics not in ``retention`` are kept)."""
-    expired: set[tuple[str, str]] = set()
-    for topic_dir in sorted(lake_root.glob("topic=*")):
-        topic = topic_dir.name.split("=", 1)[1]
-        keep_for = retention.get(topic)
-        if keep_for is None:
-            continue
-        for hour_dir in sorted(topic_dir.glob("hour=*")):
-            hour = hour_dir.name.split("=", 1)[1]
-            try:
-                if hour_expired(hour, keep_for, now):
-                    expired.add((topic, hour))
-            except ValueError:
-                log.warning("retention: %s is not an hour partition; kept", hour_dir)
-    return expired
-
-
-def remove_partitions(lake_root: Path, expired: set[tuple[str, str]]) -> list[Path]:
-    """Removes partitions from the sink's log, then from the disk. Call it only while nothing writes to the lake."""
-    _forget_files(lake_root / METADATA_DIR, expired)  # first the log, so no new reader is sent to a deleted file
-    removed = []
-    for topic, hour in sorted(expired):
-        directory = lake_root / f"topic={topic}" / f"hour={hour}"
-        shutil.rmtree(directory, ignore_errors=True)
-        removed.append(directory)
-    return removed
-
-
-def apply_retention(lake_root: Path, retention: Mapping[str, timedelta | None], now: datetime) -> list[Path]:
-    """Removes the expired hour partitions of a lake nothing writes to; returns them."""
-    return remove_partitions(lake_root, expired_partitions(lake_root, retention, now))
-
-
-def _forget_files(log_dir: Path, expired: set[tuple[str, str]]) -> None:
-    """Drops the entries of expired partitions from each file of the sink's log (a version line, then one
-    JSON entry per line), keeping every file a valid log of files that exist."""
-    if not log_dir.is_dir():
-        return
-    for batch_file in sorted(log_dir.iterdir()):
-        if batch_file.name.startswith(".") or not batch_file.is_file():
-            continue
-        lines = batch_file.read_text(encoding="utf-8").split("\n")
-        kept = [lines[0]]
-        for line in lines[1:]:
-            if line.strip() and _partition(json.loads(line)["path"]) in expired:
-                continue
-            kept.append(line)
-        if len(kept) == len(lines):
-            continue
-        replacement = batch_file.with_name(f".{batch_file.name}.retention")
-        replacement.write_text("\n".join(kept), encoding="utf-8")
-        # Hadoop's local file system checks a file against its .crc when there is one: drop it first
-        batch_file.with_name(f".{batch_file.name}.crc").unlink(missing_ok=True)
-        os.replace(replacement, batch_file)
-
-
 class ArchiveJob:
     """Keeps the archive query running for the current archived topics, and applies retention periodically."""
 
@@ -246,17 +162,18 @@ class ArchiveJob:
             log.info("archive: archiving %s to %s", ", ".join(topics), self._context.lake.root)
 
     def _retention(self, topics: dict[str, Topic]) -> None:
-        root = local_path(self._context.lake.root)
-        if root is None or not root.is_dir():
+        root = self._context.lake.root
+        files = lake_files(self._context.spark, root)
+        if files is None:
             return
         retention = {name: offline_retention(topic) for name, topic in topics.items()}
-        expired = expired_partitions(root, retention, datetime.now(UTC))
+        expired = expired_partitions(files, root, retention, datetime.now(UTC))
         if not expired:
             return
         self._stop_query()  # the sink must not commit while its log is rewritten; _follow restarts it
         self._topics = ()
-        removed = remove_partitions(root, expired)
-        log.info("retention: removed %d hour partitions: %s", len(removed), ", ".join(map(str, removed)))
+        removed = remove_partitions(files, root, expired)
+        log.info("retention: removed %d hour partitions: %s", len(removed), ", ".join(removed))
 
     def _stop_query(self) -> None:
         query, self._query = self._query, None
