@@ -177,6 +177,7 @@ def test_retention_removes_old_hours_keeps_recent_ones_and_infinite_topics(
     now = datetime.now(UTC)
     root = str(tmp_path / "lake") if root_kind == "path" else (tmp_path / "lake").as_uri()
     lake, checkpoints = Lake(root), tmp_path / "ckpt"
+    assert read_lake(spark, lake).count() == 0  # nothing archived yet reads as empty
     kept_for_a_week, forever = unique("g.retention"), unique("g.infinite")
     retention = {kept_for_a_week: timedelta(days=7), forever: None}
     old = produce_at(kafka, kept_for_a_week, [now - timedelta(days=10), now - timedelta(days=8, hours=2)])

@@ -57,7 +57,15 @@ def hour_expired(hour: str, retention: timedelta, now: datetime) -> bool:
 
 def read_lake(spark: Any, lake: Lake, topic: str | None = None) -> Any:
     """The archived messages (of one topic when given), each exactly once. An empty lake reads as empty."""
-    frame = spark.read.schema(LAKE_COLUMNS_DDL).parquet(lake.root)
+    if not urlparse(lake.root).scheme and not Path(lake.root).exists():  # spares Spark's warning
+        frame = spark.createDataFrame([], LAKE_COLUMNS_DDL)  # nothing archived yet
+    else:
+        try:
+            frame = spark.read.schema(LAKE_COLUMNS_DDL).parquet(lake.root)
+        except Exception as exc:  # pyspark's AnalysisException (classic or Connect)
+            if "PATH_NOT_FOUND" not in str(exc):
+                raise
+            frame = spark.createDataFrame([], LAKE_COLUMNS_DDL)
     return frame if topic is None else frame.where(frame.topic == topic)
 
 
