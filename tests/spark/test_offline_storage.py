@@ -19,10 +19,11 @@ from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.config import load_settings
 from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP
-from hermes.pipeline.lake import Lake, committed_files, hour_of, read_lake
+from hermes.pipeline.lake import Lake, hour_of, read_lake
 from hermes.pipeline.offline_storage import start_archive
 from hermes.pipeline.retention import apply_retention, lake_files
 from hermes.pipeline.runner import PipelineContext
+from hermes.pipeline.traces import committed_files
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, unique
 

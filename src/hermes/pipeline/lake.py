@@ -16,12 +16,11 @@ on the root), never by globbing the files: that is what makes each message appea
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+from urllib.parse import urlparse
 
 HOUR_PATTERN_SPARK = "yyyy-MM-dd-HH"
 HOUR_PATTERN = "%Y-%m-%d-%H"
@@ -67,30 +66,3 @@ def read_lake(spark: Any, lake: Lake, topic: str | None = None) -> Any:
                 raise
             frame = spark.createDataFrame([], LAKE_COLUMNS_DDL)
     return frame if topic is None else frame.where(frame.topic == topic)
-
-
-def committed_files(root: Path) -> list[Path]:
-    """The Parquet files of a local lake that the file sink committed, read from its log without Spark (for
-    readers such as pyarrow or DuckDB, which would otherwise also see files of interrupted batches).
-
-    The log holds one file per batch (``<id>``), and every few batches a compaction (``<id>.compact``) that
-    repeats all earlier entries; older batch files may already be cleaned up."""
-    log_dir = root / METADATA_DIR
-    batches: dict[int, Path] = {}
-    compacted = -1
-    for entry in log_dir.iterdir() if log_dir.is_dir() else ():
-        stem, _, suffix = entry.name.partition(".")
-        if not stem.isdigit() or suffix not in ("", "compact"):
-            continue
-        batches[int(stem)] = entry
-        if suffix == "compact":
-            compacted = max(compacted, int(stem))
-    files: list[Path] = []
-    for batch in sorted(b for b in batches if b >= compacted):
-        for line in batches[batch].read_text(encoding="utf-8").split("\n")[1:]:
-            if line.strip():
-                status = json.loads(line)
-                if status.get("action", "add") == "add":
-                    location = urlparse(status["path"])
-                    files.append(Path(unquote(location.path) if location.scheme else status["path"]))
-    return files
