@@ -57,3 +57,47 @@ def test_an_hour_expires_once_its_last_message_is_older_than_the_retention() -> 
     assert hour_expired(hour_of(now - week - timedelta(hours=2)), week, now)
     assert not hour_expired(hour_of(now - week), week, now)  # 05:xx of that hour is not yet a week old
     assert not hour_expired(hour_of(now), week, now)
+
+
+class PlannedReader:
+    """The source's offset planning over given watermarks (the Kafka calls are covered by tests/spark/)."""
+
+    def __init__(self, watermarks: dict[str, dict[str, tuple[int, int]]]) -> None:
+        source = pytest.importorskip("hermes.pipeline.kafka_source")
+        self.reader = source.KafkaStreamReader(source.KafkaOptions.parse({"bootstrap.servers": "x:1", "topics": "t"}))
+        self.reader._watermarks = lambda: watermarks
+
+    def plan(self, start: dict[str, dict[str, int]], max_rows: int | None = None) -> tuple[object, list[object]]:
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+        end = self.reader.latestOffset(start, ReadMaxRows(max_rows) if max_rows else ReadAllAvailable())
+        return end, [(p.topic, p.partition, p.start, p.end) for p in self.reader.partitions(start, end)]
+
+
+def test_a_new_partition_joins_at_its_earliest_offset_and_is_read_from_the_next_batch() -> None:
+    planned = PlannedReader({"t": {"0": (0, 5), "1": (2, 7)}})
+
+    end, reads = planned.plan({"t": {"0": 3}})
+    assert end == {"t": {"0": 5, "1": 2}}
+    assert reads == [("t", 0, 3, 5)]
+
+    assert planned.plan({"t": {"0": 5, "1": 2}}) == ({"t": {"0": 5, "1": 7}}, [("t", 1, 2, 7)])
+
+
+def test_a_batch_never_exceeds_its_row_limit_and_keeps_positions_of_topics_no_longer_read() -> None:
+    planned = PlannedReader({"t": {"0": (0, 100), "1": (0, 100)}})
+
+    end, reads = planned.plan({"t": {"0": 0, "1": 90}, "gone": {"0": 4}}, max_rows=20)
+
+    assert end == {"gone": {"0": 4}, "t": {"0": 10, "1": 100}}
+    assert sum(e - s for _, _, s, e in reads) == 20
+
+
+def test_a_position_past_the_end_waits_and_then_starts_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    source = pytest.importorskip("hermes.pipeline.kafka_source")
+    planned = PlannedReader({"t": {"0": (0, 10)}})
+
+    assert planned.plan({"t": {"0": 50}}) == ({"t": {"0": 50}}, [])  # a lagging leader: wait, read nothing
+    monkeypatch.setattr(source, "_STARTED_OVER_AFTER", 0.0)
+    assert planned.plan({"t": {"0": 50}}) == ({"t": {"0": 0}}, [])  # the topic was created again
+    assert planned.plan({"t": {"0": 0}}) == ({"t": {"0": 10}}, [("t", 0, 0, 10)])

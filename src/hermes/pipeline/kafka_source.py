@@ -83,6 +83,7 @@ Offsets = dict[str, dict[str, int]]
 
 _ROWS_PER_ARROW_BATCH = 5000
 _METADATA_REFRESH = 5.0  # seconds between topic/partition discoveries on the driver
+_STARTED_OVER_AFTER = 30.0  # seconds a position must stay past a partition's end to count as a new topic
 _READ_STALL_TIMEOUT = 60.0  # a task that sees no record for this long while data is due fails (Spark retries)
 
 
@@ -163,6 +164,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._probe: Any = None
         self._checked_ends: dict[tuple[str, int], tuple[int, int]] = {}  # listed end -> true end
         self._target: Offsets | None = None  # Trigger.AvailableNow: never read past this
+        self._past_end: dict[tuple[str, str], float] = {}  # since when a position is past its partition's end
 
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options}
@@ -245,13 +247,11 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for topic, partitions in self._watermarks().items():
             for p, (low, high) in partitions.items():
                 known = start.get(topic, {}).get(p)
-                if known is None:  # a new partition or topic joins at its earliest offset, read from next batch
+                if known is None or self._started_over(topic, p, known, low, high):
+                    # a partition joins at its earliest offset with nothing admitted; the next batch reads it
                     positions[(topic, p)], available[(topic, p)] = low, 0
                     continue
                 begin = known
-                if known > high:  # the topic was deleted and created again: its offsets start over
-                    log.warning("%s[%s]: position %d is past the end %d; reading from %d", topic, p, known, high, low)
-                    begin = low
                 until = high if self._target is None else min(high, self._target.get(topic, {}).get(p, begin))
                 positions[(topic, p)] = begin
                 available[(topic, p)] = max(0, until - begin)
@@ -261,6 +261,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for (topic, p), begin in positions.items():
             end.setdefault(topic, {})[p] = begin + available[(topic, p)]
         return _sorted(end)
+
+    def _started_over(self, topic: str, partition: str, known: int, low: int, high: int) -> bool:
+        """True when a position has stayed past the partition's end for a while: the topic was deleted and
+        created again, and its offsets start over. A moment past the end (a lagging leader) only waits."""
+        if known <= high:
+            self._past_end.pop((topic, partition), None)
+            return False
+        since = self._past_end.setdefault((topic, partition), time.monotonic())
+        if time.monotonic() - since < _STARTED_OVER_AFTER:
+            return False
+        log.warning("%s[%s]: position %d stayed past the end %d: reading from %d", topic, partition, known, high, low)
+        del self._past_end[(topic, partition)]
+        return True
 
     def partitions(self, start: Offsets, end: Offsets) -> list[KafkaPartition]:
         # latestOffset adds a partition to an end offset with nothing admitted from it, so every partition
