@@ -101,3 +101,16 @@ def test_a_position_past_the_end_waits_and_then_starts_over(monkeypatch: pytest.
     monkeypatch.setattr(source, "_STARTED_OVER_AFTER", 0.0)
     assert planned.plan({"t": {"0": 50}}) == ({"t": {"0": 0}}, [])  # the topic was created again
     assert planned.plan({"t": {"0": 0}}) == ({"t": {"0": 10}}, [("t", 0, 0, 10)])
+
+
+def test_without_a_jvm_gateway_only_local_lakes_are_pruned() -> None:
+    from hermes.pipeline.retention import LocalFiles, lake_files
+
+    class ConnectSession:  # Spark Connect: no SparkContext in the client process
+        @property
+        def sparkContext(self) -> object:
+            raise NotImplementedError("sparkContext is not supported in Spark Connect")
+
+    assert isinstance(lake_files(ConnectSession(), "/srv/lake"), LocalFiles)
+    assert isinstance(lake_files(ConnectSession(), "file:///srv/lake"), LocalFiles)
+    assert lake_files(ConnectSession(), "hdfs://nn/lake") is None

@@ -107,11 +107,10 @@ def lake_files(spark: Any, root: str) -> LakeFiles | None:
     """How to reach the lake's files: Python for plain paths, Hadoop for URIs (classic mode only)."""
     if not urlparse(root).scheme:
         return LocalFiles()
-    if getattr(spark, "sparkContext", None) is not None:
-        try:
-            return HadoopFiles(spark)
-        except Exception:  # Spark Connect sessions have no JVM gateway here
-            log.debug("no JVM gateway for the lake's file system", exc_info=True)
+    try:
+        return HadoopFiles(spark)
+    except Exception:  # a Spark Connect session has no SparkContext nor JVM gateway in this process
+        log.debug("no JVM gateway for the lake's file system", exc_info=True)
     parsed = urlparse(root)
     return LocalFiles() if parsed.scheme == "file" else None
 
