@@ -7,8 +7,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import tempfile
+import time
 from enum import StrEnum
 from typing import Any
 
@@ -164,6 +166,9 @@ class Hermes:
         if importlib.util.find_spec("pyspark") is None:
             log.warning("the pipeline is not started: pyspark is missing (install hermes-broker[spark])")
             return
+        if not self.settings.spark_remote and not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+            log.warning("the pipeline is not started: local Spark needs Java (java on the PATH or JAVA_HOME)")
+            return
 
         pipeline = PipelineProcess(self.settings, bootstrap)
         await asyncio.to_thread(pipeline.start)
@@ -177,14 +182,19 @@ class Hermes:
 
     @staticmethod
     async def _watch_pipeline(pipeline: Any) -> None:
-        """Starts the pipeline again when it exits: it is stateless apart from its checkpoints."""
+        """Starts the pipeline again when it exits (it keeps its state in checkpoints), waiting longer after
+        each exit that came soon after a start, up to a minute."""
+        delay, started = 5.0, time.monotonic()
         while True:
             await asyncio.sleep(1.0)
             code = pipeline.exited()
-            if code is not None:
-                log.error("the pipeline exited with %s; starting it again in 5 s (see logs/pipeline.log)", code)
-                await asyncio.sleep(5.0)
-                await asyncio.to_thread(pipeline.start)
+            if code is None:
+                continue
+            delay = 5.0 if time.monotonic() - started > 120 else min(60.0, delay * 2)
+            log.error("the pipeline exited with %s; starting it again in %.0f s (see logs/pipeline.log)", code, delay)
+            await asyncio.sleep(delay)
+            await asyncio.to_thread(pipeline.start)
+            started = time.monotonic()
 
     async def _report_published(self, published: Any) -> None:
         from hermes.frontend.metrics import TOPIC_METRICS_NAMESPACE
