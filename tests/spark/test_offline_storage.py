@@ -66,9 +66,10 @@ class Pipeline:
         assert self.process is not None
         self.process.stop(signal.SIGKILL)
 
-    def stop(self) -> None:
+    def stop(self) -> int | None:
         if self.process is not None and self.process.process is not None and self.process.process.poll() is None:
-            self.process.stop(signal.SIGTERM, timeout=60)
+            return self.process.stop(signal.SIGTERM, timeout=60)
+        return None
 
 
 @pytest.fixture
@@ -137,6 +138,7 @@ def test_a_killed_pipeline_archives_each_message_exactly_once(
     assert len(ids) == len(set(ids)) == 105
     assert expired[0] not in ids
     assert lake_count(spark, lake, topic) == 105  # the sink's log, read without Spark, agrees
+    assert pipeline.stop() == 0, "SIGTERM stops the pipeline cleanly"
 
 
 def produce_at(kafka: EmbeddedBroker, topic: str, moments: list[datetime]) -> list[str]:
