@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     # --- HTTP ports ---
     frontend_port: int = Field(8080, ge=0, le=65535, description="Port of the publishing API (0 = any free).")
     management_port: int = Field(8090, ge=0, le=65535, description="Port of the management API (0 = any free).")
+    pipeline_port: int = Field(
+        8060, ge=0, le=65535, description="Port of `hermes pipeline`'s health and Prometheus endpoints (0 = any free)."
+    )
     consumers_port: int = Field(
         8070, ge=0, le=65535, description="Port of `hermes consumers`' health and Prometheus endpoints (0 = any free)."
     )

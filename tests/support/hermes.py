@@ -86,6 +86,7 @@ class HermesProcess:
     ) -> None:
         self.frontend_port = free_port()
         self.management_port = free_port()
+        self.pipeline_port = free_port()
         self.data_dir = data_dir
         self.log_path = data_dir / f"hermes-{command}.log"
         self.argv = [
@@ -99,6 +100,8 @@ class HermesProcess:
             str(self.frontend_port),
             "--management-port",
             str(self.management_port),
+            "--pipeline-port",
+            str(self.pipeline_port),
             "--consumers-port",
             str(free_port()),
             *([] if pipeline or command != "run" else ["--no-pipeline"]),  # Spark takes 10+ s to start

@@ -31,6 +31,13 @@ from hermes.domain.topic import Topic
 from hermes.metadata.repository import ChangeKind, MetadataChange
 from hermes.pipeline.kafka_source import SOURCE_NAME
 from hermes.pipeline.lake import HOUR_PATTERN_SPARK, PARTITION_COLUMNS
+from hermes.pipeline.metrics import (
+    ARCHIVE_BATCHES,
+    ARCHIVE_LAST_COMMIT,
+    ARCHIVE_RECORDS,
+    ARCHIVE_RUNNING,
+    ARCHIVED_TOPICS,
+)
 from hermes.pipeline.retention import expired_partitions, lake_files, remove_partitions
 
 if TYPE_CHECKING:
@@ -113,6 +120,7 @@ class ArchiveJob:
         self._query: Any = None
         self._topics: tuple[str, ...] = ()
         self._unwatch: Any = None
+        self._counted: tuple[str, int] = ("", -1)  # (run id, batch id) of the last progress counted
 
     def start(self) -> None:
         self._unwatch = self._context.repository.watch(self._on_change)
@@ -140,6 +148,7 @@ class ArchiveJob:
                     self._retention(topics)
                     next_retention = time.monotonic() + self._context.retention_interval
                 self._follow(tuple(sorted(topics)))
+                self._count_progress()
             except Exception:
                 log.exception("archive: restarting in %.0f s", _RETRY_DELAY)
                 self._stop_query()
@@ -152,6 +161,7 @@ class ArchiveJob:
         if query is not None and not query.isActive:
             error = query.exception()
             self._query = None
+            self._count_progress(query)
             raise RuntimeError(f"the archive query stopped: {error}")
         if topics == self._topics and (query is not None or not topics):
             return
@@ -160,6 +170,24 @@ class ArchiveJob:
         if topics and not self._stopping.is_set():
             self._query = start_archive(self._context, list(topics))
             log.info("archive: archiving %s to %s", ", ".join(topics), self._context.lake.root)
+
+    def _count_progress(self, query: Any = None) -> None:
+        """Adds the batches of ``query`` (by default the running one) not counted yet to the metrics."""
+        if query is None:
+            query = self._query
+            ARCHIVE_RUNNING.set(1 if query is not None and query.isActive else 0)
+            ARCHIVED_TOPICS.set(len(self._topics))
+        if query is None:
+            return
+        for progress in query.recentProgress:
+            key = (progress["runId"], progress["batchId"])
+            if key[0] == self._counted[0] and key[1] <= self._counted[1]:
+                continue
+            self._counted = key
+            if progress["numInputRows"]:
+                ARCHIVE_RECORDS.inc(progress["numInputRows"])
+                ARCHIVE_BATCHES.inc()
+                ARCHIVE_LAST_COMMIT.set(time.time())
 
     def _retention(self, topics: dict[str, Topic]) -> None:
         root = self._context.lake.root
@@ -180,5 +208,7 @@ class ArchiveJob:
         if query is not None:
             try:
                 query.stop()
+                self._count_progress(query)  # its last batches, before its successor is counted
             except Exception:
                 log.warning("archive: stopping the query failed", exc_info=True)
+            ARCHIVE_RUNNING.set(0)

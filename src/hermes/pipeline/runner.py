@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
-from hermes.broker.embedded import _die_with_parent
+from hermes.broker.embedded import _die_with_parent, ensure_port_free
 from hermes.config import ENV_PREFIX, Settings
 from hermes.errors import StartupError
 from hermes.metadata.factory import open_repository
@@ -94,8 +94,10 @@ class Pipeline:
         self.spark: Any = None
         self.repository: MetadataRepository | None = None
         self.jobs: list[Job] = []
+        self.status: Any = None
 
     def start(self) -> None:
+        from hermes.pipeline.metrics import StatusServer
         from hermes.pipeline.session import build_session
 
         settings = self.settings
@@ -103,6 +105,9 @@ class Pipeline:
             raise StartupError(
                 "hermes pipeline needs the Kafka cluster (--kafka-bootstrap-servers); `hermes run` passes its own"
             )
+        ensure_port_free(settings.host, settings.pipeline_port, "pipeline status")
+        self.status = StatusServer(settings.host, settings.pipeline_port)
+        self.status.start()
         connection = KafkaConnection.from_settings(settings, settings.kafka_bootstrap_servers)
         BrokerAdmin(connection).wait_until_reachable(settings.kafka_connect_timeout)
         self.repository = open_repository(settings)
@@ -143,6 +148,9 @@ class Pipeline:
         if self.repository is not None:
             self.repository.close()
             self.repository = None
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
 
 
 def run_pipeline(settings: Settings) -> None:
