@@ -170,6 +170,7 @@ class Hermes:
             log.warning("the pipeline is not started: local Spark needs Java (java on the PATH or JAVA_HOME)")
             return
 
+        ensure_port_free(self.settings.host, self.settings.pipeline_port, "pipeline status")
         pipeline = PipelineProcess(self.settings, bootstrap)
         await asyncio.to_thread(pipeline.start)
         watcher = asyncio.create_task(self._watch_pipeline(pipeline), name="pipeline-watch")
