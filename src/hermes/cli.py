@@ -59,6 +59,14 @@ def _consumers(settings: Settings, _: argparse.Namespace) -> int:
     return _serve(settings, frozenset({Role.CONSUMERS}))
 
 
+@command("pipeline", "Run the Spark data pipeline: offline storage and the jobs of docs/pipeline.md (spark extra).")
+def _pipeline(settings: Settings, _: argparse.Namespace) -> int:
+    from hermes.pipeline.runner import run_pipeline
+
+    run_pipeline(settings)
+    return 0
+
+
 @command("bench", "Measure publish and delivery throughput beside their ceilings; prints JSON.")
 def _bench(settings: Settings, _: argparse.Namespace) -> int:
     from hermes.bench.quick import run

@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     # --- HTTP ports ---
     frontend_port: int = Field(8080, ge=0, le=65535, description="Port of the publishing API (0 = any free).")
     management_port: int = Field(8090, ge=0, le=65535, description="Port of the management API (0 = any free).")
+    pipeline_port: int = Field(
+        8060, ge=0, le=65535, description="Port of `hermes pipeline`'s health and Prometheus endpoints (0 = any free)."
+    )
     consumers_port: int = Field(
         8070, ge=0, le=65535, description="Port of `hermes consumers`' health and Prometheus endpoints (0 = any free)."
     )
@@ -100,6 +103,52 @@ class Settings(BaseSettings):
     )
     consumer_session_timeout_ms: int = Field(
         6000, ge=1000, description="Kafka consumer group session timeout (Tansu joins take ~23 s at the default)."
+    )
+
+    # --- pipeline: the Spark process (hermes pipeline) and offline storage ---
+    pipeline: bool = Field(True, description="`hermes run` also runs the Spark pipeline, as a child process.")
+    spark_master: str = Field("local[*]", description="Spark master of the pipeline, e.g. spark://host:7077.")
+    spark_remote: str | None = Field(
+        None, description="Spark Connect server (sc://host:port) to run the pipeline on instead of a master."
+    )
+    pipeline_lake: str | None = Field(
+        None,
+        description="Root of the offline storage lake: a directory or any Spark-writable URI "
+        "(default: pipeline/lake in the data directory).",
+    )
+    pipeline_checkpoints: str | None = Field(
+        None,
+        description="Directory or URI of the pipeline's streaming checkpoints "
+        "(default: pipeline/checkpoints in the data directory).",
+    )
+    pipeline_trigger_interval: float = Field(1.0, gt=0, description="Seconds between archive micro-batches.")
+    pipeline_max_records_per_batch: int | None = Field(
+        None, ge=1, description="At most this many Kafka records per archive micro-batch (default: all available)."
+    )
+    pipeline_retention_interval: float = Field(
+        3600.0, gt=0, description="Seconds between checks for lake hour partitions past their topic's retention."
+    )
+    pipeline_jobs: str = Field(
+        "all", description="Comma-separated names of the pipeline jobs to run (archive, tracking, ...), or all."
+    )
+
+    # --- pipeline: tracking and offline retransmission ---
+    pipeline_tracking_dir: Path | None = Field(
+        None,
+        description="Where the tracking job writes traces and delivery statistics and management reads them "
+        "(default: pipeline/tracking in the data directory). A local directory: management reads it.",
+    )
+    pipeline_tracking_trigger: float = Field(
+        1.0, gt=0, description="Seconds between micro-batches of the trace table (a trace shows up within ~this)."
+    )
+    pipeline_statistics_trigger: float = Field(
+        5.0, gt=0, description="Seconds between micro-batches of the per-minute delivery statistics."
+    )
+    pipeline_tracking_compaction_interval: float = Field(
+        600.0, gt=0, description="Seconds between compactions of the trace table's small files."
+    )
+    pipeline_retransmission_poll: float = Field(
+        2.0, gt=0, description="Seconds between looks for new offline retransmission tasks."
     )
 
     @property

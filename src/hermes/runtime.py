@@ -7,8 +7,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import tempfile
+import time
 from enum import StrEnum
 from typing import Any
 
@@ -99,6 +101,8 @@ class Hermes:
             await asyncio.to_thread(admin.create_topic, TRACKING_TOPIC, settings.topic_partitions)
 
         self.repository = await asyncio.to_thread(open_repository, settings)
+        if self.roles == ALL_ROLES and settings.pipeline:
+            await self._start_pipeline(bootstrap)
         if Role.FRONTEND in self.roles or Role.CONSUMERS in self.roles:
             self.cache = MetadataCache(self.repository)
             await self.cache.start()
@@ -155,6 +159,45 @@ class Hermes:
             await self._serve(Role.FRONTEND, frontend_app(publisher, self.cache, published), settings.frontend_port)
             reporter = asyncio.create_task(self._report_published(published), name="published-metrics")
             self._stoppers.append(lambda: _cancel(reporter))
+
+    async def _start_pipeline(self, bootstrap: str) -> None:
+        import importlib.util
+
+        from hermes.pipeline.runner import PipelineProcess
+
+        if importlib.util.find_spec("pyspark") is None:
+            log.warning("the pipeline is not started: pyspark is missing (install hermes-broker[spark])")
+            return
+        if not self.settings.spark_remote and not (os.environ.get("JAVA_HOME") or shutil.which("java")):
+            log.warning("the pipeline is not started: local Spark needs Java (java on the PATH or JAVA_HOME)")
+            return
+
+        ensure_port_free(self.settings.host, self.settings.pipeline_port, "pipeline status")
+        pipeline = PipelineProcess(self.settings, bootstrap)
+        await asyncio.to_thread(pipeline.start)
+        watcher = asyncio.create_task(self._watch_pipeline(pipeline), name="pipeline-watch")
+
+        async def stop() -> None:
+            await _cancel(watcher)
+            await asyncio.to_thread(pipeline.stop)
+
+        self._stoppers.append(stop)
+
+    @staticmethod
+    async def _watch_pipeline(pipeline: Any) -> None:
+        """Starts the pipeline again when it exits (it keeps its state in checkpoints), waiting longer after
+        each exit that came soon after a start, up to a minute."""
+        delay, started = 5.0, time.monotonic()
+        while True:
+            await asyncio.sleep(1.0)
+            code = pipeline.exited()
+            if code is None:
+                continue
+            delay = 5.0 if time.monotonic() - started > 120 else min(60.0, delay * 2)
+            log.error("the pipeline exited with %s; starting it again in %.0f s (see logs/pipeline.log)", code, delay)
+            await asyncio.sleep(delay)
+            await asyncio.to_thread(pipeline.start)
+            started = time.monotonic()
 
     async def _report_published(self, published: Any) -> None:
         from hermes.frontend.metrics import TOPIC_METRICS_NAMESPACE

@@ -39,6 +39,9 @@ class TraceEvent:
     partition: int | None = None
     offset: int | None = None
     reason: str | None = None
+    # An addition to Hermes' fields: when the frontend accepted the message, so the pipeline can measure
+    # delivery latency (publish to successful delivery) from consumer events alone.
+    publishTimestamp: int | None = None
 
     def to_json(self) -> bytes:
         return orjson.dumps({k: v for k, v in asdict(self).items() if v is not None})
@@ -68,10 +71,20 @@ class Tracker:
         partition: int,
         offset: int,
         reason: str | None = None,
+        publish_timestamp: int | None = None,
     ) -> None:
         self._emit(
             TraceEvent(
-                message_id, now_ms(), topic, status.value, self._cluster, subscription, partition, offset, reason
+                message_id,
+                now_ms(),
+                topic,
+                status.value,
+                self._cluster,
+                subscription,
+                partition,
+                offset,
+                reason,
+                publish_timestamp,
             )
         )
 

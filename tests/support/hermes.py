@@ -67,6 +67,7 @@ def hermes_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> 
         "metadata_poll_interval": 0.05,
         "consumer_commit_interval": 0.2,
         "consumer_metrics_interval": 0.2,
+        "pipeline": False,  # Spark takes 10+ s to start: only the tests that want the pipeline run it
         **overrides,
     }
     return load_settings(values)
@@ -75,9 +76,17 @@ def hermes_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> 
 class HermesProcess:
     """The real ``hermes run`` (or another subcommand) as a child process on free ports."""
 
-    def __init__(self, data_dir: Path, *args: str, command: str = "run", env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        *args: str,
+        command: str = "run",
+        env: dict[str, str] | None = None,
+        pipeline: bool = False,
+    ) -> None:
         self.frontend_port = free_port()
         self.management_port = free_port()
+        self.pipeline_port = free_port()
         self.data_dir = data_dir
         self.log_path = data_dir / f"hermes-{command}.log"
         self.argv = [
@@ -91,8 +100,11 @@ class HermesProcess:
             str(self.frontend_port),
             "--management-port",
             str(self.management_port),
+            "--pipeline-port",
+            str(self.pipeline_port),
             "--consumers-port",
             str(free_port()),
+            *([] if pipeline or command != "run" else ["--no-pipeline"]),  # Spark takes 10+ s to start
             *args,
         ]
         self.env = {**os.environ, **(env or {})}

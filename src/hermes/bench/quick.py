@@ -181,6 +181,7 @@ def run(seconds: float = 10.0, messages: int = 5000, concurrency: int = 32, repe
         str(management_port),
         "--log-level",
         "WARNING",
+        "--no-pipeline",  # Spark would compete with publishing and delivery for the CPUs
     ]
     results: dict[str, Any] = {
         "machine": {

@@ -88,6 +88,7 @@ class BatchConsumer(SerialConsumer):
                 else:
                     batch.messages.append((message, generation))
                     batch.volume += message.size
+                    self._trace(message, TraceStatus.INFLIGHT)
             if len(batch.messages) >= policy.batch_size or batch.volume >= policy.batch_volume:
                 return batch
             remaining = batch.started + policy.batch_time / 1000 - time.monotonic()
@@ -120,6 +121,8 @@ class BatchConsumer(SerialConsumer):
                 for message, _ in batch.messages:
                     await self._discard(message, result)
                 break
+            for message, _ in batch.messages:
+                self._trace(message, TraceStatus.FAILED, result.description)
             retries += 1
             await asyncio.sleep(backoff)
         for message, generation in batch.messages:

@@ -27,7 +27,7 @@ from hermes.consumers.retry import Backoff, judge
 from hermes.consumers.sender.http import HttpSender
 from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import Message
-from hermes.domain.subscription import Subscription
+from hermes.domain.subscription import Subscription, TrackingMode
 from hermes.metadata.repository import MetadataRepository
 from hermes.tracking import TraceStatus, Tracker
 
@@ -294,10 +294,17 @@ class SerialConsumer:
         tracker = self._context.tracker
         if tracker is None or not self.subscription.tracking_enabled:
             return
-        if status is not TraceStatus.DISCARDED and self.subscription.tracking_mode.value == "discardedOnly":
+        if status is not TraceStatus.DISCARDED and self.subscription.tracking_mode is TrackingMode.DISCARDED_ONLY:
             return
         tracker.consumer(
-            message.message_id, message.topic, self.subscription.name, status, message.partition, message.offset, reason
+            message.message_id,
+            message.topic,
+            self.subscription.name,
+            status,
+            message.partition,
+            message.offset,
+            reason,
+            message.publish_timestamp,
         )
 
     # --- metrics and retransmission requests, once per metrics interval ---

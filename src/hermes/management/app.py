@@ -7,7 +7,7 @@ from aiohttp import web
 from hermes.http import status as status_routes
 from hermes.http.server import error_middleware, json_response
 from hermes.management import openapi
-from hermes.management.api import groups, oauth, operations, subscriptions, topics
+from hermes.management.api import groups, oauth, offline_retransmission, operations, subscriptions, topics, tracking
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
 
@@ -21,6 +21,8 @@ def create_app(service: ManagementService) -> web.Application:
     subscriptions.register(app.router)
     operations.register(app.router)
     oauth.register(app.router)
+    tracking.register(app.router)
+    offline_retransmission.register(app.router)
     app.router.add_get("/openapi.json", _openapi)
     return app
 

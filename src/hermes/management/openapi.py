@@ -14,6 +14,7 @@ _STR: Schema = {"type": "string"}
 _INT: Schema = {"type": "integer"}
 _NUM: Schema = {"type": "number"}
 _BOOL: Schema = {"type": "boolean"}
+_NULLABLE_INT: Schema = {"type": ["integer", "null"]}
 _NAMES: Schema = {"type": "array", "items": _STR}
 _OWNER: Schema = {"type": "object", "properties": {"source": _STR, "id": _STR}, "required": ["source", "id"]}
 
@@ -150,9 +151,64 @@ SCHEMAS: dict[str, Schema] = {
             }
         }
     ),
+    "TraceEvent": _object(
+        {
+            "messageId": _STR,
+            "timestamp": _INT,
+            "subscription": _STR,
+            "topicName": _STR,
+            "status": {"enum": ["INFLIGHT", "SUCCESS", "FAILED", "DISCARDED"]},
+            "reason": _STR,
+            "partition": _INT,
+            "offset": _INT,
+            "cluster": _STR,
+            "publishTimestamp": _INT,
+        },
+        ["messageId", "timestamp", "topicName", "status", "cluster"],
+    ),
+    "DeliveryStatistics": _object(
+        {
+            "minute": _INT,
+            "delivered": _INT,
+            "discarded": _INT,
+            "failedAttempts": _INT,
+            "latency": _object(
+                {"p50": _NULLABLE_INT, "p90": _NULLABLE_INT, "p99": _NULLABLE_INT, "max": _NULLABLE_INT}
+            ),
+        }
+    ),
+    "OfflineRetransmissionTask": _object(
+        {
+            "taskId": _STR,
+            "type": {"const": "TOPIC"},
+            "sourceTopic": _STR,
+            "targetTopic": _STR,
+            "startTimestamp": _STR,
+            "endTimestamp": _STR,
+            "createdAt": _STR,
+            "status": {"enum": ["PENDING", "RUNNING", "DONE", "FAILED"]},
+            "progress": _object({"republished": _INT, "total": _NULLABLE_INT}),
+            "error": _STR,
+        },
+        [
+            "taskId",
+            "type",
+            "sourceTopic",
+            "targetTopic",
+            "startTimestamp",
+            "endTimestamp",
+            "createdAt",
+            "status",
+            "progress",
+        ],
+    ),
     "SchemaVersion": _object({"version": _INT}),
     "Status": _object({"status": _STR}),
 }
+
+
+def _array(items: Schema) -> Schema:
+    return {"type": "array", "items": items}
 
 
 def _op(
@@ -228,7 +284,31 @@ PATHS: dict[str, dict[str, Schema]] = {
             "Retransmit from an ISO date or -6h (older form)", body=_ref("RetransmissionSummary"), request=_ANY
         ),
     },
+    _S + "/events/{messageId}/trace": {
+        "get": _op("The message's trace events in time order (tracking)", body=_array(_ref("TraceEvent")))
+    },
+    _S + "/undelivered": {
+        "get": _op("The last 100 undelivered messages, newest first (tracking)", body=_array(_ref("TraceEvent")))
+    },
+    _S + "/statistics": {
+        "get": _op(
+            "Per-minute delivery statistics of the last ?minutes= (default 60; tracking; an addition)",
+            body=_array(_ref("DeliveryStatistics")),
+        )
+    },
     "/unhealthy": {"get": _op("Unhealthy subscriptions", body=_ref("Unhealthy"))},
+    "/offline-retransmission/tasks": {
+        "get": _op(
+            "Offline retransmission tasks with status and progress", body=_array(_ref("OfflineRetransmissionTask"))
+        ),
+        "post": _op(
+            "Republish a time range of a topic's offline storage to a topic",
+            201,
+            _ref("OfflineRetransmissionTask"),
+            _object({"sourceTopic": _STR, "targetTopic": _STR, "startTimestamp": _STR, "endTimestamp": _STR}),
+        ),
+    },
+    "/offline-retransmission/tasks/{taskId}": {"delete": _op("Delete a task (a running one stops)")},
     "/oauth/providers": {
         "get": _op("List OAuth providers", body=_NAMES),
         "post": _op("Register an OAuth provider", 201, _ref("OAuthProvider"), _ANY),

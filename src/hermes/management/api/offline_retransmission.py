@@ -1,0 +1,37 @@
+"""``/offline-retransmission/tasks``: Hermes' offline retransmission from the lake, run by the pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from hermes.http.server import json_response, read_json
+from hermes.management import offline_retransmission as tasks
+from hermes.management.context import SERVICE
+
+_TASKS = "/offline-retransmission/tasks"
+
+
+def register(router: web.UrlDispatcher) -> None:
+    router.add_post(_TASKS, create_task)
+    router.add_get(_TASKS, list_tasks)
+    router.add_delete(_TASKS + "/{taskId}", delete_task)
+
+
+async def create_task(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    body = await read_json(request)
+    task = await asyncio.to_thread(tasks.create_task, service.repository, body)
+    return json_response(task.to_document(), status=201)
+
+
+async def list_tasks(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    return json_response(await asyncio.to_thread(tasks.list_tasks, service.repository))
+
+
+async def delete_task(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    await asyncio.to_thread(tasks.delete_task, service.repository, request.match_info["taskId"])
+    return web.Response(status=200)

@@ -1,0 +1,243 @@
+"""Benchmark of the archive (offline storage): throughput and publish-to-lake lag for 1 KB messages, beside a
+plain Kafka consumer that writes the same rows to Parquet with pyarrow, in the same run and on the same
+broker (a private embedded Tansu).
+
+- throughput: a backlog of ``messages`` records archived by an ``availableNow`` query, twice: the first
+  (cold) run starts Spark's Python workers, the second measures the archive itself; then the plain consumer
+  reads the same number of records into the same layout;
+- lag: ``rate`` messages/s for ``seconds`` while the archive runs with its usual trigger; a message's lag is
+  from its publish timestamp to the commit of the micro-batch that archived it (from the query's progress).
+  The plain consumer's lag is from publish to the end of the Parquet write that holds it.
+
+Call ``archive_throughput()``; it returns a JSON-ready dict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from hermes.broker.admin import BrokerAdmin
+from hermes.broker.connection import KafkaConnection
+from hermes.broker.consumer import BrokerConsumer
+from hermes.broker.embedded import EmbeddedBroker
+from hermes.broker.producer import BrokerProducer
+from hermes.config import load_settings
+from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, Message
+from hermes.pipeline.lake import HOUR_PATTERN, Lake
+from hermes.pipeline.offline_storage import start_archive
+from hermes.pipeline.runner import PipelineContext
+from hermes.pipeline.session import build_session
+
+BODY = json.dumps({"payload": "x" * 990}).encode()  # ~1 KB
+
+
+def _produce(
+    connection: KafkaConnection, topic: str, count: int, rate: float | None = None
+) -> dict[tuple[int, int], int]:
+    """Produces ``count`` messages in the frontend's format (at ``rate``/s when given); returns their
+    publish timestamps (ms) by (partition, offset)."""
+
+    async def run() -> dict[tuple[int, int], int]:
+        producer = BrokerProducer(connection)
+        sent: list[tuple[int, asyncio.Future[Any]]] = []
+        started = time.monotonic()
+        for i in range(count):
+            if rate is not None:
+                await asyncio.sleep(max(0.0, started + i / rate - time.monotonic()))
+            published = int(time.time() * 1000)
+            headers = [
+                (KAFKA_MESSAGE_ID, str(uuid.uuid4()).encode()),
+                (KAFKA_PUBLISH_TIMESTAMP, str(published).encode()),
+            ]
+            sent.append((published, producer.send(topic, BODY, headers=headers)))
+            if rate is None and len(sent) % 5000 == 0:
+                await asyncio.gather(*(f for _, f in sent[-5000:]))
+        reports = await asyncio.gather(*(f for _, f in sent))
+        await asyncio.to_thread(producer.close)
+        return {(r.partition, r.offset): published for (published, _), r in zip(sent, reports, strict=True)}
+
+    return asyncio.run(run())
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    if not ordered:
+        return {}
+    return {
+        "p50_ms": round(statistics.median(ordered), 1),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 1),
+        "max_ms": round(ordered[-1], 1),
+    }
+
+
+class _PlainArchiver:
+    """The baseline: one confluent-kafka consumer, rows written to Parquet by pyarrow, partitioned like the lake."""
+
+    def __init__(self, connection: KafkaConnection, topic: str, partitions: list[int], root: Path) -> None:
+        self._consumer = BrokerConsumer(connection, f"bench-{uuid.uuid4().hex[:6]}")
+        self._consumer.assign({(topic, p): 0 for p in partitions})
+        self._root = root
+        self.written: dict[tuple[int, int], float] = {}  # (partition, offset) -> wall time written (ms)
+
+    def run(self, expected: int, flush_every: int = 5000, deadline: float = 300) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pending: list[Message] = []
+        end = time.monotonic() + deadline
+        while len(self.written) < expected and time.monotonic() < end:
+            polled = self._consumer.poll(max_messages=1000, timeout=0.05)
+            pending.extend(polled)
+            if pending and (len(pending) >= flush_every or len(polled) < 1000):  # a full file, or caught up
+                table = pa.table(
+                    {
+                        "message_id": [m.message_id for m in pending],
+                        "publish_timestamp": pa.array(
+                            [m.publish_timestamp for m in pending], pa.timestamp("ms", "UTC")
+                        ),
+                        "partition": pa.array([m.partition for m in pending], pa.int32()),
+                        "offset": [m.offset for m in pending],
+                        "key": pa.array([m.key for m in pending], pa.binary()),
+                        "schema_version": pa.array([m.schema_version for m in pending], pa.int32()),
+                        "headers": pa.array(
+                            [list(m.propagated_headers.items()) for m in pending], pa.map_(pa.string(), pa.string())
+                        ),
+                        "body": pa.array([m.body for m in pending], pa.binary()),
+                        "topic": [m.topic for m in pending],
+                        "hour": [
+                            datetime.fromtimestamp(m.publish_timestamp / 1000, UTC).strftime(HOUR_PATTERN)
+                            for m in pending
+                        ],
+                    }
+                )
+                pq.write_to_dataset(table, str(self._root), partition_cols=["topic", "hour"])
+                now = time.time() * 1000
+                self.written.update({(m.partition, m.offset): now for m in pending})
+                pending = []
+        self._consumer.close()
+
+
+def _context(spark: Any, connection: KafkaConnection, root: Path, name: str) -> PipelineContext:
+    return PipelineContext(
+        settings=load_settings({}),
+        spark=spark,
+        connection=connection,
+        repository=None,  # type: ignore[arg-type]  # the archive query does not read metadata
+        lake=Lake(str(root / f"lake-{name}")),
+        checkpoints=str(root / f"checkpoints-{name}"),
+        trigger_interval=1.0,
+        max_records_per_batch=None,
+        retention_interval=3600,
+    )
+
+
+def _batch_commits(query: Any) -> list[tuple[dict[str, int], float]]:
+    """(end offsets by partition, commit wall time in ms) of each micro-batch that read rows."""
+    out = []
+    for progress in query.recentProgress:
+        if not progress["numInputRows"]:
+            continue
+        end = progress["sources"][0]["endOffset"]
+        end = json.loads(end) if isinstance(end, str) else end
+        started = datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp() * 1000
+        out.append(
+            (
+                {p: o for partitions in end.values() for p, o in partitions.items()},
+                started + progress["durationMs"]["triggerExecution"],
+            )
+        )
+    return out
+
+
+def archive_throughput(
+    messages: int = 20_000, rate: float = 500, seconds: float = 10, master: str = "local[2]"
+) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="hermes-archive-bench-"))
+    broker = EmbeddedBroker(log_dir=root / "tansu")
+    spark = None
+    try:
+        connection = KafkaConnection(broker.start())
+        admin = BrokerAdmin(connection)
+        for topic in ("bench.backlog", "bench.live", "bench.plain"):
+            admin.create_topic(topic, 2)
+        _produce(connection, "bench.backlog", messages)
+        spark = build_session(master=master, local_dir=root / "spark")
+
+        backlog = _context(spark, connection, root, "backlog")
+        started = time.monotonic()
+        start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
+        cold_seconds = time.monotonic() - started  # includes starting the Python workers
+        _produce(connection, "bench.backlog", messages)
+        started = time.monotonic()
+        start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
+        spark_seconds = time.monotonic() - started
+
+        plain = _PlainArchiver(connection, "bench.backlog", [0, 1], root / "plain-backlog")
+        started = time.monotonic()
+        plain.run(messages)
+        plain_seconds = time.monotonic() - started
+
+        live = start_archive(_context(spark, connection, root, "live"), ["bench.live"])
+        _produce(connection, "bench.live", 20)  # warm-up: the first batch starts the Python workers
+        while not _batch_commits(live):
+            time.sleep(0.2)
+        count = int(rate * seconds)
+        published = _produce(connection, "bench.live", count, rate)
+        expected = {p: max(o for (pp, o) in published if pp == p) + 1 for p, _ in published}
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            commits = _batch_commits(live)
+            if commits and all(commits[-1][0].get(str(p), 0) >= o for p, o in expected.items()):
+                break
+            time.sleep(0.5)
+        live.stop()
+        commits = _batch_commits(live)
+        spark_lag = []
+        for (partition, offset), published_ms in published.items():
+            committed = next(t for ends, t in commits if ends.get(str(partition), 0) > offset)
+            spark_lag.append(committed - published_ms)
+
+        plain_live = _PlainArchiver(connection, "bench.plain", [0, 1], root / "plain-live")
+        worker = threading.Thread(target=plain_live.run, args=(count,), kwargs={"flush_every": 1000})
+        worker.start()
+        plain_published = _produce(connection, "bench.plain", count, rate)
+        worker.join(180)
+        plain_lag = [plain_live.written[k] - v for k, v in plain_published.items() if k in plain_live.written]
+
+        return {
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
+            "message_bytes": len(BODY),
+            "throughput": {
+                "messages": messages,
+                "spark_archive_per_s": round(messages / spark_seconds),
+                "spark_archive_cold_run_s": round(cold_seconds, 1),
+                "plain_consumer_pyarrow_per_s": round(messages / plain_seconds),
+            },
+            "lag": {
+                "rate_per_s": rate,
+                "messages": count,
+                "spark_archive": _percentiles(spark_lag),
+                "plain_consumer_pyarrow": _percentiles(plain_lag),
+            },
+        }
+    finally:
+        if spark is not None:
+            spark.stop()
+        broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    print(json.dumps(archive_throughput(), indent=2))

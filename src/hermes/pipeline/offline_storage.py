@@ -1,0 +1,214 @@
+"""Offline storage: topics with ``offlineStorage.enabled`` are archived continuously to the Parquet lake
+(layout in :mod:`hermes.pipeline.lake`), and hour partitions older than a topic's retention are removed.
+
+Exactly once: one streaming query reads the archived topics with the hermes-kafka source and writes them with
+Spark's file sink, both sharing one checkpoint. The sink commits each batch's files to ``_spark_metadata``
+only after writing them, and a batch replayed after a crash finds itself committed or is written again, so
+readers of the lake root see every message once.
+
+The archived topics change at run time: the job watches the metadata repository and restarts the query with
+the new topic list on the same checkpoint (a new topic is read from its earliest offset).
+
+Retention (:mod:`hermes.pipeline.retention`) rewrites the sink's log, so it runs while the query is stopped:
+the job checks every ``retention_interval`` and stops the query only when some hour has expired.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from hermes.domain.message import (
+    KAFKA_MESSAGE_ID,
+    KAFKA_PROPAGATED_PREFIX,
+    KAFKA_PUBLISH_TIMESTAMP,
+    KAFKA_SCHEMA_VERSION,
+)
+from hermes.domain.topic import Topic
+from hermes.metadata.repository import ChangeKind, MetadataChange
+from hermes.pipeline.kafka_source import SOURCE_NAME
+from hermes.pipeline.lake import HOUR_PATTERN_SPARK, PARTITION_COLUMNS
+from hermes.pipeline.metrics import (
+    ARCHIVE_BATCHES,
+    ARCHIVE_LAST_COMMIT,
+    ARCHIVE_RECORDS,
+    ARCHIVE_RUNNING,
+    ARCHIVED_TOPICS,
+)
+from hermes.pipeline.retention import expired_partitions, lake_files, remove_partitions
+
+if TYPE_CHECKING:
+    from hermes.pipeline.runner import PipelineContext
+
+log = logging.getLogger(__name__)
+
+_RETRY_DELAY = 5.0  # seconds before a failed archive query is started again
+
+
+def _header(name: str) -> str:
+    return f"get(filter(headers, h -> h.key = '{name}'), 0).value"
+
+
+# The frontend's Kafka headers (hermes.frontend.publishing) as lake columns, in Spark SQL so no row leaves the JVM.
+_LAKE_COLUMNS = {
+    "message_id": (
+        f"coalesce(cast({_header(KAFKA_MESSAGE_ID)} as string), concat_ws('-', topic, `partition`, `offset`))"
+    ),
+    "publish_timestamp": (
+        f"coalesce(timestamp_millis(try_cast(cast({_header(KAFKA_PUBLISH_TIMESTAMP)} as string) as bigint)), timestamp)"
+    ),
+    "partition": "`partition`",
+    "offset": "`offset`",
+    "key": "key",
+    "schema_version": f"try_cast(cast({_header(KAFKA_SCHEMA_VERSION)} as string) as int)",
+    "headers": (
+        f"map_from_entries(transform(filter(headers, h -> startswith(h.key, '{KAFKA_PROPAGATED_PREFIX}')), "
+        f"h -> struct(substr(h.key, {len(KAFKA_PROPAGATED_PREFIX) + 1}) as key, cast(h.value as string) as value)))"
+    ),
+    "body": "coalesce(value, X'')",
+    "topic": "topic",
+}
+
+
+def archived_topics(topics: list[Topic]) -> dict[str, Topic]:
+    return {t.qualified_name: t for t in topics if t.offline_storage.enabled}
+
+
+def offline_retention(topic: Topic) -> timedelta | None:
+    kept = topic.offline_storage.retention_time
+    return None if kept.infinite else timedelta(days=kept.duration)
+
+
+def source_options(context: PipelineContext, topics: list[str]) -> dict[str, str]:
+    options = {"bootstrap.servers": context.connection.bootstrap_servers, "topics": ",".join(sorted(topics))}
+    options.update({f"kafka.{k}": v for k, v in context.connection.security})
+    if context.max_records_per_batch:
+        options["maxRecordsPerBatch"] = str(context.max_records_per_batch)
+    return options
+
+
+def start_archive(context: PipelineContext, topics: list[str], trigger: dict[str, Any] | None = None) -> Any:
+    """Starts the archive query for ``topics`` on the archive checkpoint (``trigger``: the writer's trigger
+    arguments, by default every ``trigger_interval``)."""
+    raw = context.spark.readStream.format(SOURCE_NAME).options(**source_options(context, topics)).load()
+    lake_rows = raw.selectExpr(*(f"{sql} as `{name}`" for name, sql in _LAKE_COLUMNS.items()))
+    lake_rows = lake_rows.selectExpr("*", f"date_format(publish_timestamp, '{HOUR_PATTERN_SPARK}') as hour")
+    return (
+        lake_rows.writeStream.format("parquet")
+        .queryName("hermes-archive")
+        .option("path", context.lake.root)
+        .option("checkpointLocation", f"{context.checkpoints.rstrip('/')}/archive")
+        .partitionBy(*PARTITION_COLUMNS)
+        .trigger(**(trigger or {"processingTime": f"{context.trigger_interval} seconds"}))
+        .start()
+    )
+
+
+class ArchiveJob:
+    """Keeps the archive query running for the current archived topics, and applies retention periodically."""
+
+    name = "archive"
+
+    def __init__(self, context: PipelineContext) -> None:
+        self._context = context
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="archive", daemon=True)
+        self._query: Any = None
+        self._topics: tuple[str, ...] = ()
+        self._unwatch: Any = None
+        self._counted: tuple[str, int] = ("", -1)  # (run id, batch id) of the last progress counted
+
+    def start(self) -> None:
+        self._unwatch = self._context.repository.watch(self._on_change)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._unwatch is not None:
+            self._unwatch()
+        self._thread.join(60)
+        self._stop_query()
+
+    def _on_change(self, change: MetadataChange) -> None:
+        if change.kind is ChangeKind.TOPIC:
+            self._wake.set()
+
+    def _run(self) -> None:
+        next_retention = time.monotonic()
+        while not self._stopping.is_set():
+            delay = 1.0
+            try:
+                topics = archived_topics(self._context.repository.list_topics())
+                if time.monotonic() >= next_retention:
+                    self._retention(topics)
+                    next_retention = time.monotonic() + self._context.retention_interval
+                self._follow(tuple(sorted(topics)))
+                self._count_progress()
+            except Exception:
+                log.exception("archive: restarting in %.0f s", _RETRY_DELAY)
+                self._stop_query()
+                delay = _RETRY_DELAY
+            self._wake.wait(delay)
+            self._wake.clear()
+
+    def _follow(self, topics: tuple[str, ...]) -> None:
+        query = self._query
+        if query is not None and not query.isActive:
+            error = query.exception()
+            self._query = None
+            self._count_progress(query)
+            raise RuntimeError(f"the archive query stopped: {error}")
+        if topics == self._topics and (query is not None or not topics):
+            return
+        self._stop_query()
+        self._topics = topics
+        if topics and not self._stopping.is_set():
+            self._query = start_archive(self._context, list(topics))
+            log.info("archive: archiving %s to %s", ", ".join(topics), self._context.lake.root)
+
+    def _count_progress(self, query: Any = None) -> None:
+        """Adds the batches of ``query`` (by default the running one) not counted yet to the metrics."""
+        if query is None:
+            query = self._query
+            ARCHIVE_RUNNING.set(1 if query is not None and query.isActive else 0)
+            ARCHIVED_TOPICS.set(len(self._topics))
+        if query is None:
+            return
+        for progress in query.recentProgress:
+            key = (progress["runId"], progress["batchId"])
+            if key[0] == self._counted[0] and key[1] <= self._counted[1]:
+                continue
+            self._counted = key
+            if progress["numInputRows"]:
+                ARCHIVE_RECORDS.inc(progress["numInputRows"])
+                ARCHIVE_BATCHES.inc()
+                ARCHIVE_LAST_COMMIT.set(time.time())
+
+    def _retention(self, topics: dict[str, Topic]) -> None:
+        root = self._context.lake.root
+        files = lake_files(self._context.spark, root)
+        if files is None:
+            return
+        retention = {name: offline_retention(topic) for name, topic in topics.items()}
+        expired = expired_partitions(files, root, retention, datetime.now(UTC))
+        if not expired:
+            return
+        self._stop_query()  # the sink must not commit while its log is rewritten; _follow restarts it
+        self._topics = ()
+        removed = remove_partitions(files, root, expired)
+        log.info("retention: removed %d hour partitions: %s", len(removed), ", ".join(removed))
+
+    def _stop_query(self) -> None:
+        query, self._query = self._query, None
+        if query is not None:
+            try:
+                query.stop()
+                self._count_progress(query)  # its last batches, before its successor is counted
+            except Exception:
+                log.warning("archive: stopping the query failed", exc_info=True)
+            ARCHIVE_RUNNING.set(0)

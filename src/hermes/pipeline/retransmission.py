@@ -1,0 +1,238 @@
+"""Offline retransmission: tasks created through management (``/offline-retransmission/tasks``) are run here
+as Spark batch jobs that read a time range of a topic from the lake and republish it to a target topic.
+
+Messages go to the broker in the frontend's Kafka format, so the target topic's subscriptions deliver them
+like any other message: the body, key and Avro schema version as archived, the publisher's propagated
+headers, and the *original* ``hermes-message-id`` and ``hermes-publish-ts`` headers, so subscribers receive
+the original ``Hermes-Message-Id``. The task id rides along in ``hermes-offline-retransmission-task``.
+
+The range is ``startTimestamp <= publish time < endTimestamp``, read one lake hour at a time; progress is
+updated after each hour, and a task deleted meanwhile stops before the next hour. Messages of one key keep
+their order. At least once: a pipeline that stops mid-task finds the task RUNNING when it starts again and
+runs it again from the start, so messages republished before the stop come twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from hermes.broker.connection import KafkaConnection
+from hermes.broker.producer import BrokerProducer
+from hermes.domain.message import (
+    KAFKA_MESSAGE_ID,
+    KAFKA_PROPAGATED_PREFIX,
+    KAFKA_PUBLISH_TIMESTAMP,
+    KAFKA_SCHEMA_VERSION,
+)
+from hermes.domain.offline_retransmission import NAMESPACE, RetransmissionTask, TaskStatus
+from hermes.domain.topic import Ack
+from hermes.metadata.repository import ChangeKind, MetadataChange, MetadataRepository
+from hermes.pipeline.lake import Lake, hour_of, read_lake
+
+if TYPE_CHECKING:
+    from hermes.pipeline.runner import PipelineContext
+
+log = logging.getLogger(__name__)
+
+KAFKA_RETRANSMISSION_TASK = "hermes-offline-retransmission-task"
+_IN_FLIGHT = 1000  # messages a partition's producer may have unacknowledged
+
+
+Reporter = Callable[[int, int], None]
+
+
+class TaskDeleted(Exception):
+    """The task was deleted while it ran."""
+
+
+def run_task(spark: Any, lake: Lake, connection: KafkaConnection, task: RetransmissionTask, report: Reporter) -> int:
+    """Republishes the task's range; returns how many messages were sent. ``report`` is told the progress
+    (and raises ``TaskDeleted`` to stop)."""
+    from pyspark.sql import functions as f
+
+    source = task.source_topic.qualified
+    published = f.unix_millis(f.col("publish_timestamp"))
+    frame = (
+        read_lake(spark, lake, source)
+        .where(
+            (f.col("hour") >= hour_of(task.start))
+            & (f.col("hour") <= hour_of(task.end))
+            & (published >= task.start_ms)
+            & (published < task.end_ms)
+        )
+        .select(
+            "hour",
+            "message_id",
+            published.alias("published"),
+            "partition",
+            "offset",
+            "key",
+            "schema_version",
+            "headers",
+            "body",
+        )
+    )
+    per_hour = {row["hour"]: row["count"] for row in frame.groupBy("hour").count().collect()}
+    total = sum(per_hour.values())
+    report(0, total)
+    sent = 0
+    send = republisher(connection, task.target_topic.qualified, task.task_id)
+    for hour in sorted(per_hour):
+        rows = frame.where(f.col("hour") == hour)
+        # per key in publish order; messages without a key may go to any partition anyway
+        rows.repartition("key").sortWithinPartitions("published", "partition", "offset").foreachPartition(send)
+        sent += per_hour[hour]
+        report(sent, total)
+    return sent
+
+
+def republisher(connection: KafkaConnection, target: str, task_id: str) -> Callable[[Iterable[Any]], None]:
+    """The function each Spark partition runs: produce its rows, and fail unless the broker took them all."""
+
+    def send_partition(rows: Iterable[Any]) -> None:
+        asyncio.run(_send(connection, target, task_id, rows))
+
+    return send_partition
+
+
+async def _send(connection: KafkaConnection, target: str, task_id: str, rows: Iterable[Any]) -> None:
+    producer = BrokerProducer(connection)
+    try:
+        pending: list[asyncio.Future[Any]] = []
+        for row in rows:
+            pending.append(
+                producer.send(target, row["body"], key=row["key"], headers=frontend_headers(row, task_id), ack=Ack.ALL)
+            )
+            if len(pending) >= _IN_FLIGHT:
+                await asyncio.gather(*pending)
+                pending.clear()
+        await asyncio.gather(*pending)
+    finally:
+        await asyncio.to_thread(producer.close, 10.0)
+
+
+def frontend_headers(row: Any, task_id: str) -> list[tuple[str, bytes]]:
+    """The Kafka headers the frontend would have written, with the archived (original) values."""
+    headers = [
+        (KAFKA_MESSAGE_ID, row["message_id"].encode()),
+        (KAFKA_PUBLISH_TIMESTAMP, str(row["published"]).encode()),
+    ]
+    if row["schema_version"] is not None:
+        headers.append((KAFKA_SCHEMA_VERSION, str(row["schema_version"]).encode()))
+    headers.extend((KAFKA_PROPAGATED_PREFIX + k, v.encode()) for k, v in (row["headers"] or {}).items())
+    headers.append((KAFKA_RETRANSMISSION_TASK, task_id.encode()))
+    return headers
+
+
+class RetransmissionJob:
+    """Runs the stored tasks one at a time, oldest first: PENDING ones, and RUNNING ones a stopped pipeline
+    left unfinished (run again: at least once)."""
+
+    name = "offline-retransmission"
+
+    def __init__(self, context: PipelineContext) -> None:
+        self._context = context
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="offline-retransmission", daemon=True)
+        self._unwatch: Any = None
+
+    def start(self) -> None:
+        self._unwatch = self._context.repository.watch(self._on_change)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._unwatch is not None:
+            self._unwatch()
+        _spark_context(self._context.spark, lambda sc: sc.cancelJobGroup(self.name))
+        self._thread.join(60)
+
+    def _on_change(self, change: MetadataChange) -> None:
+        if change.kind is ChangeKind.DOCUMENT and change.key.startswith(NAMESPACE + "/"):
+            self._wake.set()
+
+    def _run(self) -> None:
+        _spark_context(self._context.spark, lambda sc: sc.setJobGroup(self.name, "offline retransmission", True))
+        while not self._stopping.is_set():
+            try:
+                task = next_task(self._context.repository)
+                if task is not None:
+                    self._execute(task)
+                    continue
+            except Exception:
+                log.exception("offline retransmission: looking for tasks failed")
+            self._wake.wait(self._context.settings.pipeline_retransmission_poll)
+            self._wake.clear()
+
+    def _execute(self, task: RetransmissionTask) -> None:
+        repository = self._context.repository
+        log.info(
+            "offline retransmission %s: %s -> %s, %s to %s",
+            task.task_id,
+            task.source_topic,
+            task.target_topic,
+            task.start,
+            task.end,
+        )
+        update(repository, task.with_progress(TaskStatus.RUNNING, 0, None))
+
+        def report(sent: int, total: int) -> None:
+            if self._stopping.is_set() or not update(repository, task.with_progress(TaskStatus.RUNNING, sent, total)):
+                raise TaskDeleted
+
+        try:
+            sent = run_task(self._context.spark, self._context.lake, self._context.connection, task, report)
+        except TaskDeleted:
+            log.info("offline retransmission %s: deleted or stopped while running", task.task_id)
+            return
+        except Exception as exc:
+            if self._stopping.is_set():
+                return  # left RUNNING: run again after the restart
+            log.exception("offline retransmission %s failed", task.task_id)
+            current = repository.get_document(NAMESPACE, task.task_id)
+            progress = (current or {}).get("progress") or {}
+            update(
+                repository,
+                task.with_progress(
+                    TaskStatus.FAILED, int(progress.get("republished", 0)), progress.get("total"), _reason(exc)
+                ),
+            )
+            return
+        update(repository, task.with_progress(TaskStatus.DONE, sent, sent))
+        log.info("offline retransmission %s: done, %d messages", task.task_id, sent)
+
+
+def next_task(repository: MetadataRepository) -> RetransmissionTask | None:
+    waiting = [
+        RetransmissionTask.from_document(d)
+        for d in repository.list_documents(NAMESPACE).values()
+        if d.get("status") in (TaskStatus.PENDING.value, TaskStatus.RUNNING.value)
+    ]
+    return min(waiting, key=lambda t: (t.created_at, t.task_id), default=None)
+
+
+def update(repository: MetadataRepository, task: RetransmissionTask) -> bool:
+    """Stores the task's new state unless it was deleted meanwhile; False when it was."""
+    if repository.get_document(NAMESPACE, task.task_id) is None:
+        return False
+    repository.put_document(NAMESPACE, task.task_id, task.to_document())
+    return True
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:500]
+
+
+def _spark_context(spark: Any, action: Callable[[Any], None]) -> None:
+    """Job groups let stop() cancel a running task; Spark Connect sessions have no SparkContext to ask."""
+    try:
+        action(spark.sparkContext)
+    except Exception:
+        log.debug("no SparkContext for job groups", exc_info=True)

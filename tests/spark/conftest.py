@@ -1,0 +1,32 @@
+"""The Spark tier: one local SparkSession for the whole test session (starting Spark takes 10+ s)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A classic ``local[2]`` SparkSession, small and quiet, shared by every Spark test: use unique names for
+    topics, checkpoints and lake directories, and stop every streaming query you start."""
+    from hermes.pipeline.session import build_session
+
+    warehouse: Path = tmp_path_factory.mktemp("spark-warehouse")
+    session = build_session(master="local[2]", app_name="hermes-tests", local_dir=warehouse)
+    yield session
+    for query in session.streams.active:
+        query.stop()
+    session.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/spark/ carries the ``spark`` tier marker."""
+    for item in items:
+        if "tests/spark/" in str(item.fspath).replace("\\", "/"):
+            item.add_marker(pytest.mark.spark)

@@ -1,0 +1,52 @@
+"""``hermes run`` runs the pipeline as its child, tied to it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+from tests.conftest import wait_until
+from tests.support.hermes import HermesProcess
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] if Path(f"/proc/{pid}/stat").exists() else "X"
+    return status not in ("Z", "X")  # a zombie has died; only its parent has not collected it yet
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().split(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def test_hermes_run_starts_the_pipeline_as_a_child_that_dies_with_it(tmp_path: Path) -> None:
+    hermes = HermesProcess(tmp_path, "--pipeline-jobs", "archive", "--spark-master", "local[1]", pipeline=True)
+    hermes.start()
+    try:
+        wait_until(lambda: re.search(r"pipeline started \(pid (\d+)\)", hermes.log()), timeout=30)
+        match = re.search(r"pipeline started \(pid (\d+)\)", hermes.log())
+        assert match is not None
+        child = int(match.group(1))
+        pipeline_log = tmp_path / "logs" / "pipeline.log"
+        wait_until(lambda: pipeline_log.exists() and "pipeline running" in pipeline_log.read_text(), timeout=120)
+        assert alive(child)
+        spark_jvm = children(child)
+        assert spark_jvm, "the pipeline runs Spark's JVM as its child"
+    finally:
+        hermes.stop(signal.SIGKILL)
+
+    wait_until(lambda: not alive(child), timeout=30)  # PR_SET_PDEATHSIG: no orphaned pipeline...
+    wait_until(lambda: not any(alive(pid) for pid in spark_jvm), timeout=30)  # ...nor its JVM
