@@ -102,6 +102,18 @@ class Settings(BaseSettings):
         6000, ge=1000, description="Kafka consumer group session timeout (Tansu joins take ~23 s at the default)."
     )
 
+    consumer_restart_backoff: float = Field(
+        1.0, gt=0, description="Seconds before restarting a crashed consumer; doubles with each crash in a row."
+    )
+    consumer_restart_backoff_max: float = Field(
+        60.0, gt=0, description="Longest wait before restarting a crashed consumer (seconds)."
+    )
+    endpoint_address_resolver: str = Field(
+        "hermes.consumers.resolver:EndpointItself",
+        description="Endpoint address resolver (module:Class): the endpoint itself, or e.g. "
+        "hermes.consumers.resolver:StaticAddressList for the addresses listed in endpointAddressResolverMetadata.",
+    )
+
     @property
     def embedded_broker(self) -> bool:
         return self.kafka_bootstrap_servers is None

@@ -131,6 +131,14 @@ class MetadataUnavailable(ServiceUnavailable):
     code = "METADATA_UNAVAILABLE"
 
 
+class EndpointResolutionError(HermesError):
+    """An endpoint address resolver could not name the addresses to send to (bad metadata, lookup failure).
+    The attempt fails and is retried like a network error."""
+
+    code = "ENDPOINT_RESOLUTION_ERROR"
+    retriable = True
+
+
 class StartupError(HermesError):
     """A process cannot start (port taken, data directory not writable, ...). Printed without a traceback."""
 

@@ -4,15 +4,20 @@ message to the endpoint, committing only offsets below every message still in fl
 The Kafka consumer lives on its own thread (librdkafka calls block); sending runs on the asyncio loop.
 A retransmission moves the group to new offsets: it starts a new *generation*; deliveries of the old one are
 cancelled and can no longer touch the offset tracker.
+
+An unexpected exception in the Kafka thread or in a delivery is a crash: the consumer reports it once through
+``on_crash`` (the supervisor then restarts it). Crashed deliveries stay unfinished, so their messages come again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,11 +28,14 @@ from hermes.consumers.filtering import MessageFilters
 from hermes.consumers.metrics import SNAPSHOT_NAMESPACE, UNDELIVERED_NAMESPACE, SubscriptionMetrics, UndeliveredMessage
 from hermes.consumers.offsets import OffsetTracker, Partition
 from hermes.consumers.rate import AdaptiveRateLimiter, RateSettings
-from hermes.consumers.retry import Backoff, judge
+from hermes.consumers.recipients import Recipients
+from hermes.consumers.resolver import EndpointAddressResolver, EndpointItself
+from hermes.consumers.retry import Backoff
 from hermes.consumers.sender.http import HttpSender
 from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import Message
 from hermes.domain.subscription import Subscription
+from hermes.errors import EndpointResolutionError
 from hermes.metadata.repository import MetadataRepository
 from hermes.tracking import TraceStatus, Tracker
 
@@ -53,12 +61,20 @@ class ConsumerContext:
     metrics_interval: float = 1.0
     session_timeout_ms: int = 6000
     rate: RateSettings = field(default_factory=RateSettings)
+    resolver: EndpointAddressResolver = field(default_factory=EndpointItself)
+
+
+CrashListener = Callable[[BaseException], None]
 
 
 class SerialConsumer:
-    def __init__(self, subscription: Subscription, context: ConsumerContext) -> None:
+    def __init__(
+        self, subscription: Subscription, context: ConsumerContext, on_crash: CrashListener | None = None
+    ) -> None:
         self.subscription = subscription
         self._context = context
+        self._on_crash = on_crash
+        self.crash: BaseException | None = None
         self._tracker = OffsetTracker()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -165,8 +181,10 @@ class SerialConsumer:
                     self._commit(consumer)
                     last_commit = time.monotonic()
             self._commit(consumer)
-        except Exception:
-            log.exception("consumer of %s failed", self.name)
+        except Exception as exc:
+            log.exception("Kafka consumer of %s failed", self.name)
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(self._crashed, exc)
         finally:
             consumer.close()
 
@@ -210,7 +228,21 @@ class SerialConsumer:
         for message in messages:
             task = asyncio.create_task(self._deliver(message, generation))
             self._tasks[task] = generation
-            task.add_done_callback(self._tasks.pop)
+            task.add_done_callback(self._delivery_done)
+
+    def _delivery_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("delivery of %s crashed", self.name, exc_info=error)
+            self._crashed(error)
+
+    def _crashed(self, error: BaseException) -> None:
+        """Reports the first crash (none once stopping: the stop's own cancellations are not crashes)."""
+        if self.crash is not None or self._stopping.is_set():
+            return
+        self.crash = error
+        if self._on_crash is not None:
+            self._on_crash(error)
 
     def _cancel_older_than(self, generation: int) -> None:
         for task, task_generation in list(self._tasks.items()):
@@ -240,49 +272,62 @@ class SerialConsumer:
         if sub.serial_policy.sending_delay:
             await asyncio.sleep(sub.serial_policy.sending_delay / 1000)
         retries = 0
+        recipients = Recipients(sub.mode)
         while True:
             sub = self.subscription
             policy = sub.serial_policy
             await self.rate.acquire()
-            result = await self._attempt(sub, message, retries, schema)
-            verdict = judge(result, policy.retry_client_errors)
-            self.rate.record(failed=verdict.slow_down)
-            self.metrics.response(result.status, result.timed_out)
-            if not verdict.retry:
+            results: dict[str, SendResult] = {}
+            try:
+                addresses = await self._context.resolver.resolve(sub.endpoint, sub.endpoint_address_resolver_metadata)
+            except EndpointResolutionError as exc:
+                outcome = recipients.unresolved(exc.message)
+            else:
+                outcome, results = await recipients.attempt(
+                    addresses,
+                    functools.partial(self._attempt, sub, message, schema),
+                    policy.retry_client_errors,
+                )
+            self.rate.record(failed=outcome.slow_down)
+            for result in results.values():
+                self.metrics.response(result.status, result.timed_out)
+            if not outcome.retry:
                 self.metrics.count("delivered")
                 self._trace(message, TraceStatus.SUCCESS)
                 break
             backoff = Backoff(
                 policy.message_backoff / 1000, policy.backoff_multiplier, policy.backoff_max_interval_in_sec
-            ).delay(retries, result.retry_after)
+            ).delay(retries, outcome.retry_after)
             if time.monotonic() + backoff > deadline:
-                await self._discard(message, result)
+                await self._discard(message, outcome.reason)
                 break
-            self._trace(message, TraceStatus.FAILED, result.description)
+            self._trace(message, TraceStatus.FAILED, outcome.reason)
             retries += 1
             await asyncio.sleep(backoff)
         self._finish(message, generation)
 
-    async def _attempt(self, sub: Subscription, message: Message, retries: int, schema: str | None) -> SendResult:
+    async def _attempt(
+        self, sub: Subscription, message: Message, schema: str | None, url: str, retries: int
+    ) -> SendResult:
         body, content_type, extra = self._context.content.body(sub, message, schema)
         headers = {**self._context.sender.headers(sub, message, retries, content_type), **extra}
-        return await self._context.sender.send(sub, sub.endpoint.url, body, headers, sub.serial_policy.request_timeout)
+        return await self._context.sender.send(sub, url, body, headers, sub.serial_policy.request_timeout)
 
-    async def _discard(self, message: Message, result: SendResult) -> None:
+    async def _discard(self, message: Message, reason: str) -> None:
         self.metrics.count("discarded")
-        self._trace(message, TraceStatus.DISCARDED, result.description)
+        self._trace(message, TraceStatus.DISCARDED, reason)
         record = UndeliveredMessage(
             timestamp=int(time.time() * 1000),
             subscription=self.subscription.name,
             topicName=self.subscription.topic_name.qualified,
             status="DISCARDED",
-            reason=result.description,
+            reason=reason,
             message=message.body.decode("utf-8", "replace"),
             partition=message.partition,
             offset=message.offset,
             cluster=self._context.cluster,
         )
-        log.info("discarded %s of %s: %s", message.message_id, self.name, result.description)
+        log.info("discarded %s of %s: %s", message.message_id, self.name, reason)
         try:
             await asyncio.to_thread(
                 self._context.repository.put_document, UNDELIVERED_NAMESPACE, self.name, record.to_document()
