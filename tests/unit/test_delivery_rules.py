@@ -40,6 +40,7 @@ def test_backoff_grows_by_the_multiplier_up_to_the_maximum_and_retry_after_wins(
     assert [backoff.delay(n) for n in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
     assert backoff.delay(3, retry_after=7.0) == 7.0
     assert Backoff(1.0, 1.0, 600).delay(10) == 1.0
+    assert Backoff(0.5, 10.0, 600).delay(400) == 600  # 10**400 does not fit a float: still the maximum
 
 
 def _message(body: bytes, **headers: str) -> Message:

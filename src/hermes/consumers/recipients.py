@@ -49,9 +49,13 @@ class Recipients:
             targets = [addresses[(self._round - 1) % len(addresses)]]
         else:
             targets = [a for a in addresses if a not in self._done]
-        sent = await asyncio.gather(*(send(a, self._attempts.get(a, 0)) for a in targets))
+        sent = await asyncio.gather(*(send(a, self._retries(a)) for a in targets))
         results = dict(zip(targets, sent, strict=True))
         return self._record(results, retry_client_errors), results
+
+    def _retries(self, address: str) -> int:
+        """``Hermes-Retry-Count``: the message's earlier attempts (ANYCAST), or those at this instance."""
+        return self._round - 1 if self._mode is SubscriptionMode.ANYCAST else self._attempts.get(address, 0)
 
     def unresolved(self, reason: str) -> Outcome:
         """The outcome of an attempt that found no address to send to: retried like a network error."""

@@ -69,7 +69,10 @@ def load_resolver(spec: str) -> EndpointAddressResolver:
     cls = getattr(module, class_name, None)
     if not isinstance(cls, type):
         raise StartupError(f"endpoint address resolver '{spec}': {module_name} has no class {class_name}")
-    resolver = cls()
+    try:
+        resolver = cls()
+    except Exception as exc:
+        raise StartupError(f"endpoint address resolver '{spec}' cannot be built without arguments ({exc})") from None
     if not isinstance(resolver, EndpointAddressResolver):
         raise StartupError(f"endpoint address resolver '{spec}' has no resolve(endpoint, metadata) method")
     return resolver
