@@ -76,10 +76,7 @@ def test_broadcast_retries_only_the_failed_instances_until_all_took_the_message(
     instances = Instances(a=[200], b=[500, 503, 200])
     recipients = Recipients(SubscriptionMode.BROADCAST)
     addresses = list(instances.answers)
-    outcomes = []
-    for _ in range(3):
-        outcome, results = asyncio.run(recipients.attempt(addresses, instances.send, False))
-        outcomes.append(outcome)
+    outcomes = [asyncio.run(recipients.attempt(addresses, instances.send, False))[0] for _ in range(3)]
     assert instances.sent == [("http://a/", 0), ("http://b/", 0), ("http://b/", 1), ("http://b/", 2)]
     assert [o.retry for o in outcomes] == [True, True, False]
     assert outcomes[0].slow_down and outcomes[0].reason == (
