@@ -2,7 +2,7 @@
 
 A consumer that crashes is stopped (what it finished is committed, the rest comes again) and started anew after
 a backoff that doubles with each crash in a row, up to ``consumer_restart_backoff_max``; the other consumers are
-not touched. A consumer that ran longer than twice that cap since its last crash starts counting from one again.
+not touched. A consumer that ran ten times that cap since its restart before crashing again counts from one.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class ConsumersSupervisor:
         self._consumers: dict[tuple[str, str], SerialConsumer] = {}
         self._session: aiohttp.ClientSession | None = None
         self._lock = asyncio.Lock()
-        self._crashes: dict[tuple[str, str], tuple[int, float]] = {}  # crashes in a row, when the last one was
+        self._crashes: dict[tuple[str, str], tuple[int, float]] = {}  # crashes in a row, last restart time
         self._restarts: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
@@ -107,10 +107,10 @@ class ConsumersSupervisor:
             consumer = self._consumers.get(key)
             if consumer is None or consumer.crash is not error:
                 return  # stopped or replaced meanwhile: nothing to restart
-            now = time.monotonic()
-            count, last = self._crashes.get(key, (0, 0.0))
-            count = 1 if now - last > 2 * s.consumer_restart_backoff_max else count + 1
-            self._crashes[key] = (count, now)
+            count, restarted = self._crashes.get(key, (0, 0.0))
+            if time.monotonic() - restarted > 10 * s.consumer_restart_backoff_max:
+                count = 0  # it ran well for long: a new problem, not the same one again
+            count += 1
             delay = min(s.consumer_restart_backoff * 2 ** min(count - 1, 30), s.consumer_restart_backoff_max)
             log.error(
                 "consumer of %s$%s crashed (%s: %s); restarting it in %.1f s (crash %d in a row)",
@@ -123,6 +123,7 @@ class ConsumersSupervisor:
             del self._consumers[key]
             await consumer.stop()
         await asyncio.sleep(delay)
+        self._crashes[key] = (count, time.monotonic())
         topic, name = key
         await self._apply(TopicName.parse(topic), name, self._cache.subscriptions.get(key))
 
