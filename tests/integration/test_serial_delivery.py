@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import threading
 import time
 from collections.abc import Iterator
 
@@ -192,3 +193,42 @@ def test_suspended_subscriptions_resume_where_they_stopped(
     )
     received = subscriber.wait_for(2, timeout=20)
     assert received[1].body == b'{"n": 2}'
+
+
+def test_a_busy_subscription_is_reconfigured_in_place_losing_and_repeating_nothing(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    before, after = serve(scripted, lambda n, _r: Reply(200)), serve(scripted, lambda n, _r: Reply(200))
+    topic = client.create_topic()
+    policy = {**FAST, "rate": 60, "inflightSize": 5}
+    name = client.create_subscription(topic, before.url, subscriptionPolicy=policy)
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None
+    published: list[str] = []
+
+    def publish(count: int) -> None:
+        for i in range(count):
+            response = client.publish(topic, f'{{"n": {i}}}')
+            assert response.status_code in (201, 202), response.text
+            published.append(response.headers["Hermes-Message-Id"])
+
+    publisher = threading.Thread(target=publish, args=(300,))
+    publisher.start()
+    before.wait_for(40, timeout=30)
+    consumer = supervisor.consumers[(topic, name)]
+    change = {"endpoint": after.url, "subscriptionPolicy": {**policy, "rate": 150, "inflightSize": 20}}
+    assert client.management.put(f"/topics/{topic}/subscriptions/{name}", json=change).status_code == 200
+    after.wait_for(1, timeout=20)
+    publisher.join(60)
+    assert len(published) == 300
+
+    def everything_arrived() -> bool:
+        return set(published) <= {r.message_id for r in before.received + after.received}
+
+    wait_until(everything_arrived, timeout=30, interval=0.2)
+    time.sleep(0.5)
+    ids = [r.message_id for r in before.received + after.received]
+    assert len(ids) == len(set(ids)) == 300, "a message came twice"
+    assert supervisor.consumers[(topic, name)] is consumer, "restarted instead of reconfigured"
+    assert consumer.rate.max_rate == 150 and consumer.subscription.serial_policy.inflight_size == 20
+    assert len(after.received) > 100
