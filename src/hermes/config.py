@@ -102,6 +102,13 @@ class Settings(BaseSettings):
         6000, ge=1000, description="Kafka consumer group session timeout (Tansu joins take ~23 s at the default)."
     )
 
+    consumer_fetch_wait_ms: int = Field(
+        25,
+        ge=1,
+        le=60_000,
+        description="Longest wait of a consumer's fetch for new messages (librdkafka fetch.wait.max.ms). Tansu "
+        "answers a fetch only when this wait ends, so it bounds delivery latency there.",
+    )
     consumer_restart_backoff: float = Field(
         1.0, gt=0, description="Seconds before restarting a crashed consumer; doubles with each crash in a row."
     )

@@ -85,12 +85,14 @@ def test_avropath_and_header_filters() -> None:
 
 def test_the_rate_slows_down_on_failures_and_falls_to_slow_then_heartbeat() -> None:
     limiter = AdaptiveRateLimiter(100, RateSettings(period=0.0, slow_rate=1.0))
-    for _ in range(30):
-        for _ in range(10):
-            limiter.record(failed=True)
+    for _ in range(5):
+        for failed in (True, False, False, False):  # a minority of failures: 20 % less each period
+            limiter.record(failed=failed)
         limiter._adjust(limiter._period_start + 1)
-        if limiter.mode is not RateMode.NORMAL:
-            break
+    assert limiter.mode is RateMode.NORMAL and limiter.rate == pytest.approx(100 * 0.8**5)
+    for failed in (True, True, False):  # a majority: slow at once
+        limiter.record(failed=failed)
+    limiter._adjust(limiter._period_start + 1)
     assert limiter.mode is RateMode.SLOW and limiter.rate == 1.0
     limiter.record(failed=True)
     limiter._adjust(limiter._period_start + 1)

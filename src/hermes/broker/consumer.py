@@ -57,6 +57,7 @@ class BrokerConsumer:
         group_id: str,
         *,
         session_timeout_ms: int = 6000,
+        fetch_wait_ms: int = 500,
         auto_offset_reset: str = "latest",
         on_assign: AssignmentListener | None = None,
         on_revoke: AssignmentListener | None = None,
@@ -72,6 +73,7 @@ class BrokerConsumer:
                     "session.timeout.ms": session_timeout_ms,
                     "heartbeat.interval.ms": max(500, session_timeout_ms // 5),
                     "enable.partition.eof": False,
+                    "fetch.wait.max.ms": fetch_wait_ms,
                     "queued.max.messages.kbytes": 8192,  # the prefetch bound per consumer (librdkafka: 64 MiB)
                     **overrides,
                 }
@@ -95,7 +97,11 @@ class BrokerConsumer:
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
 
     def poll(self, max_messages: int = 500, timeout: float = 0.1) -> list[Message]:
-        records = self._consumer.consume(num_messages=max_messages, timeout=timeout)
+        # consume() waits for a full batch or the timeout: wait for one record only, then take what is queued,
+        # so a message read alone is handed over at once instead of after the timeout.
+        records = self._consumer.consume(num_messages=1, timeout=timeout)
+        if records and max_messages > 1:
+            records += self._consumer.consume(num_messages=max_messages - 1, timeout=0)
         out = []
         for record in records:
             err = record.error()

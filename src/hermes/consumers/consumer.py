@@ -17,7 +17,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,7 @@ class ConsumerContext:
     commit_interval: float = 1.0
     metrics_interval: float = 1.0
     session_timeout_ms: int = 6000
+    fetch_wait_ms: int = 500
     rate: RateSettings = field(default_factory=RateSettings)
     resolver: EndpointAddressResolver = field(default_factory=EndpointItself)
 
@@ -78,9 +79,11 @@ class SerialConsumer:
         self._tracker = OffsetTracker()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._finished = threading.Event()  # a message was finished: the Kafka thread may take more
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[asyncio.Task[None], int] = {}
+        self._waiting: set[asyncio.Task[Any]] = set()  # deliveries waiting for a retry or a rate slot
         self._generation = 0
         self._seek_to: dict[Partition, int] | None = None
         self._retransmission_seen: int | None = None
@@ -111,11 +114,13 @@ class SerialConsumer:
         self.rate.set_max_rate(subscription.serial_policy.rate)
 
     async def stop(self, drain_timeout: float = 5.0) -> None:
-        """Stops reading, lets in-flight deliveries finish for a moment, commits what is done and closes.
-        Deliveries cut short stay unfinished: their messages come again after a restart."""
+        """Stops reading, lets deliveries that are sending finish for a moment, commits what is done and closes.
+        Deliveries cut short, or waiting for a retry or a rate slot, stay unfinished: their messages come again
+        after a restart. (Waiting for those would hold a failing subscription's stop for the whole timeout.)"""
         self._stopping.set()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=drain_timeout)
+        deadline = time.monotonic() + drain_timeout
+        while (sending := [t for t in self._tasks if t not in self._waiting]) and time.monotonic() < deadline:
+            await asyncio.wait(sending, timeout=0.05)  # short: a delivery may go from sending to waiting
         for task in list(self._tasks):
             task.cancel()
         if self._thread is not None:
@@ -141,6 +146,7 @@ class SerialConsumer:
             self._context.connection,
             self.subscription.consumer_group_id,
             session_timeout_ms=self._context.session_timeout_ms,
+            fetch_wait_ms=self._context.fetch_wait_ms,
             on_revoke=lambda partitions: self._commit(consumer, only=partitions, forget=True),
         )
         try:
@@ -165,8 +171,11 @@ class SerialConsumer:
                     (consumer.pause if stalled else consumer.resume)(consumer.assignment())
                     paused = stalled
                 if full and not paused:
+                    # Sleeps until a delivery finishes: a consumer stuck at its limit (a failing subscriber)
+                    # must not keep waking up and contending for the GIL with every other consumer.
                     messages = []
-                    time.sleep(0.002)
+                    self._finished.wait(0.05)
+                    self._finished.clear()
                 else:
                     messages = consumer.poll(max_messages=100, timeout=0.05 if paused else 0.1)
                 if messages:
@@ -253,6 +262,7 @@ class SerialConsumer:
         with self._lock:
             if generation == self._generation:
                 self._tracker.finish((message.topic, message.partition), message.offset)
+        self._finished.set()
 
     async def _deliver(self, message: Message, generation: int) -> None:
         """Delivers until success, a final failure or the TTL. A cancelled delivery stays unfinished, so its
@@ -276,7 +286,7 @@ class SerialConsumer:
         while True:
             sub = self.subscription
             policy = sub.serial_policy
-            await self.rate.acquire()
+            await self._wait(self.rate.acquire())
             results: dict[str, SendResult] = {}
             try:
                 addresses = await self._context.resolver.resolve(sub.endpoint, sub.endpoint_address_resolver_metadata)
@@ -303,8 +313,17 @@ class SerialConsumer:
                 break
             self._trace(message, TraceStatus.FAILED, outcome.reason)
             retries += 1
-            await asyncio.sleep(backoff)
+            await self._wait(asyncio.sleep(backoff))
         self._finish(message, generation)
+
+    async def _wait(self, waiting: Awaitable[None]) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._waiting.add(task)
+        try:
+            await waiting
+        finally:
+            self._waiting.discard(task)
 
     async def _attempt(
         self, sub: Subscription, message: Message, schema: str | None, url: str, retries: int
