@@ -1,21 +1,33 @@
 """A crash inside one consumer restarts that consumer only, with a growing backoff, and loses nothing.
 
-The fault is real: the consumers load a resolver plug-in (``tests.support.resolvers:FaultyResolver``) that
-raises an unexpected error for some subscription metadata, exactly as a buggy third-party plug-in would.
+The faults are real: the consumers load a resolver plug-in (``tests.support.resolvers:FaultyResolver``) that
+raises an unexpected error for some subscription metadata, exactly as a buggy third-party plug-in would; and a
+Kafka client that cannot start (a missing TLS authority file) fails the consumer's Kafka thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
+import aiohttp
 import pytest
 
+from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.consumers.consumer import ConsumerContext, SerialConsumer
+from hermes.consumers.content import ContentConverter
+from hermes.consumers.sender.http import HttpSender
+from hermes.domain.endpoint import EndpointAddress
+from hermes.domain.names import TopicName
+from hermes.domain.subscription import Subscription
+from hermes.metadata.sqlite import SqliteMetadataRepository
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings
 from tests.support.subscriber import SubscriberServer
@@ -97,3 +109,30 @@ def test_a_crashing_consumer_is_restarted_alone_and_delivers_everything(
     delays = [float(d) for d in re.findall(r"restarting it in ([\d.]+) s", caplog.text)]
     assert delays[:3] == [0.3, 0.6, 1.2] and max(delays) == 1.2, delays
     assert "KeyError" in caplog.text and f"{topic}$crashing" in caplog.text
+
+
+def test_a_kafka_client_that_cannot_start_is_reported_as_a_crash(
+    sqlite_repository: SqliteMetadataRepository, tmp_path: Path
+) -> None:
+    """The Kafka thread's own failures are crashes too (here: a TLS authority file that does not exist)."""
+    missing = tmp_path / "missing-ca.pem"
+    connection = KafkaConnection("127.0.0.1:9", (("security.protocol", "ssl"), ("ssl.ca.location", str(missing))))
+    subscription = Subscription(TopicName("g", "t"), "s", EndpointAddress.parse("http://127.0.0.1:9/"))
+    crashes: list[BaseException] = []
+
+    async def run() -> SerialConsumer:
+        async with aiohttp.ClientSession() as session:
+            content = ContentConverter(sqlite_repository)
+            context = ConsumerContext(connection, HttpSender(session), sqlite_repository, content, "node", "primary")
+            consumer = SerialConsumer(subscription, context, crashes.append)
+            await consumer.start()
+            for _ in range(200):
+                if crashes:
+                    break
+                await asyncio.sleep(0.05)
+            await consumer.stop()
+            return consumer
+
+    consumer = asyncio.run(run())
+    assert len(crashes) == 1 and consumer.crash is crashes[0]
+    assert "ssl.ca.location" in str(crashes[0])

@@ -142,13 +142,17 @@ class SerialConsumer:
     # --- the Kafka thread ---
 
     def _run(self) -> None:
-        consumer = BrokerConsumer(
-            self._context.connection,
-            self.subscription.consumer_group_id,
-            session_timeout_ms=self._context.session_timeout_ms,
-            fetch_wait_ms=self._context.fetch_wait_ms,
-            on_revoke=lambda partitions: self._commit(consumer, only=partitions, forget=True),
-        )
+        try:
+            consumer = BrokerConsumer(
+                self._context.connection,
+                self.subscription.consumer_group_id,
+                session_timeout_ms=self._context.session_timeout_ms,
+                fetch_wait_ms=self._context.fetch_wait_ms,
+                on_revoke=lambda partitions: self._commit(consumer, only=partitions, forget=True),
+            )
+        except Exception as exc:  # e.g. a TLS file that cannot be read
+            self._thread_crashed(exc)
+            return
         try:
             consumer.subscribe([self.subscription.topic_name.qualified])
             paused = False
@@ -191,11 +195,14 @@ class SerialConsumer:
                     last_commit = time.monotonic()
             self._commit(consumer)
         except Exception as exc:
-            log.exception("Kafka consumer of %s failed", self.name)
-            assert self._loop is not None
-            self._loop.call_soon_threadsafe(self._crashed, exc)
+            self._thread_crashed(exc)
         finally:
             consumer.close()
+
+    def _thread_crashed(self, error: Exception) -> None:
+        log.error("Kafka consumer of %s failed", self.name, exc_info=error)
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._crashed, error)
 
     def _apply_seek(self, consumer: BrokerConsumer) -> None:
         offsets, self._seek_to = self._seek_to or {}, None
