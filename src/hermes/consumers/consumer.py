@@ -27,7 +27,7 @@ from hermes.consumers.content import ContentConverter
 from hermes.consumers.filtering import MessageFilters
 from hermes.consumers.metrics import SNAPSHOT_NAMESPACE, UNDELIVERED_NAMESPACE, SubscriptionMetrics, UndeliveredMessage
 from hermes.consumers.offsets import OffsetTracker, Partition
-from hermes.consumers.rate import AdaptiveRateLimiter, RateSettings
+from hermes.consumers.rate import AdaptiveRateLimiter, RateMode, RateSettings
 from hermes.consumers.recipients import Recipients
 from hermes.consumers.resolver import EndpointAddressResolver, EndpointItself
 from hermes.consumers.retry import Backoff
@@ -167,10 +167,14 @@ class SerialConsumer:
                 # A full in-flight budget first just stops taking messages: librdkafka keeps prefetching into
                 # its bounded queue. Pausing would drop that queue (a resume fetches from scratch, which cut
                 # throughput tenfold), so partitions are paused only in a long stall, to keep polling (and with
-                # it the group membership) going while nothing can be taken.
+                # it the group membership) going while nothing can be taken. A full consumer whose subscriber is
+                # failing (the limiter left NORMAL) is paused at once: its prefetching would only load the
+                # broker and this process for the other subscriptions.
                 now = time.monotonic()
                 full_since = (full_since or now) if full else None
-                stalled = full_since is not None and now - full_since > _PAUSE_AFTER
+                stalled = full_since is not None and (
+                    now - full_since > _PAUSE_AFTER or self.rate.mode is not RateMode.NORMAL
+                )
                 if stalled != paused:
                     (consumer.pause if stalled else consumer.resume)(consumer.assignment())
                     paused = stalled
