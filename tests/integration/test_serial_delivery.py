@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from hermes.consumers.metrics import SNAPSHOT_NAMESPACE, UNDELIVERED_NAMESPACE
+from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAFKA_SCHEMA_VERSION
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import Received, Reply, SubscriberServer
@@ -232,3 +233,25 @@ def test_a_busy_subscription_is_reconfigured_in_place_losing_and_repeating_nothi
     assert supervisor.consumers[(topic, name)] is consumer, "restarted instead of reconfigured"
     assert consumer.rate.max_rate == 150 and consumer.subscription.serial_policy.inflight_size == 20
     assert len(after.received) > 100
+
+
+def test_records_with_headers_hermes_cannot_read_are_delivered_all_the_same(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    """Another producer wrote to the topic with broken Hermes headers: the consumer must not stop at them."""
+    subscriber = serve(scripted, lambda n, _r: Reply(200))
+    topic = client.create_topic()
+    client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
+    producer = hermes.hermes.producer
+    assert producer is not None
+    broken = [(KAFKA_PUBLISH_TIMESTAMP, b"yesterday"), (KAFKA_SCHEMA_VERSION, b"v2"), (KAFKA_MESSAGE_ID, b"\xff\n")]
+
+    async def produce() -> None:
+        await producer.send(topic, b'{"raw": true}', headers=broken)
+
+    hermes.call(produce())
+    client.publish(topic, '{"n": 2}')
+    received = subscriber.wait_for(2, timeout=20)
+    assert sorted(r.body for r in received) == [b'{"n": 2}', b'{"raw": true}']
+    raw = next(r for r in received if r.body == b'{"raw": true}')
+    assert raw.message_id is not None and raw.message_id.startswith(f"{topic}-")
