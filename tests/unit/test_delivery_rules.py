@@ -1,3 +1,6 @@
+import asyncio
+import time
+
 import pytest
 
 from hermes.consumers.filtering import MessageFilters
@@ -106,3 +109,23 @@ def test_the_rate_slows_down_on_failures_and_falls_to_slow_then_heartbeat() -> N
         limiter.record(failed=False)
         limiter._adjust(limiter._period_start + 1)
     assert limiter.rate == 100, "recovers to the maximum, never above it"
+
+
+def test_waiters_queue_for_the_rate_and_each_slot_wakes_one() -> None:
+    class CountingLimiter(AdaptiveRateLimiter):
+        checks = 0
+
+        def _adjust(self, now: float) -> None:  # runs once per wake-up of a waiter
+            CountingLimiter.checks += 1
+            super()._adjust(now)
+
+    limiter = CountingLimiter(200)
+
+    async def retries() -> float:
+        start = time.monotonic()
+        await asyncio.gather(*(limiter.acquire() for _ in range(40)))
+        return time.monotonic() - start
+
+    elapsed = asyncio.run(retries())
+    assert elapsed >= 39 / 200 * 0.95, "the rate holds"
+    assert CountingLimiter.checks < 3 * 40, f"{CountingLimiter.checks} wake-ups for 40 slots: a thundering herd"

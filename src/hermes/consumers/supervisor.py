@@ -78,9 +78,9 @@ class ConsumersSupervisor:
             await self._apply(subscription.topic_name, subscription.name, subscription)
 
     async def stop(self) -> None:
-        for task in list(self._restarts):
-            task.cancel()
-        async with self._lock:
+        async with self._lock:  # a restart stopping its crashed consumer holds the lock until that is done
+            for task in list(self._restarts):
+                task.cancel()
             consumers, self._consumers = list(self._consumers.values()), {}
         await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
         if self._session is not None:
