@@ -255,3 +255,21 @@ def test_records_with_headers_hermes_cannot_read_are_delivered_all_the_same(
     assert sorted(r.body for r in received) == [b'{"n": 2}', b'{"raw": true}']
     raw = next(r for r in received if r.body == b'{"raw": true}')
     assert raw.message_id is not None and raw.message_id.startswith(f"{topic}-")
+
+
+def test_suspending_a_failing_subscription_does_not_wait_for_its_retries(
+    client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber = serve(scripted, lambda n, _r: Reply(500))
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy={"messageBackoff": 10_000})
+    for i in range(5):
+        client.publish(topic, f'{{"n": {i}}}')
+    subscriber.wait_for(5, timeout=20)  # every message is now waiting 10 s for its retry
+    state = f"/topics/{topic}/subscriptions/{name}/state"
+    started = time.monotonic()
+    assert client.management.put(state, content='"SUSPENDED"', headers={"Content-Type": "application/json"})
+    thread = f"consumer-{topic}${name}"
+    wait_until(lambda: thread not in {t.name for t in threading.enumerate()}, timeout=20)
+    assert time.monotonic() - started < 4.0, "the stop waited for deliveries that were only waiting"
+    assert len(subscriber.received) == 5
