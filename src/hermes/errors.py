@@ -139,6 +139,15 @@ class EndpointResolutionError(HermesError):
     retriable = True
 
 
+class OAuthTokenUnavailable(HermesError):
+    """No OAuth token could be obtained for a subscription (provider missing, token endpoint down or refusing).
+    The message says why without any secret; the delivery is retried."""
+
+    code = "OAUTH_TOKEN_UNAVAILABLE"
+    status = 502
+    retriable = True
+
+
 class StartupError(HermesError):
     """A process cannot start (port taken, data directory not writable, ...). Printed without a traceback."""
 

@@ -125,7 +125,7 @@ class Hermes:
         if Role.FRONTEND in self.roles:
             from hermes.frontend.app import create_app as frontend_app
             from hermes.frontend.journal import Journal
-            from hermes.frontend.metrics import PublishedCounter
+            from hermes.frontend.metrics import JOURNAL_BYTES, JOURNAL_MESSAGES, PublishedCounter
             from hermes.frontend.publishing import Publisher, PublishTimeouts
             from hermes.frontend.schemas import SchemaSource
 
@@ -138,6 +138,8 @@ class Hermes:
                 settings.frontend_journal_fsync_interval,
             )
             pending = await asyncio.to_thread(journal.recover)
+            JOURNAL_MESSAGES.set_function(lambda: journal.depth)
+            JOURNAL_BYTES.set_function(lambda: journal.pending_bytes)
             self._closers.append(journal.close)
             publisher = Publisher(
                 self.producer,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import threading
@@ -27,6 +28,7 @@ from hermes.errors import (
     TopicNotEmpty,
     TopicNotFound,
 )
+from hermes.metadata.cache import MetadataCache
 from hermes.metadata.repository import ChangeAction, ChangeKind, MetadataChange, MetadataRepository
 from hermes.metadata.sqlite import SqliteMetadataRepository
 from hermes.metadata.zookeeper import ZookeeperMetadataRepository
@@ -213,3 +215,32 @@ def test_changes_reach_watchers_of_another_instance_within_a_second(open_reposit
         MetadataChange(ChangeKind.SUBSCRIPTION, ChangeAction.DELETED, "com.example.orders/s1"),
     ]
     wait_until(lambda: seen == expected, timeout=1.0)
+
+
+def test_the_metadata_cache_follows_oauth_providers_of_another_instance(open_repository: Factory) -> None:
+    writer, reader = open_repository(), open_repository()
+    provider = OAuthProvider("auth", "http://auth.example.com/token", "hermes", "s3cret")
+    writer.create_oauth_provider(provider)
+
+    async def follow() -> list[str]:
+        cache = MetadataCache(reader)
+        await cache.start()
+        changed: list[str] = []
+        cache.on_oauth_provider_change(changed.append)
+        try:
+            assert cache.oauth_providers == {"auth": provider}, "loaded at start"
+            writer.update_oauth_provider("auth", lambda p: dataclasses.replace(p, client_id="other"))
+            await _until(lambda: cache.oauth_providers["auth"].client_id == "other")
+            writer.delete_oauth_provider("auth")
+            await _until(lambda: "auth" not in cache.oauth_providers)
+        finally:
+            await cache.stop()
+        return changed
+
+    assert asyncio.run(follow()) == ["auth", "auth"]
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.02)

@@ -58,6 +58,9 @@ def test_accepted_messages_survive_a_broker_outage_and_a_killed_frontend(tmp_pat
         broker.pause()  # SIGSTOP: the broker stops answering
         statuses = [publish(i) for i in range(5, 25)]
         assert statuses.count(202) == 20, statuses
+        metrics = client.frontend.get("/status/prometheus").text
+        assert "hermes_frontend_journal_messages 20.0" in metrics
+        assert "hermes_frontend_journal_bytes 175.0" in metrics  # the twenty bodies of n = 5..24
         frontend.stop(signal.SIGKILL)
         broker.resume()
         frontend = HermesProcess(tmp_path, *frontend_args, command="frontend").start(wait_for="frontend")

@@ -28,6 +28,7 @@ class Reply:
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering
+    body: bytes = b""
 
 
 Script = Callable[[int, "Received"], Reply]
@@ -76,7 +77,7 @@ class SubscriberServer:
         reply = self.script(index, received)
         if reply.delay:
             await asyncio.sleep(reply.delay)
-        return web.Response(status=reply.status, headers=reply.headers)
+        return web.Response(status=reply.status, headers=reply.headers, body=reply.body)
 
     def wait_for(self, count: int, timeout: float = 15.0) -> list[Received]:
         """Blocks until at least ``count`` requests arrived; fails the test otherwise."""

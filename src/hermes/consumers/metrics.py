@@ -20,6 +20,8 @@ _FILTERED = Counter("hermes_consumers_filtered", "Messages skipped by filters", 
 _RESPONSES = Counter("hermes_consumers_responses", "Delivery attempts by outcome", (*_LABELS, "outcome"))
 _INFLIGHT = Gauge("hermes_consumers_inflight", "Messages read and not finished", _LABELS)
 _RATE = Gauge("hermes_consumers_rate", "Current sending rate limit (messages/s)", _LABELS)
+_TOKEN_REQUESTS = Counter("hermes_consumers_oauth_token_requests", "OAuth token requests sent", _LABELS)
+_TOKEN_FAILURES = Counter("hermes_consumers_oauth_token_failures", "OAuth tokens needed but not obtained", _LABELS)
 _MODE = Gauge("hermes_consumers_rate_mode", "Rate mode: 0 normal, 1 slow, 2 heartbeat", _LABELS)
 
 COUNTERS = ("delivered", "discarded", "filtered", "timeouts", "otherErrors", "codes2xx", "codes4xx", "codes5xx")
@@ -101,6 +103,10 @@ class SubscriptionMetrics:
             "lag": self.lag,
             "updatedAt": int(time.time() * 1000),
         }
+
+
+def count_token_request(topic: str, subscription: str, *, failed: bool) -> None:
+    (_TOKEN_FAILURES if failed else _TOKEN_REQUESTS).labels(topic=topic, subscription=subscription).inc()
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 | status              | retryClientErrors | Retry-After | retry | slow down |
 |---------------------|-------------------|-------------|-------|-----------|
 | 2xx                 | -                 | -           | no    | no        |
+| 401, OAuth policy   | -                 | -           | yes   | no        |
 | 4xx (except 429)    | false             | -           | no    | no        |
 | 4xx (except 429)    | true              | -           | yes   | yes       |
 | 429                 | false             | -           | no    | yes       |
@@ -38,6 +39,8 @@ def judge(result: SendResult, retry_client_errors: bool) -> Verdict:
         return Verdict(retry=False, slow_down=False)
     if status is None:
         return Verdict(retry=True, slow_down=True)
+    if result.reauthorize:  # an expired token is no sign of overload
+        return Verdict(retry=True, slow_down=False)
     has_retry_after = result.retry_after is not None
     if status == 429:
         if not retry_client_errors:

@@ -21,6 +21,7 @@ from hermes.consumers.content import ContentConverter
 from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import load_resolver
 from hermes.consumers.sender.http import HttpSender
+from hermes.consumers.sender.oauth import OAuthTokens, TokenClient
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.metadata.cache import MetadataCache
@@ -47,6 +48,7 @@ class ConsumersSupervisor:
         self._context: ConsumerContext | None = None
         self._consumers: dict[tuple[str, str], SerialConsumer] = {}
         self._session: aiohttp.ClientSession | None = None
+        self._oauth: OAuthTokens | None = None
         self._lock = asyncio.Lock()
         self._crashes: dict[tuple[str, str], tuple[int, float]] = {}  # crashes in a row, last restart time
         self._restarts: set[asyncio.Task[None]] = set()
@@ -58,9 +60,12 @@ class ConsumersSupervisor:
             auto_decompress=False,
         )
         s = self._settings
+        self._oauth = OAuthTokens(TokenClient(self._session), self._cache.oauth_providers.get)
+        self._cache.on_oauth_provider_change(self._oauth.provider_changed)
+        self._cache.on_subscription_change(self._oauth.subscription_changed)
         self._context = ConsumerContext(
             connection=self._connection,
-            sender=HttpSender(self._session),
+            sender=HttpSender(self._session, self._oauth),
             repository=self._repository,
             content=ContentConverter(self._repository),
             node_id=s.node_id,
@@ -83,6 +88,8 @@ class ConsumersSupervisor:
                 task.cancel()
             consumers, self._consumers = list(self._consumers.values()), {}
         await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
+        if self._oauth is not None:
+            self._oauth.close()
         if self._session is not None:
             await self._session.close()
 

@@ -134,6 +134,10 @@ class Journal:
     def depth(self) -> int:
         return len(self._pending)
 
+    @property
+    def pending_bytes(self) -> int:
+        return self._pending_bytes
+
     def put(
         self,
         message_id: str,

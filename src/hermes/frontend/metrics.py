@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 REQUESTS = Counter("hermes_frontend_requests", "Publish requests by topic and HTTP status", ("topic", "status"))
 LATENCY = Histogram(
@@ -17,6 +17,9 @@ LATENCY = Histogram(
 PRODUCER_ERRORS = Counter(
     "hermes_frontend_producer_errors", "Messages the broker refused or never acknowledged", ("topic",)
 )
+
+JOURNAL_MESSAGES = Gauge("hermes_frontend_journal_messages", "Accepted messages the broker has not acknowledged yet")
+JOURNAL_BYTES = Gauge("hermes_frontend_journal_bytes", "Bytes of accepted messages the broker has not acknowledged yet")
 
 TOPIC_METRICS_NAMESPACE = "topic-metrics"
 

@@ -120,6 +120,9 @@ class ManagementService:
             edit = dict(patch)
             if edit.get("endpoint") == current.endpoint.masked:
                 del edit["endpoint"]  # the masked endpoint sent back unchanged keeps the stored credentials
+            oauth = edit.get("oAuthPolicy")
+            if isinstance(oauth, dict) and oauth.get("password") == codec.SECRET_MASK and current.oauth_policy:
+                edit["oAuthPolicy"] = {**oauth, "password": current.oauth_policy.password}  # likewise the password
             if "trackingEnabled" in edit and "trackingMode" not in edit:
                 del base["trackingMode"]  # the older shape decides tracking
             if "supportTeam" in edit and "owner" not in edit:

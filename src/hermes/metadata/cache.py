@@ -1,4 +1,4 @@
-"""An in-memory view of topics and subscriptions kept fresh by the repository's change notifications.
+"""An in-memory view of topics, subscriptions and OAuth providers kept fresh by the repository's change notifications.
 
 Request paths (publishing, delivery) read this cache and never the metadata store. Listeners run on the
 asyncio loop that started the cache.
@@ -11,6 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from hermes.domain.names import TopicName
+from hermes.domain.oauth import OAuthProvider
 from hermes.domain.subscription import Subscription
 from hermes.domain.topic import Topic
 from hermes.errors import NotFoundError
@@ -26,6 +27,8 @@ class MetadataCache:
         self._repository = repository
         self.topics: dict[str, Topic] = {}
         self.subscriptions: dict[tuple[str, str], Subscription] = {}
+        self.oauth_providers: dict[str, OAuthProvider] = {}
+        self._provider_listeners: list[Callable[[str], None]] = []
         self._subscription_listeners: list[SubscriptionListener] = []
         self._schema_listeners: list[Callable[[str], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -41,6 +44,8 @@ class MetadataCache:
         subscriptions = await asyncio.to_thread(self._repository.list_subscriptions)
         self.topics = {t.qualified_name: t for t in topics}
         self.subscriptions = {(s.topic_name.qualified, s.name): s for s in subscriptions}
+        providers = await asyncio.to_thread(self._repository.list_oauth_providers)
+        self.oauth_providers = {p.name: p for p in providers}
         self._applier = asyncio.create_task(self._apply_changes(), name="metadata-cache")
 
     async def stop(self) -> None:
@@ -56,6 +61,10 @@ class MetadataCache:
     def on_schema_change(self, listener: Callable[[str], None]) -> None:
         """``listener(qualified topic name)`` runs when a topic gets a new schema version."""
         self._schema_listeners.append(listener)
+
+    def on_oauth_provider_change(self, listener: Callable[[str], None]) -> None:
+        """``listener(provider name)`` runs after a provider was created, updated or deleted."""
+        self._provider_listeners.append(listener)
 
     def topic(self, qualified_name: str) -> Topic | None:
         return self.topics.get(qualified_name)
@@ -82,6 +91,8 @@ class MetadataCache:
                 elif change.kind is ChangeKind.SUBSCRIPTION:
                     topic, _, name = change.key.partition("/")
                     await self._reload_subscription(topic, name, change.action)
+                elif change.kind is ChangeKind.OAUTH_PROVIDER:
+                    await self._reload_provider(change.key)
             except Exception:
                 log.exception("applying metadata change %s failed", change)
 
@@ -95,6 +106,18 @@ class MetadataCache:
             self.topics.pop(qualified_name, None)
         else:
             self.topics[qualified_name] = topic
+
+    async def _reload_provider(self, name: str) -> None:
+        try:
+            provider: OAuthProvider | None = await asyncio.to_thread(self._repository.get_oauth_provider, name)
+        except NotFoundError:
+            provider = None
+        if provider is None:
+            self.oauth_providers.pop(name, None)
+        else:
+            self.oauth_providers[name] = provider
+        for listener in self._provider_listeners:
+            listener(name)
 
     async def _reload_subscription(self, topic: str, name: str, action: ChangeAction) -> None:
         topic_name = TopicName.parse(topic)

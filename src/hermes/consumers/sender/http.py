@@ -7,6 +7,7 @@ import base64
 
 import aiohttp
 
+from hermes.consumers.sender.oauth import OAuthTokens
 from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import (
     MESSAGE_ID_HEADER,
@@ -29,8 +30,9 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 class HttpSender:
-    def __init__(self, session: aiohttp.ClientSession) -> None:
+    def __init__(self, session: aiohttp.ClientSession, oauth: OAuthTokens | None = None) -> None:
         self._session = session
+        self._oauth = oauth
 
     def headers(
         self, subscription: Subscription, message: Message, retry_count: int, content_type: str
@@ -51,11 +53,22 @@ class HttpSender:
     async def send(
         self, subscription: Subscription, url: str, body: bytes, headers: dict[str, str], timeout_ms: int
     ) -> SendResult:
+        """Sends with the subscription's OAuth bearer token if it has an OAuth policy, else with the
+        endpoint's Basic credentials if it has some."""
+        if self._oauth is not None and subscription.oauth_policy is not None:
+            return await self._oauth.send(
+                subscription, headers, lambda h: self._post(subscription, url, body, h, timeout_ms)
+            )
         credentials = subscription.endpoint.credentials
         if credentials is not None:
             user, password = credentials
             token = base64.b64encode(f"{user}:{password}".encode()).decode()
             headers = {**headers, "Authorization": f"Basic {token}"}
+        return await self._post(subscription, url, body, headers, timeout_ms)
+
+    async def _post(
+        self, subscription: Subscription, url: str, body: bytes, headers: dict[str, str], timeout_ms: int
+    ) -> SendResult:
         socket_timeout = subscription.serial_policy.socket_timeout / 1000 or None
         timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000, sock_read=socket_timeout)
         try:

@@ -11,6 +11,7 @@ class SendResult:
     timed_out: bool = False
     error: str | None = None
     retry_after: float | None = None  # seconds, from a Retry-After header
+    reauthorize: bool = False  # a 401 from an OAuth-secured subscriber: retried with a new token
 
     @classmethod
     def of_status(cls, status: int, retry_after: float | None = None) -> SendResult:
