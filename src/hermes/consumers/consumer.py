@@ -118,6 +118,7 @@ class SerialConsumer:
         Deliveries cut short, or waiting for a retry or a rate slot, stay unfinished: their messages come again
         after a restart. (Waiting for those would hold a failing subscription's stop for the whole timeout.)"""
         self._stopping.set()
+        self._finished.set()  # wakes a Kafka thread waiting for room
         deadline = time.monotonic() + drain_timeout
         while (sending := [t for t in self._tasks if t not in self._waiting]) and time.monotonic() < deadline:
             await asyncio.wait(sending, timeout=0.05)  # short: a delivery may go from sending to waiting
@@ -178,14 +179,15 @@ class SerialConsumer:
                 if stalled != paused:
                     (consumer.pause if stalled else consumer.resume)(consumer.assignment())
                     paused = stalled
-                if full and not paused:
+                if full:
                     # Sleeps until a delivery finishes: a consumer stuck at its limit (a failing subscriber)
-                    # must not keep waking up and contending for the GIL with every other consumer.
-                    messages = []
-                    self._finished.wait(0.05)
+                    # must not keep waking up and contending for the GIL with every other consumer. Paused, it
+                    # still polls now and then, without waiting, to serve the group's callbacks.
+                    self._finished.wait(0.5 if paused else 0.05)
                     self._finished.clear()
+                    messages = consumer.poll(max_messages=100, timeout=0) if paused else []
                 else:
-                    messages = consumer.poll(max_messages=100, timeout=0.05 if paused else 0.1)
+                    messages = consumer.poll(max_messages=100, timeout=0.1)
                 if messages:
                     with self._lock:
                         if generation != self._generation:

@@ -74,7 +74,7 @@ class ConsumersSupervisor:
             commit_interval=s.consumer_commit_interval,
             metrics_interval=s.consumer_metrics_interval,
             session_timeout_ms=s.consumer_session_timeout_ms,
-            fetch_wait_ms=s.consumer_fetch_wait_ms,
+            fetch_wait_ms=s.fetch_wait_ms,
             rate=RateSettings(period=s.consumer_rate_period, heartbeat_interval=s.consumer_heartbeat_interval),
             resolver=resolver,
         )
