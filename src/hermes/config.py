@@ -105,6 +105,25 @@ class Settings(BaseSettings):
         6000, ge=1000, description="Kafka consumer group session timeout (Tansu joins take ~23 s at the default)."
     )
 
+    consumer_fetch_wait_ms: int | None = Field(
+        None,
+        ge=1,
+        le=60_000,
+        description="Longest wait of a consumer's fetch for new messages (librdkafka fetch.wait.max.ms). Tansu "
+        "answers a fetch only when this wait ends, so it bounds delivery latency there; Kafka answers as soon as "
+        "a message arrives. Default: 25 with the embedded Tansu, 500 with an external cluster.",
+    )
+    consumer_restart_backoff: float = Field(
+        1.0, gt=0, description="Seconds before restarting a crashed consumer; doubles with each crash in a row."
+    )
+    consumer_restart_backoff_max: float = Field(
+        60.0, gt=0, description="Longest wait before restarting a crashed consumer (seconds)."
+    )
+    endpoint_address_resolver: str = Field(
+        "hermes.consumers.resolver:EndpointItself",
+        description="Endpoint address resolver (module:Class): the endpoint itself, or e.g. "
+        "hermes.consumers.resolver:StaticAddressList for the addresses listed in endpointAddressResolverMetadata.",
+    )
     # --- pipeline: the Spark process (hermes pipeline) and offline storage ---
     pipeline: bool = Field(True, description="`hermes run` also runs the Spark pipeline, as a child process.")
     spark_master: str = Field("local[*]", description="Spark master of the pipeline, e.g. spark://host:7077.")
@@ -154,6 +173,12 @@ class Settings(BaseSettings):
     @property
     def embedded_broker(self) -> bool:
         return self.kafka_bootstrap_servers is None
+
+    @property
+    def fetch_wait_ms(self) -> int:
+        if self.consumer_fetch_wait_ms is not None:
+            return self.consumer_fetch_wait_ms
+        return 25 if self.embedded_broker else 500  # idle fetches cost an external cluster requests
 
 
 def load_settings(overrides: dict[str, Any] | None = None, config_file: Path | None = None) -> Settings:

@@ -131,6 +131,14 @@ class MetadataUnavailable(ServiceUnavailable):
     code = "METADATA_UNAVAILABLE"
 
 
+class EndpointResolutionError(HermesError):
+    """An endpoint address resolver could not name the addresses to send to (bad metadata, lookup failure).
+    The attempt fails and is retried like a network error."""
+
+    code = "ENDPOINT_RESOLUTION_ERROR"
+    retriable = True
+
+
 class OAuthTokenUnavailable(HermesError):
     """No OAuth token could be obtained for a subscription (provider missing, token endpoint down or refusing).
     The message says why without any secret; the delivery is retried."""

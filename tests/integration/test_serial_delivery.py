@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import itertools
+import threading
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from hermes.consumers.metrics import SNAPSHOT_NAMESPACE, UNDELIVERED_NAMESPACE
+from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAFKA_SCHEMA_VERSION
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import Received, Reply, SubscriberServer
@@ -192,3 +194,82 @@ def test_suspended_subscriptions_resume_where_they_stopped(
     )
     received = subscriber.wait_for(2, timeout=20)
     assert received[1].body == b'{"n": 2}'
+
+
+def test_a_busy_subscription_is_reconfigured_in_place_losing_and_repeating_nothing(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    before, after = serve(scripted, lambda n, _r: Reply(200)), serve(scripted, lambda n, _r: Reply(200))
+    topic = client.create_topic()
+    policy = {**FAST, "rate": 60, "inflightSize": 5}
+    name = client.create_subscription(topic, before.url, subscriptionPolicy=policy)
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None
+    published: list[str] = []
+
+    def publish(count: int) -> None:
+        for i in range(count):
+            response = client.publish(topic, f'{{"n": {i}}}')
+            assert response.status_code in (201, 202), response.text
+            published.append(response.headers["Hermes-Message-Id"])
+
+    publisher = threading.Thread(target=publish, args=(300,))
+    publisher.start()
+    before.wait_for(40, timeout=30)
+    consumer = supervisor.consumers[(topic, name)]
+    change = {"endpoint": after.url, "subscriptionPolicy": {**policy, "rate": 150, "inflightSize": 20}}
+    assert client.management.put(f"/topics/{topic}/subscriptions/{name}", json=change).status_code == 200
+    after.wait_for(1, timeout=20)
+    publisher.join(60)
+    assert len(published) == 300
+
+    def everything_arrived() -> bool:
+        return set(published) <= {r.message_id for r in before.received + after.received}
+
+    wait_until(everything_arrived, timeout=30, interval=0.2)
+    time.sleep(0.5)
+    ids = [r.message_id for r in before.received + after.received]
+    assert len(ids) == len(set(ids)) == 300, "a message came twice"
+    assert supervisor.consumers[(topic, name)] is consumer, "restarted instead of reconfigured"
+    assert consumer.rate.max_rate == 150 and consumer.subscription.serial_policy.inflight_size == 20
+    assert len(after.received) > 100
+
+
+def test_records_with_headers_hermes_cannot_read_are_delivered_all_the_same(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    """Another producer wrote to the topic with broken Hermes headers: the consumer must not stop at them."""
+    subscriber = serve(scripted, lambda n, _r: Reply(200))
+    topic = client.create_topic()
+    client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
+    producer = hermes.hermes.producer
+    assert producer is not None
+    broken = [(KAFKA_PUBLISH_TIMESTAMP, b"yesterday"), (KAFKA_SCHEMA_VERSION, b"v2"), (KAFKA_MESSAGE_ID, b"\xff\n")]
+
+    async def produce() -> None:
+        await producer.send(topic, b'{"raw": true}', headers=broken)
+
+    hermes.call(produce())
+    client.publish(topic, '{"n": 2}')
+    received = subscriber.wait_for(2, timeout=20)
+    assert sorted(r.body for r in received) == [b'{"n": 2}', b'{"raw": true}']
+    raw = next(r for r in received if r.body == b'{"raw": true}')
+    assert raw.message_id is not None and raw.message_id.startswith(f"{topic}-")
+
+
+def test_suspending_a_failing_subscription_does_not_wait_for_its_retries(
+    client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber = serve(scripted, lambda n, _r: Reply(500))
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy={"messageBackoff": 10_000})
+    for i in range(5):
+        client.publish(topic, f'{{"n": {i}}}')
+    subscriber.wait_for(5, timeout=20)  # every message is now waiting 10 s for its retry
+    state = f"/topics/{topic}/subscriptions/{name}/state"
+    started = time.monotonic()
+    assert client.management.put(state, content='"SUSPENDED"', headers={"Content-Type": "application/json"})
+    thread = f"consumer-{topic}${name}"
+    wait_until(lambda: thread not in {t.name for t in threading.enumerate()}, timeout=20)
+    assert time.monotonic() - started < 4.0, "the stop waited for deliveries that were only waiting"
+    assert len(subscriber.received) == 5

@@ -1,3 +1,6 @@
+import asyncio
+import time
+
 import pytest
 
 from hermes.consumers.filtering import MessageFilters
@@ -40,6 +43,7 @@ def test_backoff_grows_by_the_multiplier_up_to_the_maximum_and_retry_after_wins(
     assert [backoff.delay(n) for n in range(5)] == [0.1, 0.2, 0.4, 0.5, 0.5]
     assert backoff.delay(3, retry_after=7.0) == 7.0
     assert Backoff(1.0, 1.0, 600).delay(10) == 1.0
+    assert Backoff(0.5, 10.0, 600).delay(400) == 600  # 10**400 does not fit a float: still the maximum
 
 
 def _message(body: bytes, **headers: str) -> Message:
@@ -84,12 +88,14 @@ def test_avropath_and_header_filters() -> None:
 
 def test_the_rate_slows_down_on_failures_and_falls_to_slow_then_heartbeat() -> None:
     limiter = AdaptiveRateLimiter(100, RateSettings(period=0.0, slow_rate=1.0))
-    for _ in range(30):
-        for _ in range(10):
-            limiter.record(failed=True)
+    for _ in range(5):
+        for failed in (True, False, False, False):  # a minority of failures: 20 % less each period
+            limiter.record(failed=failed)
         limiter._adjust(limiter._period_start + 1)
-        if limiter.mode is not RateMode.NORMAL:
-            break
+    assert limiter.mode is RateMode.NORMAL and limiter.rate == pytest.approx(100 * 0.8**5)
+    for failed in (True, True, False):  # a majority: slow at once
+        limiter.record(failed=failed)
+    limiter._adjust(limiter._period_start + 1)
     assert limiter.mode is RateMode.SLOW and limiter.rate == 1.0
     limiter.record(failed=True)
     limiter._adjust(limiter._period_start + 1)
@@ -103,3 +109,23 @@ def test_the_rate_slows_down_on_failures_and_falls_to_slow_then_heartbeat() -> N
         limiter.record(failed=False)
         limiter._adjust(limiter._period_start + 1)
     assert limiter.rate == 100, "recovers to the maximum, never above it"
+
+
+def test_waiters_queue_for_the_rate_and_each_slot_wakes_one() -> None:
+    class CountingLimiter(AdaptiveRateLimiter):
+        checks = 0
+
+        def _adjust(self, now: float) -> None:  # runs once per wake-up of a waiter
+            CountingLimiter.checks += 1
+            super()._adjust(now)
+
+    limiter = CountingLimiter(200)
+
+    async def retries() -> float:
+        start = time.monotonic()
+        await asyncio.gather(*(limiter.acquire() for _ in range(40)))
+        return time.monotonic() - start
+
+    elapsed = asyncio.run(retries())
+    assert elapsed >= 39 / 200 * 0.95, "the rate holds"
+    assert CountingLimiter.checks < 3 * 40, f"{CountingLimiter.checks} wake-ups for 40 slots: a thundering herd"

@@ -24,26 +24,43 @@ PartitionOffsets = Mapping[tuple[str, int], int]
 AssignmentListener = Callable[[list[tuple[str, int]]], None]
 
 
+def _int_header(value: bytes | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def _id_header(value: bytes | None) -> str | None:
+    """Ids travel on as HTTP header values: printable ASCII only."""
+    try:
+        text = value.decode("ascii") if value else None
+    except UnicodeDecodeError:
+        return None
+    return text if text and text.isprintable() else None
+
+
 def to_message(record: Any) -> Message:
-    """Translates a Kafka record into a ``Message``; records without Hermes headers get derived ids."""
+    """Translates a Kafka record into a ``Message``; records without Hermes headers get derived ids. Headers
+    written by other producers are never trusted: one this cannot read is ignored (raising here would stop the
+    subscription's consumer at that record at every restart)."""
     headers: dict[str, bytes] = {k: v for k, v in (record.headers() or []) if v is not None}
     propagated = {
         k[len(KAFKA_PROPAGATED_PREFIX) :]: v.decode("utf-8", "replace")
         for k, v in headers.items()
         if k.startswith(KAFKA_PROPAGATED_PREFIX)
     }
-    message_id = headers.get(KAFKA_MESSAGE_ID)
-    published = headers.get(KAFKA_PUBLISH_TIMESTAMP)
-    schema_version = headers.get(KAFKA_SCHEMA_VERSION)
+    message_id = _id_header(headers.get(KAFKA_MESSAGE_ID))
+    published = _int_header(headers.get(KAFKA_PUBLISH_TIMESTAMP))
     return Message(
         topic=record.topic(),
         partition=record.partition(),
         offset=record.offset(),
-        message_id=message_id.decode() if message_id else f"{record.topic()}-{record.partition()}-{record.offset()}",
+        message_id=message_id or f"{record.topic()}-{record.partition()}-{record.offset()}",
         body=record.value() or b"",
-        publish_timestamp=int(published) if published else record.timestamp()[1],
+        publish_timestamp=published if published is not None else record.timestamp()[1],
         key=record.key(),
-        schema_version=int(schema_version) if schema_version else None,
+        schema_version=_int_header(headers.get(KAFKA_SCHEMA_VERSION)),
         propagated_headers=propagated,
     )
 
@@ -57,6 +74,7 @@ class BrokerConsumer:
         group_id: str,
         *,
         session_timeout_ms: int = 6000,
+        fetch_wait_ms: int = 500,
         auto_offset_reset: str = "latest",
         on_assign: AssignmentListener | None = None,
         on_revoke: AssignmentListener | None = None,
@@ -72,6 +90,7 @@ class BrokerConsumer:
                     "session.timeout.ms": session_timeout_ms,
                     "heartbeat.interval.ms": max(500, session_timeout_ms // 5),
                     "enable.partition.eof": False,
+                    "fetch.wait.max.ms": fetch_wait_ms,
                     "queued.max.messages.kbytes": 8192,  # the prefetch bound per consumer (librdkafka: 64 MiB)
                     **overrides,
                 }
@@ -95,7 +114,11 @@ class BrokerConsumer:
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
 
     def poll(self, max_messages: int = 500, timeout: float = 0.1) -> list[Message]:
-        records = self._consumer.consume(num_messages=max_messages, timeout=timeout)
+        # consume() waits for a full batch or the timeout: wait for one record only, then take what is queued,
+        # so a message read alone is handed over at once instead of after the timeout.
+        records = self._consumer.consume(num_messages=1, timeout=timeout)
+        if records and max_messages > 1:
+            records += self._consumer.consume(num_messages=max_messages - 1, timeout=0)
         out = []
         for record in records:
             err = record.error()

@@ -10,17 +10,17 @@ is sent alone rather than dropped.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
 from dataclasses import dataclass
 
-from hermes.consumers.consumer import ConsumerContext, SerialConsumer
+from hermes.consumers.consumer import ConsumerContext, CrashListener, SerialConsumer
 from hermes.consumers.retry import Backoff, judge
 from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import BATCH_ID_HEADER, Message
 from hermes.domain.subscription import Subscription
+from hermes.errors import EndpointResolutionError
 from hermes.tracking import TraceStatus
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,10 @@ class Batch:
 
 
 class BatchConsumer(SerialConsumer):
-    def __init__(self, subscription: Subscription, context: ConsumerContext) -> None:
-        super().__init__(subscription, context)
+    def __init__(
+        self, subscription: Subscription, context: ConsumerContext, on_crash: CrashListener | None = None
+    ) -> None:
+        super().__init__(subscription, context, on_crash)
         self._queue: asyncio.Queue[tuple[Message, int]] = asyncio.Queue()
         self._batcher: asyncio.Task[None] | None = None
         self._carry: tuple[Message, int] | None = None
@@ -49,12 +51,17 @@ class BatchConsumer(SerialConsumer):
     async def start(self) -> None:
         await super().start()
         self._batcher = asyncio.create_task(self._run_batches(), name=f"batches-{self.name}")
+        self._batcher.add_done_callback(self._batcher_done)
+
+    def _batcher_done(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("batching of %s crashed", self.name, exc_info=error)
+            self._crashed(error)
 
     async def stop(self, drain_timeout: float = 5.0) -> None:
         if self._batcher is not None:
             self._batcher.cancel()  # an unfinished batch stays uncommitted: it comes again after a restart
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._batcher
+            await asyncio.wait([self._batcher])
         await super().stop(drain_timeout)
 
     def _capacity(self) -> int:
@@ -119,7 +126,7 @@ class BatchConsumer(SerialConsumer):
             )
             if time.monotonic() + backoff > deadline:
                 for message, _ in batch.messages:
-                    await self._discard(message, result)
+                    await self._discard(message, result.description)
                 break
             for message, _ in batch.messages:
                 self._trace(message, TraceStatus.FAILED, result.description)
@@ -134,6 +141,10 @@ class BatchConsumer(SerialConsumer):
         headers[BATCH_ID_HEADER] = batch_id
         headers[MESSAGE_IDS_HEADER] = ",".join(m.message_id for m, _ in batch.messages)
         del headers["Hermes-Message-Id"]
-        return await self._context.sender.send(
-            sub, sub.endpoint.url, batch.body, headers, sub.batch_policy.request_timeout
-        )
+        try:  # batches are ANYCAST only: the first resolved address
+            addresses = await self._context.resolver.resolve(sub.endpoint, sub.endpoint_address_resolver_metadata)
+        except EndpointResolutionError as exc:
+            return SendResult.failure(exc.message)
+        if not addresses:
+            return SendResult.failure("the endpoint address resolver returned no address")
+        return await self._context.sender.send(sub, addresses[0], batch.body, headers, sub.batch_policy.request_timeout)

@@ -4,15 +4,20 @@ message to the endpoint, committing only offsets below every message still in fl
 The Kafka consumer lives on its own thread (librdkafka calls block); sending runs on the asyncio loop.
 A retransmission moves the group to new offsets: it starts a new *generation*; deliveries of the old one are
 cancelled and can no longer touch the offset tracker.
+
+An unexpected exception in the Kafka thread or in a delivery is a crash: the consumer reports it once through
+``on_crash`` (the supervisor then restarts it). Crashed deliveries stay unfinished, so their messages come again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,12 +27,15 @@ from hermes.consumers.content import ContentConverter
 from hermes.consumers.filtering import MessageFilters
 from hermes.consumers.metrics import SNAPSHOT_NAMESPACE, UNDELIVERED_NAMESPACE, SubscriptionMetrics, UndeliveredMessage
 from hermes.consumers.offsets import OffsetTracker, Partition
-from hermes.consumers.rate import AdaptiveRateLimiter, RateSettings
-from hermes.consumers.retry import Backoff, judge
+from hermes.consumers.rate import AdaptiveRateLimiter, RateMode, RateSettings
+from hermes.consumers.recipients import Recipients
+from hermes.consumers.resolver import EndpointAddressResolver, EndpointItself
+from hermes.consumers.retry import Backoff
 from hermes.consumers.sender.http import HttpSender
 from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import Message
 from hermes.domain.subscription import Subscription, TrackingMode
+from hermes.errors import EndpointResolutionError
 from hermes.metadata.repository import MetadataRepository
 from hermes.tracking import TraceStatus, Tracker
 
@@ -52,19 +60,30 @@ class ConsumerContext:
     commit_interval: float = 1.0
     metrics_interval: float = 1.0
     session_timeout_ms: int = 6000
+    fetch_wait_ms: int = 500
     rate: RateSettings = field(default_factory=RateSettings)
+    resolver: EndpointAddressResolver = field(default_factory=EndpointItself)
+
+
+CrashListener = Callable[[BaseException], None]
 
 
 class SerialConsumer:
-    def __init__(self, subscription: Subscription, context: ConsumerContext) -> None:
+    def __init__(
+        self, subscription: Subscription, context: ConsumerContext, on_crash: CrashListener | None = None
+    ) -> None:
         self.subscription = subscription
         self._context = context
+        self._on_crash = on_crash
+        self.crash: BaseException | None = None
         self._tracker = OffsetTracker()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
+        self._finished = threading.Event()  # a message was finished: the Kafka thread may take more
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[asyncio.Task[None], int] = {}
+        self._waiting: set[asyncio.Task[Any]] = set()  # deliveries waiting for a retry or a rate slot
         self._generation = 0
         self._seek_to: dict[Partition, int] | None = None
         self._retransmission_seen: int | None = None
@@ -95,11 +114,14 @@ class SerialConsumer:
         self.rate.set_max_rate(subscription.serial_policy.rate)
 
     async def stop(self, drain_timeout: float = 5.0) -> None:
-        """Stops reading, lets in-flight deliveries finish for a moment, commits what is done and closes.
-        Deliveries cut short stay unfinished: their messages come again after a restart."""
+        """Stops reading, lets deliveries that are sending finish for a moment, commits what is done and closes.
+        Deliveries cut short, or waiting for a retry or a rate slot, stay unfinished: their messages come again
+        after a restart. (Waiting for those would hold a failing subscription's stop for the whole timeout.)"""
         self._stopping.set()
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=drain_timeout)
+        self._finished.set()  # wakes a Kafka thread waiting for room
+        deadline = time.monotonic() + drain_timeout
+        while (sending := [t for t in self._tasks if t not in self._waiting]) and time.monotonic() < deadline:
+            await asyncio.wait(sending, timeout=0.05)  # short: a delivery may go from sending to waiting
         for task in list(self._tasks):
             task.cancel()
         if self._thread is not None:
@@ -121,12 +143,17 @@ class SerialConsumer:
     # --- the Kafka thread ---
 
     def _run(self) -> None:
-        consumer = BrokerConsumer(
-            self._context.connection,
-            self.subscription.consumer_group_id,
-            session_timeout_ms=self._context.session_timeout_ms,
-            on_revoke=lambda partitions: self._commit(consumer, only=partitions, forget=True),
-        )
+        try:
+            consumer = BrokerConsumer(
+                self._context.connection,
+                self.subscription.consumer_group_id,
+                session_timeout_ms=self._context.session_timeout_ms,
+                fetch_wait_ms=self._context.fetch_wait_ms,
+                on_revoke=lambda partitions: self._commit(consumer, only=partitions, forget=True),
+            )
+        except Exception as exc:  # e.g. a TLS file that cannot be read
+            self._thread_crashed(exc)
+            return
         try:
             consumer.subscribe([self.subscription.topic_name.qualified])
             paused = False
@@ -141,18 +168,26 @@ class SerialConsumer:
                 # A full in-flight budget first just stops taking messages: librdkafka keeps prefetching into
                 # its bounded queue. Pausing would drop that queue (a resume fetches from scratch, which cut
                 # throughput tenfold), so partitions are paused only in a long stall, to keep polling (and with
-                # it the group membership) going while nothing can be taken.
+                # it the group membership) going while nothing can be taken. A full consumer whose subscriber is
+                # failing (the limiter left NORMAL) is paused at once: its prefetching would only load the
+                # broker and this process for the other subscriptions.
                 now = time.monotonic()
                 full_since = (full_since or now) if full else None
-                stalled = full_since is not None and now - full_since > _PAUSE_AFTER
+                stalled = full_since is not None and (
+                    now - full_since > _PAUSE_AFTER or self.rate.mode is not RateMode.NORMAL
+                )
                 if stalled != paused:
                     (consumer.pause if stalled else consumer.resume)(consumer.assignment())
                     paused = stalled
-                if full and not paused:
-                    messages = []
-                    time.sleep(0.002)
+                if full:
+                    # Sleeps until a delivery finishes: a consumer stuck at its limit (a failing subscriber)
+                    # must not keep waking up and contending for the GIL with every other consumer. Paused, it
+                    # still polls now and then, without waiting, to serve the group's callbacks.
+                    self._finished.wait(0.5 if paused else 0.05)
+                    self._finished.clear()
+                    messages = consumer.poll(max_messages=100, timeout=0) if paused else []
                 else:
-                    messages = consumer.poll(max_messages=100, timeout=0.05 if paused else 0.1)
+                    messages = consumer.poll(max_messages=100, timeout=0.1)
                 if messages:
                     with self._lock:
                         if generation != self._generation:
@@ -165,10 +200,15 @@ class SerialConsumer:
                     self._commit(consumer)
                     last_commit = time.monotonic()
             self._commit(consumer)
-        except Exception:
-            log.exception("consumer of %s failed", self.name)
+        except Exception as exc:
+            self._thread_crashed(exc)
         finally:
             consumer.close()
+
+    def _thread_crashed(self, error: Exception) -> None:
+        log.error("Kafka consumer of %s failed", self.name, exc_info=error)
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._crashed, error)
 
     def _apply_seek(self, consumer: BrokerConsumer) -> None:
         offsets, self._seek_to = self._seek_to or {}, None
@@ -210,7 +250,21 @@ class SerialConsumer:
         for message in messages:
             task = asyncio.create_task(self._deliver(message, generation))
             self._tasks[task] = generation
-            task.add_done_callback(self._tasks.pop)
+            task.add_done_callback(self._delivery_done)
+
+    def _delivery_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("delivery of %s crashed", self.name, exc_info=error)
+            self._crashed(error)
+
+    def _crashed(self, error: BaseException) -> None:
+        """Reports the first crash (none once stopping: the stop's own cancellations are not crashes)."""
+        if self.crash is not None or self._stopping.is_set():
+            return
+        self.crash = error
+        if self._on_crash is not None:
+            self._on_crash(error)
 
     def _cancel_older_than(self, generation: int) -> None:
         for task, task_generation in list(self._tasks.items()):
@@ -221,6 +275,7 @@ class SerialConsumer:
         with self._lock:
             if generation == self._generation:
                 self._tracker.finish((message.topic, message.partition), message.offset)
+        self._finished.set()
 
     async def _deliver(self, message: Message, generation: int) -> None:
         """Delivers until success, a final failure or the TTL. A cancelled delivery stays unfinished, so its
@@ -240,49 +295,71 @@ class SerialConsumer:
         if sub.serial_policy.sending_delay:
             await asyncio.sleep(sub.serial_policy.sending_delay / 1000)
         retries = 0
+        recipients = Recipients(sub.mode)
         while True:
             sub = self.subscription
             policy = sub.serial_policy
-            await self.rate.acquire()
-            result = await self._attempt(sub, message, retries, schema)
-            verdict = judge(result, policy.retry_client_errors)
-            self.rate.record(failed=verdict.slow_down)
-            self.metrics.response(result.status, result.timed_out)
-            if not verdict.retry:
+            await self._wait(self.rate.acquire())
+            results: dict[str, SendResult] = {}
+            try:
+                addresses = await self._context.resolver.resolve(sub.endpoint, sub.endpoint_address_resolver_metadata)
+            except EndpointResolutionError as exc:
+                outcome = recipients.unresolved(exc.message)
+            else:
+                outcome, results = await recipients.attempt(
+                    addresses,
+                    functools.partial(self._attempt, sub, message, schema),
+                    policy.retry_client_errors,
+                )
+            self.rate.record(failed=outcome.slow_down)
+            for result in results.values():
+                self.metrics.response(result.status, result.timed_out)
+            if not outcome.retry:
                 self.metrics.count("delivered")
                 self._trace(message, TraceStatus.SUCCESS)
                 break
             backoff = Backoff(
                 policy.message_backoff / 1000, policy.backoff_multiplier, policy.backoff_max_interval_in_sec
-            ).delay(retries, result.retry_after)
+            ).delay(retries, outcome.retry_after)
             if time.monotonic() + backoff > deadline:
-                await self._discard(message, result)
+                await self._discard(message, outcome.reason)
                 break
-            self._trace(message, TraceStatus.FAILED, result.description)
+            self._trace(message, TraceStatus.FAILED, outcome.reason)
             retries += 1
-            await asyncio.sleep(backoff)
+            await self._wait(asyncio.sleep(backoff))
         self._finish(message, generation)
 
-    async def _attempt(self, sub: Subscription, message: Message, retries: int, schema: str | None) -> SendResult:
+    async def _wait(self, waiting: Awaitable[None]) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._waiting.add(task)
+        try:
+            await waiting
+        finally:
+            self._waiting.discard(task)
+
+    async def _attempt(
+        self, sub: Subscription, message: Message, schema: str | None, url: str, retries: int
+    ) -> SendResult:
         body, content_type, extra = self._context.content.body(sub, message, schema)
         headers = {**self._context.sender.headers(sub, message, retries, content_type), **extra}
-        return await self._context.sender.send(sub, sub.endpoint.url, body, headers, sub.serial_policy.request_timeout)
+        return await self._context.sender.send(sub, url, body, headers, sub.serial_policy.request_timeout)
 
-    async def _discard(self, message: Message, result: SendResult) -> None:
+    async def _discard(self, message: Message, reason: str) -> None:
         self.metrics.count("discarded")
-        self._trace(message, TraceStatus.DISCARDED, result.description)
+        self._trace(message, TraceStatus.DISCARDED, reason)
         record = UndeliveredMessage(
             timestamp=int(time.time() * 1000),
             subscription=self.subscription.name,
             topicName=self.subscription.topic_name.qualified,
             status="DISCARDED",
-            reason=result.description,
+            reason=reason,
             message=message.body.decode("utf-8", "replace"),
             partition=message.partition,
             offset=message.offset,
             cluster=self._context.cluster,
         )
-        log.info("discarded %s of %s: %s", message.message_id, self.name, result.description)
+        log.info("discarded %s of %s: %s", message.message_id, self.name, reason)
         try:
             await asyncio.to_thread(
                 self._context.repository.put_document, UNDELIVERED_NAMESPACE, self.name, record.to_document()

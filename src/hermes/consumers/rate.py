@@ -3,9 +3,10 @@
 Every ``period`` the limiter looks at the attempts of the last period (only failures that "slow down",
 see ``retry.judge``, count as failures) and moves between three modes:
 
-- NORMAL: if more than ``tolerance`` of the attempts failed the rate drops by ``convergence`` of itself;
-  with no failures it climbs ``convergence`` of the way back up to the maximum. Below ``slow_rate`` it
-  turns SLOW.
+- NORMAL: if most attempts failed it turns SLOW at once (as in Hermes: a subscriber failing everything
+  must not keep taking hundreds of attempts a second, from itself or from the process); if more than
+  ``tolerance`` failed the rate drops by ``convergence`` of itself; with no failures it climbs
+  ``convergence`` of the way back up to the maximum. Below ``slow_rate`` it turns SLOW.
 - SLOW: ``slow_rate`` (1 message/s). Every attempt of a period failing turns it HEARTBEAT; a period without
   failures turns it NORMAL again.
 - HEARTBEAT: one attempt per ``heartbeat_interval`` (60 s) to poke the subscriber; a success turns it SLOW.
@@ -44,6 +45,7 @@ class AdaptiveRateLimiter:
         self._attempts = 0
         self._failures = 0
         self._period_start = time.monotonic()
+        self._queue = asyncio.Lock()  # fair: only the first waiter watches the clock
 
     def set_max_rate(self, max_rate: float) -> None:
         self.max_rate = max_rate
@@ -56,15 +58,18 @@ class AdaptiveRateLimiter:
         return 1.0 / max(self.rate, 1e-9)
 
     async def acquire(self) -> None:
-        """Waits for the next sending slot: slots are spaced so the current rate is never exceeded."""
-        while True:
-            now = time.monotonic()
-            self._adjust(now)
-            slot = max(self._next_slot, now)  # idle time is not saved up: no bursts above the rate
-            if slot <= now:
-                self._next_slot = slot + self.interval
-                return
-            await asyncio.sleep(min(slot - now, self.settings.period))
+        """Waits for the next sending slot: slots are spaced so the current rate is never exceeded.
+        Waiters queue: each slot wakes one of them, not all (a failing subscription's hundred retries waking
+        together at every slot kept the event loop busy for every other subscription)."""
+        async with self._queue:
+            while True:
+                now = time.monotonic()
+                self._adjust(now)
+                slot = max(self._next_slot, now)  # idle time is not saved up: no bursts above the rate
+                if slot <= now:
+                    self._next_slot = slot + self.interval
+                    return
+                await asyncio.sleep(min(slot - now, self.settings.period))
 
     def record(self, failed: bool) -> None:
         self._attempts += 1
@@ -83,7 +88,9 @@ class AdaptiveRateLimiter:
         ratio = failures / attempts
         s = self.settings
         if self.mode is RateMode.NORMAL:
-            if ratio > s.tolerance:
+            if failures > attempts - failures:
+                self._enter(RateMode.SLOW, s.slow_rate)
+            elif ratio > s.tolerance:
                 self.rate *= 1 - s.convergence
                 if self.rate < s.slow_rate:
                     self._enter(RateMode.SLOW, s.slow_rate)

@@ -65,4 +65,8 @@ class Backoff:
         """The wait before the next attempt; a subscriber's Retry-After replaces the computed backoff."""
         if retry_after is not None:
             return retry_after
-        return min(self.initial * self.multiplier**retries_so_far, self.maximum)
+        try:
+            grown = self.initial * self.multiplier**retries_so_far
+        except OverflowError:  # a few hundred retries at a multiplier of 10: far beyond any maximum
+            return self.maximum
+        return min(grown, self.maximum)

@@ -1,18 +1,25 @@
-"""Runs one consumer per active subscription, following the metadata cache's notifications."""
+"""Runs one consumer per active subscription, following the metadata cache's notifications.
+
+A consumer that crashes is stopped (what it finished is committed, the rest comes again) and started anew after
+a backoff that doubles with each crash in a row, up to ``consumer_restart_backoff_max``; the other consumers are
+not touched. A consumer that ran ten times that cap since its restart before crashing again counts from one.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import aiohttp
 
 from hermes.broker.connection import KafkaConnection
 from hermes.config import Settings
 from hermes.consumers.batch import BatchConsumer
-from hermes.consumers.consumer import ConsumerContext, SerialConsumer
+from hermes.consumers.consumer import ConsumerContext, CrashListener, SerialConsumer
 from hermes.consumers.content import ContentConverter
 from hermes.consumers.rate import RateSettings
+from hermes.consumers.resolver import load_resolver
 from hermes.consumers.sender.http import HttpSender
 from hermes.consumers.sender.oauth import OAuthTokens, TokenClient
 from hermes.domain.names import TopicName
@@ -43,8 +50,11 @@ class ConsumersSupervisor:
         self._session: aiohttp.ClientSession | None = None
         self._oauth: OAuthTokens | None = None
         self._lock = asyncio.Lock()
+        self._crashes: dict[tuple[str, str], tuple[int, float]] = {}  # crashes in a row, last restart time
+        self._restarts: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
+        resolver = load_resolver(self._settings.endpoint_address_resolver)
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=60),
             auto_decompress=False,
@@ -64,14 +74,18 @@ class ConsumersSupervisor:
             commit_interval=s.consumer_commit_interval,
             metrics_interval=s.consumer_metrics_interval,
             session_timeout_ms=s.consumer_session_timeout_ms,
+            fetch_wait_ms=s.fetch_wait_ms,
             rate=RateSettings(period=s.consumer_rate_period, heartbeat_interval=s.consumer_heartbeat_interval),
+            resolver=resolver,
         )
         self._cache.on_subscription_change(self._on_change)
         for subscription in list(self._cache.subscriptions.values()):
             await self._apply(subscription.topic_name, subscription.name, subscription)
 
     async def stop(self) -> None:
-        async with self._lock:
+        async with self._lock:  # a restart stopping its crashed consumer holds the lock until that is done
+            for task in list(self._restarts):
+                task.cancel()
             consumers, self._consumers = list(self._consumers.values()), {}
         await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
         if self._oauth is not None:
@@ -82,6 +96,44 @@ class ConsumersSupervisor:
     @property
     def consumers(self) -> dict[tuple[str, str], SerialConsumer]:
         return dict(self._consumers)
+
+    def crashes(self, topic: str, name: str) -> int:
+        """Crashes in a row of the subscription's consumer (0 when it never crashed or recovered long ago)."""
+        return self._crashes.get((topic, name), (0, 0.0))[0]
+
+    def _crash_listener(self, key: tuple[str, str]) -> CrashListener:
+        def crashed(error: BaseException) -> None:
+            task = asyncio.create_task(self._restart(key, error), name=f"restart-{key[0]}${key[1]}")
+            self._restarts.add(task)
+            task.add_done_callback(self._restarts.discard)
+
+        return crashed
+
+    async def _restart(self, key: tuple[str, str], error: BaseException) -> None:
+        s = self._settings
+        async with self._lock:
+            consumer = self._consumers.get(key)
+            if consumer is None or consumer.crash is not error:
+                return  # stopped or replaced meanwhile: nothing to restart
+            count, restarted = self._crashes.get(key, (0, 0.0))
+            if time.monotonic() - restarted > 10 * s.consumer_restart_backoff_max:
+                count = 0  # it ran well for long: a new problem, not the same one again
+            count += 1
+            delay = min(s.consumer_restart_backoff * 2 ** min(count - 1, 30), s.consumer_restart_backoff_max)
+            log.error(
+                "consumer of %s$%s crashed (%s: %s); restarting it in %.1f s (crash %d in a row)",
+                *key,
+                type(error).__name__,
+                error,
+                delay,
+                count,
+            )
+            del self._consumers[key]
+            await consumer.stop()
+        await asyncio.sleep(delay)
+        self._crashes[key] = (count, time.monotonic())
+        topic, name = key
+        await self._apply(TopicName.parse(topic), name, self._cache.subscriptions.get(key))
 
     async def _on_change(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
         await self._apply(topic, name, subscription)
@@ -108,7 +160,7 @@ class ConsumersSupervisor:
             elif current is None and active and subscription is not None:
                 assert self._context is not None
                 kind = BatchConsumer if subscription.is_batch else SerialConsumer
-                consumer = kind(subscription, self._context)
+                consumer = kind(subscription, self._context, self._crash_listener(key))
                 self._consumers[key] = consumer
                 await consumer.start()
                 log.info("started consumer of %s$%s", topic, name)

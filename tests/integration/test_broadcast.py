@@ -1,0 +1,147 @@
+"""ANYCAST and BROADCAST over several real subscriber instances, named by the static address-list resolver."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from hermes.broker.admin import BrokerAdmin
+from hermes.broker.embedded import EmbeddedBroker
+from hermes.consumers.metrics import UNDELIVERED_NAMESPACE
+from tests.conftest import wait_until
+from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings
+from tests.support.subscriber import Reply, SubscriberServer, always
+
+pytestmark = pytest.mark.integration
+
+POLICY = {"messageBackoff": 300, "messageTtl": 60, "requestTimeout": 10_000}
+
+
+@pytest.fixture(scope="module")
+def hermes(kafka: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessHermes]:
+    settings = hermes_settings(
+        tmp_path_factory.mktemp("hermes"),
+        kafka.bootstrap_servers,
+        endpoint_address_resolver="hermes.consumers.resolver:StaticAddressList",
+    )
+    running = InProcessHermes(settings).start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def instances() -> Iterator[list[SubscriberServer]]:
+    servers: list[SubscriberServer] = []
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def instance(instances: list[SubscriberServer], script: object) -> SubscriberServer:
+    server = SubscriberServer(script).start()  # type: ignore[arg-type]
+    instances.append(server)
+    return server
+
+
+def committed(hermes: InProcessHermes, topic: str, name: str) -> int:
+    """Messages of the (fresh) topic below the subscription's committed offsets."""
+    assert hermes.hermes.connection is not None
+    return sum(BrokerAdmin(hermes.hermes.connection).committed_offsets(f"hermes_{topic}_{name}", topic).values())
+
+
+def test_broadcast_retries_only_the_failing_instance_and_commits_when_all_took_the_message(
+    hermes: InProcessHermes, client: HermesClient, instances: list[SubscriberServer]
+) -> None:
+    healthy = instance(instances, always(200))
+    flaky = instance(instances, lambda n, _r: Reply(500) if n < 3 else Reply(200))
+    topic = client.create_topic()
+    name = client.create_subscription(
+        topic,
+        healthy.url,
+        mode="BROADCAST",
+        endpointAddressResolverMetadata={"addresses": [healthy.url, flaky.url]},
+        subscriptionPolicy=POLICY,
+    )
+    message_id = client.publish(topic, '{"n": 1}').headers["Hermes-Message-Id"]
+    flaky.wait_for(2, timeout=20)
+    assert committed(hermes, topic, name) == 0, "committed while an instance still fails"
+    flaky.wait_for(4, timeout=20)
+    wait_until(lambda: committed(hermes, topic, name) == 1, timeout=10, interval=0.2)
+    time.sleep(0.6)  # two backoffs: time for an attempt that must not happen
+    assert [r.headers["Hermes-Retry-Count"] for r in healthy.received] == ["0"]
+    assert [r.headers["Hermes-Retry-Count"] for r in flaky.received] == ["0", "1", "2", "3"]
+    assert {r.message_id for r in healthy.received + flaky.received} == {message_id}
+    metrics = f"/topics/{topic}/subscriptions/{name}/metrics"
+    wait_until(lambda: client.management.get(metrics).json()["delivered"] == 1, timeout=10)
+
+
+def test_broadcast_discards_at_the_ttl_naming_the_failing_instances(
+    hermes: InProcessHermes, client: HermesClient, instances: list[SubscriberServer]
+) -> None:
+    healthy = instance(instances, always(200))
+    broken = instance(instances, always(500))
+    topic = client.create_topic()
+    name = client.create_subscription(
+        topic,
+        healthy.url,
+        mode="BROADCAST",
+        endpointAddressResolverMetadata={"addresses": [healthy.url, broken.url]},
+        subscriptionPolicy={**POLICY, "messageBackoff": 200, "messageTtl": 1},
+    )
+    client.publish(topic, '{"doomed": "partly"}')
+    repository = hermes.hermes.repository
+    assert repository is not None
+    wait_until(lambda: repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}") is not None, 15)
+    record = repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}")
+    assert record is not None
+    assert record["reason"] == (
+        f"Message sending failed for instances: {broken.url} (Message sending failed with status code:500)"
+    )
+    assert len(healthy.received) == 1 and len(broken.received) >= 2
+    wait_until(lambda: committed(hermes, topic, name) == 1, timeout=10, interval=0.2)
+
+
+def test_anycast_sends_to_one_instance_and_retries_at_the_next(
+    client: HermesClient, instances: list[SubscriberServer]
+) -> None:
+    first = instance(instances, lambda n, _r: Reply(503) if n == 0 else Reply(200))
+    second = instance(instances, always(200))
+    topic = client.create_topic()
+    client.create_subscription(
+        topic,
+        first.url,
+        endpointAddressResolverMetadata={"addresses": [first.url, second.url]},
+        subscriptionPolicy=POLICY,
+    )
+    client.publish(topic, '{"n": 1}')
+    second.wait_for(1, timeout=20)
+    client.publish(topic, '{"n": 2}')
+    first.wait_for(2, timeout=20)
+    time.sleep(0.6)
+    assert [r.headers["Hermes-Retry-Count"] for r in first.received] == ["0", "0"]
+    assert [(r.body, r.headers["Hermes-Retry-Count"]) for r in second.received] == [(b'{"n": 1}', "1")]
+
+
+def test_bad_resolver_metadata_is_retried_and_discarded_with_the_reason(
+    hermes: InProcessHermes, client: HermesClient, instances: list[SubscriberServer]
+) -> None:
+    subscriber = instance(instances, always(200))
+    topic = client.create_topic()
+    name = client.create_subscription(
+        topic,
+        subscriber.url,
+        mode="BROADCAST",
+        endpointAddressResolverMetadata={"addresses": "not a list"},
+        subscriptionPolicy={**POLICY, "messageBackoff": 200, "messageTtl": 1},
+    )
+    client.publish(topic, '{"n": 1}')
+    repository = hermes.hermes.repository
+    assert repository is not None
+    wait_until(lambda: repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}") is not None, 15)
+    record = repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}")
+    assert record is not None and record["reason"] == (
+        "Message sending failed: endpointAddressResolverMetadata.addresses: must be a non-empty list of URLs"
+    )
+    assert subscriber.received == []

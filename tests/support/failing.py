@@ -1,0 +1,68 @@
+"""A subscriber endpoint that fails every request, in a child process of its own, so that its work does not share
+the interpreter (and its lock) with what a test measures. ``GET /received`` answers how many requests it got.
+
+Run as ``python -m tests.support.failing STATUS DELAY``: it prints its port, then answers every other request
+with STATUS after DELAY seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+from aiohttp import web
+
+
+async def _serve(status: int, delay: float) -> None:
+    received = 0
+
+    async def fail(request: web.Request) -> web.Response:
+        nonlocal received
+        received += 1
+        await request.read()
+        await asyncio.sleep(delay)
+        return web.Response(status=status)
+
+    async def count(_: web.Request) -> web.Response:
+        return web.json_response(received)
+
+    app = web.Application()
+    app.router.add_get("/received", count)
+    app.router.add_route("*", "/{tail:.*}", fail)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    print(site._server.sockets[0].getsockname()[1], flush=True)  # type: ignore[union-attr]
+    await asyncio.Event().wait()
+
+
+class FailingEndpoint:
+    def __init__(self, status: int, delay: float = 0.0) -> None:
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tests.support.failing", str(status), str(delay)],
+            stdout=subprocess.PIPE,
+            cwd=Path(__file__).parents[2],
+        )
+        assert self._process.stdout is not None
+        self.port = int(self._process.stdout.readline())
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    def received(self) -> int:
+        return int(httpx.get(f"{self.url}received", timeout=10).json())
+
+    def stop(self) -> None:
+        self._process.terminate()
+        self._process.wait(10)
+        assert self._process.stdout is not None
+        self._process.stdout.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(_serve(int(sys.argv[1]), float(sys.argv[2])))
