@@ -273,3 +273,27 @@ def test_suspending_a_failing_subscription_does_not_wait_for_its_retries(
     wait_until(lambda: thread not in {t.name for t in threading.enumerate()}, timeout=20)
     assert time.monotonic() - started < 4.0, "the stop waited for deliveries that were only waiting"
     assert len(subscriber.received) == 5
+
+
+def test_inflight_size_one_sends_a_backlog_one_message_at_a_time_in_order(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber = serve(scripted, lambda n, _r: Reply(200, delay=0.05))
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy={**FAST, "inflightSize": 1})
+    client.publish(topic, '{"warm": 1}')
+    subscriber.wait_for(1, timeout=20)
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None
+    state = f"/topics/{topic}/subscriptions/{name}/state"
+    json_header = {"Content-Type": "application/json"}
+    assert client.management.put(state, content='"SUSPENDED"', headers=json_header).status_code == 200
+    wait_until(lambda: (topic, name) not in supervisor.consumers, timeout=20)
+    for i in range(12):  # a backlog on one partition: the next poll could take all of it at once
+        assert client.publish(topic, f'{{"n": {i}}}', headers={"Partition-Key": "one"}).status_code == 201
+    assert client.management.put(state, content='"ACTIVE"', headers=json_header).status_code == 200
+    wait_until(lambda: sum(b'"n"' in r.body for r in subscriber.received) >= 12, timeout=30)
+    received = [r for r in subscriber.received if b'"n"' in r.body]  # the warm-up message may come again
+    assert [r.body for r in received] == [f'{{"n": {i}}}'.encode() for i in range(12)]
+    gaps = [b.at - a.at for a, b in itertools.pairwise(received)]
+    assert min(gaps) >= 0.045, f"two messages were in flight at once: gaps {gaps}"

@@ -163,8 +163,9 @@ class SerialConsumer:
                 if self._seek_to is not None:
                     self._apply_seek(consumer)
                 with self._lock:
-                    full = self._tracker.inflight() >= self._capacity()
+                    room = self._capacity() - self._tracker.inflight()
                     generation = self._generation
+                full = room <= 0
                 # A full in-flight budget first just stops taking messages: librdkafka keeps prefetching into
                 # its bounded queue. Pausing would drop that queue (a resume fetches from scratch, which cut
                 # throughput tenfold), so partitions are paused only in a long stall, to keep polling (and with
@@ -186,8 +187,8 @@ class SerialConsumer:
                     self._finished.wait(0.5 if paused else 0.05)
                     self._finished.clear()
                     messages = consumer.poll(max_messages=100, timeout=0) if paused else []
-                else:
-                    messages = consumer.poll(max_messages=100, timeout=0.1)
+                else:  # never more than the room left: inflightSize bounds the messages being sent at once
+                    messages = consumer.poll(max_messages=min(room, 100), timeout=0.1)
                 if messages:
                     with self._lock:
                         if generation != self._generation:
