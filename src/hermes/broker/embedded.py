@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:  # runs in the child between fork and exec
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
@@ -84,7 +84,7 @@ class EmbeddedBroker:
             stdout=output,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads that matter exist yet in the child
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - no threads that matter exist yet in the child
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

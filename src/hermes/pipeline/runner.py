@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
-from hermes.broker.embedded import _die_with_parent, ensure_port_free
+from hermes.broker.embedded import die_with_parent, ensure_port_free
 from hermes.config import ENV_PREFIX, Settings
 from hermes.errors import StartupError
 from hermes.metadata.factory import open_repository
@@ -211,7 +211,7 @@ class PipelineProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only the pdeathsig call runs before exec
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - only the pdeathsig call runs before exec
         )
         log.info("pipeline started (pid %d), logging to %s", self.process.pid, self._log_path)
 
