@@ -1,0 +1,31 @@
+"""Offset look-ups against the real broker, including its quirks."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from hermes.broker.admin import BrokerAdmin
+from hermes.broker.connection import KafkaConnection
+from hermes.broker.embedded import EmbeddedBroker
+from tests.support.hermes import unique
+
+pytestmark = pytest.mark.integration
+
+
+def test_end_offsets_count_every_message_of_a_multi_record_batch(kafka: EmbeddedBroker) -> None:
+    """Tansu lists the end as the last record batch's base offset plus one (1 after 25 records in one batch)."""
+    admin = BrokerAdmin(KafkaConnection(kafka.bootstrap_servers))
+    topic = unique("admin")
+    admin.create_topic(topic, 1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 200})
+    before = time.time() * 1000
+    for i in range(25):
+        producer.produce(topic, f"m{i}".encode())
+    assert producer.flush(10) == 0
+    assert admin.end_offsets(topic) == {0: 25}
+    assert admin.beginning_offsets(topic) == {0: 0}
+    assert admin.offsets_for_time(topic, int(before) - 60_000) == {0: 0}
+    assert admin.offsets_for_time(topic, int(time.time() * 1000) + 60_000) == {0: 25}
