@@ -101,6 +101,13 @@ class Settings(BaseSettings):
     consumer_session_timeout_ms: int = Field(
         6000, ge=1000, description="Kafka consumer group session timeout (Tansu joins take ~23 s at the default)."
     )
+    consumer_fetch_wait_max_ms: int = Field(
+        10,
+        ge=0,
+        le=10_000,
+        description="Longest a Kafka fetch waits for new messages. Tansu answers a fetch only when this runs out "
+        "(Apache Kafka answers as soon as data arrives, so there it can be 500), so it bounds delivery latency.",
+    )
 
     @property
     def embedded_broker(self) -> bool:

@@ -57,6 +57,7 @@ class BrokerConsumer:
         group_id: str,
         *,
         session_timeout_ms: int = 6000,
+        fetch_wait_max_ms: int = 10,
         auto_offset_reset: str = "latest",
         on_assign: AssignmentListener | None = None,
         on_revoke: AssignmentListener | None = None,
@@ -72,6 +73,7 @@ class BrokerConsumer:
                     "session.timeout.ms": session_timeout_ms,
                     "heartbeat.interval.ms": max(500, session_timeout_ms // 5),
                     "enable.partition.eof": False,
+                    "fetch.wait.max.ms": fetch_wait_max_ms,  # the delivery latency floor on Tansu (see config)
                     "queued.max.messages.kbytes": 8192,  # the prefetch bound per consumer (librdkafka: 64 MiB)
                     **overrides,
                 }

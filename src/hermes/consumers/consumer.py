@@ -52,6 +52,7 @@ class ConsumerContext:
     commit_interval: float = 1.0
     metrics_interval: float = 1.0
     session_timeout_ms: int = 6000
+    fetch_wait_max_ms: int = 10
     rate: RateSettings = field(default_factory=RateSettings)
 
 
@@ -125,6 +126,7 @@ class SerialConsumer:
             self._context.connection,
             self.subscription.consumer_group_id,
             session_timeout_ms=self._context.session_timeout_ms,
+            fetch_wait_max_ms=self._context.fetch_wait_max_ms,
             on_revoke=lambda partitions: self._commit(consumer, only=partitions, forget=True),
         )
         try:

@@ -59,6 +59,7 @@ class ConsumersSupervisor:
             commit_interval=s.consumer_commit_interval,
             metrics_interval=s.consumer_metrics_interval,
             session_timeout_ms=s.consumer_session_timeout_ms,
+            fetch_wait_max_ms=s.consumer_fetch_wait_max_ms,
             rate=RateSettings(period=s.consumer_rate_period, heartbeat_interval=s.consumer_heartbeat_interval),
         )
         self._cache.on_subscription_change(self._on_change)
@@ -69,6 +70,8 @@ class ConsumersSupervisor:
         async with self._lock:
             consumers, self._consumers = list(self._consumers.values()), {}
         await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
+        if self._context is not None:
+            await self._context.sender.close()
         if self._session is not None:
             await self._session.close()
 
