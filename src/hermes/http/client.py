@@ -114,6 +114,8 @@ class _Connection(asyncio.Protocol):
 
     def close(self) -> None:
         self.closed = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.cancel()  # abandoned (a timeout): nobody will read its outcome
         if self.transport is not None:
             self.transport.close()
 
