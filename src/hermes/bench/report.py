@@ -54,7 +54,8 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
     lines += [
         "### 2. SERIAL delivery (1 KB; inflightSize 100)",
         "",
-        f"Ceiling: a raw POST loop (the consumers' HTTP client) to the same subscriber, {s['raw_post']['concurrency']} in flight: "
+        "Ceiling: a raw POST loop (the consumers' HTTP client) to the same subscriber, "
+        f"{s['raw_post']['concurrency']} in flight: "
         f"{_mmm(raw_post)} req/s. Raw confluent-kafka loop (1 KB): produce "
         f"{results['raw_kafka']['produce_rate']:,.0f} msg/s, "
         f"consume {results['raw_kafka']['consume_rate']:,.0f} msg/s.",
