@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +48,35 @@ def _to_error(err: KafkaError) -> Exception:
     return BrokerError(f"the broker refused the message: {err.str()}")
 
 
+class _Settler:
+    """Hands delivery outcomes from the producer's poll thread to one event loop in batches: one wake-up of
+    the loop per poll instead of one ``call_soon_threadsafe`` (a pipe write and a handle) per message."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._outcomes: list[tuple[asyncio.Future[DeliveryReport], DeliveryReport | Exception]] = []
+
+    def put(self, future: asyncio.Future[DeliveryReport], outcome: DeliveryReport | Exception) -> None:
+        with self._lock:
+            self._outcomes.append((future, outcome))
+            if len(self._outcomes) > 1:
+                return  # a drain is already scheduled
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            outcomes, self._outcomes = self._outcomes, []
+        for future, outcome in outcomes:
+            if future.done():
+                continue
+            if isinstance(outcome, Exception):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+
 class _PolledProducer:
     """A confluent producer whose delivery callbacks are served by its own thread."""
 
@@ -79,6 +110,7 @@ class BrokerProducer:
             Ack.LEADER: _PolledProducer(connection.config(**base, acks=1), "kafka-producer-leader"),
             Ack.ALL: _PolledProducer(connection.config(**base, acks="all"), "kafka-producer-all"),
         }
+        self._settlers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Settler] = weakref.WeakKeyDictionary()
 
     def send(
         self,
@@ -95,12 +127,15 @@ class BrokerProducer:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[DeliveryReport] = loop.create_future()
+        settler = self._settlers.get(loop)
+        if settler is None:
+            settler = self._settlers[loop] = _Settler(loop)
 
         def settle(err: KafkaError | None, msg: Any) -> None:  # producer poll thread
             if err is not None:
-                loop.call_soon_threadsafe(_fail, future, _to_error(err))
+                settler.put(future, _to_error(err))
             else:
-                loop.call_soon_threadsafe(_succeed, future, DeliveryReport(msg.topic(), msg.partition(), msg.offset()))
+                settler.put(future, DeliveryReport(msg.topic(), msg.partition(), msg.offset()))
 
         try:
             self._producers[ack].producer.produce(
@@ -115,13 +150,3 @@ class BrokerProducer:
     def close(self, timeout: float = 10.0) -> int:
         """Flushes and stops; returns how many messages were still unacknowledged."""
         return sum(p.close(timeout) for p in self._producers.values())
-
-
-def _succeed(future: asyncio.Future[DeliveryReport], report: DeliveryReport) -> None:
-    if not future.done():
-        future.set_result(report)
-
-
-def _fail(future: asyncio.Future[DeliveryReport], error: Exception) -> None:
-    if not future.done():
-        future.set_exception(error)
