@@ -9,7 +9,7 @@ from typing import Any
 
 from hermes.bench.load import Sent, Sink, closed_loop, json_body, open_loop, publish_count
 from hermes.bench.stats import latency_ms, reconcile, summarize_runs
-from hermes.bench.system import Management, System, warm_up
+from hermes.bench.system import Management, System, cpu_seconds, warm_up
 
 BODY = json_body(1024)
 
@@ -20,12 +20,14 @@ async def delivered(
     publish: Callable[[], Awaitable[Sent]],
     drain_timeout: float,
     reconciled_only: tuple[str, ...] = (),
+    consumers_pid: int | None = None,
 ) -> dict[str, Any]:
     """Runs ``publish``, waits until every subscription in ``names`` and ``reconciled_only`` got every accepted
     message (or the timeout), and reconciles them all. Latency (from each message's scheduled publish time to
     its first arrival) and throughput are those of ``names``."""
     for name in (*names, *reconciled_only):
         sink.arrivals[name] = []
+    cpu_before = cpu_seconds(consumers_pid) if consumers_pid else 0.0
     sent = await publish()
     expected = len(sent.accepted)
     deadline = time.monotonic() + drain_timeout
@@ -50,7 +52,9 @@ async def delivered(
     for name in reconciled_only:
         reconciliations.append(reconcile(sent.accepted, (m for m, _ in sink.arrivals.get(name, []))))
     missing = sum(r.missing for r in reconciliations)
+    cpu = cpu_seconds(consumers_pid) - cpu_before if consumers_pid else 0.0
     return {
+        "consumers_cpu_us": round(cpu / max(arrivals, 1) * 1e6, 1),
         "published": expected,
         "rejected": sum(v for k, v in sent.codes.items() if k not in (201, 202)) + sent.errors,
         "deliveries": arrivals,
@@ -63,7 +67,7 @@ async def delivered(
 
 
 def _fold(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = ["throughput", "latency_ms.p50", "latency_ms.p99", "latency_ms.max"]
+    keys = ["throughput", "latency_ms.p50", "latency_ms.p99", "latency_ms.max", "consumers_cpu_us"]
     return {
         **summarize_runs(runs, keys),
         "missing": sum(r["missing"] for r in runs),
@@ -87,8 +91,10 @@ async def serial_fanout(
     url = f"{system.frontend}/topics/{topic}"
     drain = 60.0 + burst * subscriptions / 500
     latency_runs = [await delivered(sink, names, lambda: _open(url, rate, seconds), drain) for _ in range(reps)]
+    pid = system.processes["consumers"].pid
     throughput_runs = [
-        await delivered(sink, names, lambda: publish_count(url, BODY, burst, 32), drain) for _ in range(reps)
+        await delivered(sink, names, lambda: publish_count(url, BODY, burst, 32), drain, consumers_pid=pid)
+        for _ in range(reps)
     ]
     for name in names:
         await api.remove_subscription(topic, name)

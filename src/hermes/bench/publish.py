@@ -12,16 +12,26 @@ import aiohttp
 
 from hermes.bench.load import JSON_HEADERS, Sink, closed_loop, json_body, open_loop
 from hermes.bench.stats import ratio, summarize, summarize_runs
-from hermes.bench.system import Management, System, child, warm_up
+from hermes.bench.system import Management, System, child, cpu_seconds, warm_up
 from hermes.broker.embedded import free_port
 
 BODY = json_body(1024)
 _KEYS = ["throughput", "latency_ms.p50", "latency_ms.p99", "latency_ms.p999"]
 
 
-async def _closed(url: str, seconds: float, concurrency: int, reps: int) -> dict[str, Any]:
-    runs = [await closed_loop(url, BODY, seconds, concurrency) for _ in range(reps)]
-    return {**summarize_runs(runs, _KEYS), "codes": runs[-1]["codes"], "errors": sum(r["errors"] for r in runs)}
+async def _closed(url: str, seconds: float, concurrency: int, reps: int, pid: int) -> dict[str, Any]:
+    """Closed-loop runs, with the CPU time the server process ``pid`` spent per request."""
+    runs = []
+    for _ in range(reps):
+        before = cpu_seconds(pid)
+        run = await closed_loop(url, BODY, seconds, concurrency)
+        run["server_cpu_us"] = round((cpu_seconds(pid) - before) / max(run["requests"], 1) * 1e6, 1)
+        runs.append(run)
+    return {
+        **summarize_runs(runs, [*_KEYS, "server_cpu_us"]),
+        "codes": runs[-1]["codes"],
+        "errors": sum(r["errors"] for r in runs),
+    }
 
 
 async def _open(url: str, rate: float, seconds: float, reps: int) -> dict[str, Any]:
@@ -34,9 +44,12 @@ async def _open(url: str, rate: float, seconds: float, reps: int) -> dict[str, A
     }
 
 
-async def _noop_runs(noop: str, seconds: float, concurrency: int, rates: list[float], reps: int) -> dict[str, Any]:
+async def _noop_runs(
+    noop: str, seconds: float, concurrency: int, rates: list[float], reps: int, pid: int
+) -> dict[str, Any]:
+    await closed_loop(noop, BODY, 1.0, concurrency)  # warm-up, as for the frontend
     return {
-        "closed": await _closed(noop, seconds, concurrency, reps),
+        "closed": await _closed(noop, seconds, concurrency, reps, pid),
         "open": [await _open(noop, rate, seconds, reps) for rate in rates],
     }
 
@@ -48,13 +61,13 @@ async def publish(
     topic = await api.topic("benchp", "publish")
     url = f"{system.frontend}/topics/{topic}"
     await closed_loop(url, BODY, 1.0, concurrency)  # warm-up: connections, caches, the producer's metadata
-    maximum = await _closed(url, seconds, concurrency, reps)
+    maximum = await _closed(url, seconds, concurrency, reps, system.processes["frontend"].pid)
     half = round(maximum["throughput"]["median"] / 2, -1)
     all_rates = sorted({*rates, half})
     opened = [await _open(url, rate, seconds, reps) for rate in all_rates]
     port = free_port()
-    with child([sys.executable, "-m", "hermes.bench.noop", str(port)], port):
-        noop = await _noop_runs(f"http://127.0.0.1:{port}/topics/t", seconds, concurrency, all_rates, reps)
+    with child([sys.executable, "-m", "hermes.bench.noop", str(port)], port) as process:
+        noop = await _noop_runs(f"http://127.0.0.1:{port}/topics/t", seconds, concurrency, all_rates, reps, process.pid)
     return {
         "body_bytes": len(BODY),
         "concurrency": concurrency,
@@ -64,6 +77,8 @@ async def publish(
         "half_max_rate": half,
         "noop": noop,
         "ratio_to_noop": ratio(maximum["throughput"]["median"], noop["closed"]["throughput"]["median"]),
+        # the same ratio from CPU per request: what one core could sustain, whatever else the machine runs
+        "cpu_ratio_to_noop": ratio(noop["closed"]["server_cpu_us"]["median"], maximum["server_cpu_us"]["median"]),
     }
 
 

@@ -40,6 +40,8 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         "|---|---|---|---|",
         f"| closed loop, {p['concurrency']} in flight: msg/s | {_mmm(p['closed']['throughput'])} "
         f"| {_mmm(p['noop']['closed']['throughput'])} | **{p['ratio_to_noop']}** |",
+        f"| closed loop: server CPU µs per request | {_mmm(p['closed']['server_cpu_us'])} "
+        f"| {_mmm(p['noop']['closed']['server_cpu_us'])} | **{p['cpu_ratio_to_noop']}** |",
     ]
     for mine, noop in zip(p["open"], p["noop"]["open"], strict=True):
         lines.append(
@@ -60,18 +62,18 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         f"{results['raw_kafka']['produce_rate']:,.0f} msg/s, "
         f"consume {results['raw_kafka']['consume_rate']:,.0f} msg/s.",
         "",
-        "| subscriptions | deliveries/s (burst) | ratio to raw POST | p50 / p99 ms at fixed rate (deliveries/s) "
-        "| missing | duplicates |",
-        "|---|---|---|---|---|---|",
+        "| subscriptions | deliveries/s (burst) | ratio to raw POST | consumers CPU µs per delivery "
+        "| p50 / p99 ms at fixed rate (deliveries/s) | missing | duplicates |",
+        "|---|---|---|---|---|---|---|",
     ]
     for f in s["serial"]:
         if "error" in f:
-            lines.append(f"| {f.get('subscriptions', '?')} | {f['error']} | | | | |")
+            lines.append(f"| {f.get('subscriptions', '?')} | {f['error']} | | | | | |")
             continue
         t, lat = f["throughput"], f["latency"]
         lines.append(
             f"| {f['subscriptions']} | {_mmm(t['throughput'])} | "
-            f"**{t['throughput']['median'] / max(raw_post['median'], 1e-9):.2f}** | "
+            f"**{t['throughput']['median'] / max(raw_post['median'], 1e-9):.2f}** | {_mmm(t['consumers_cpu_us'])} | "
             f"{_mmm(lat['latency_ms.p50'], 1)} / {_mmm(lat['latency_ms.p99'], 1)} "
             f"({lat['publish_rate'] * f['subscriptions']:,.0f}) | {t['missing'] + lat['missing']} "
             f"| {t['duplicates'] + lat['duplicates']} |"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -56,6 +57,17 @@ def memory_kib(pid: int) -> dict[str, int]:
             if key in ("VmRSS", "VmHWM"):
                 out[key] = int(value.split()[0])
     return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process used so far (Linux). Per-request CPU is a steadier figure than
+    throughput on a machine shared with other work: it does not depend on how much CPU the process got."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class System:
