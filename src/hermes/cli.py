@@ -36,8 +36,24 @@ def command(name: str, help_: str, arguments: Arguments | None = None) -> Callab
     return register
 
 
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise HermesError(
+                "--event-loop uvloop needs the uvloop package (pip install 'hermes-broker[fast]')"
+            ) from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
 def _serve(settings: Settings, roles: frozenset[Role]) -> int:
-    asyncio.run(serve(settings, roles))
+    with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+        runner.run(serve(settings, roles))
     return 0
 
 
