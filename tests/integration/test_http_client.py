@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,21 @@ from hermes.http.client import HttpClient
 from tests.support.subscriber import Reply, SubscriberServer
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
+    """Runs a coroutine on each event loop the consumers may use (uvloop only when installed)."""
+    factory = None
+    if request.param == "uvloop":
+        factory = pytest.importorskip("uvloop").new_event_loop
+
+    def runner(coroutine: Coroutine[Any, Any, Any]) -> Any:
+        with asyncio.Runner(loop_factory=factory) as loop:
+            return loop.run(coroutine)
+
+    return runner
+
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -48,7 +64,7 @@ async def _with_server(answer: Answer, scenario: Callable[[str, list[int]], Awai
         await server.wait_closed()
 
 
-def test_posts_body_and_headers_and_reuses_the_connection(subscriber: SubscriberServer) -> None:
+def test_posts_body_and_headers_and_reuses_the_connection(subscriber: SubscriberServer, run: Any) -> None:
     subscriber.script = lambda i, _r: Reply(503 if i == 1 else 200, {"Retry-After": "7"})
 
     async def scenario() -> list[int]:
@@ -61,7 +77,7 @@ def test_posts_body_and_headers_and_reuses_the_connection(subscriber: Subscriber
         finally:
             await client.close()
 
-    assert asyncio.run(scenario()) == [200, 503]
+    assert run(scenario()) == [200, 503]
     received = subscriber.wait_for(2)
     assert received[0].path == "/x"
     assert received[0].body == b'{"a":1}'
@@ -69,7 +85,7 @@ def test_posts_body_and_headers_and_reuses_the_connection(subscriber: Subscriber
     assert received[1].headers["Content-Type"] == "application/json"
 
 
-def test_chunked_and_interim_answers_and_keep_alive() -> None:
+def test_chunked_and_interim_answers_and_keep_alive(run: Any) -> None:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -87,10 +103,10 @@ def test_chunked_and_interim_answers_and_keep_alive() -> None:
         await client.close()
         assert len(connections) == 1
 
-    asyncio.run(_with_server(answer, scenario))
+    run(_with_server(answer, scenario))
 
 
-def test_a_body_delimited_by_the_end_of_the_connection() -> None:
+def test_a_body_delimited_by_the_end_of_the_connection(run: Any) -> None:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
         writer.write(b"HTTP/1.0 200 OK\r\n\r\nthe whole body")
@@ -104,10 +120,10 @@ def test_a_body_delimited_by_the_end_of_the_connection() -> None:
         await client.close()
         assert len(connections) == 2
 
-    asyncio.run(_with_server(answer, scenario))
+    run(_with_server(answer, scenario))
 
 
-def test_an_idle_connection_the_endpoint_closed_is_replaced() -> None:
+def test_an_idle_connection_the_endpoint_closed_is_replaced(run: Any) -> None:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await _read_request(reader)
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
@@ -122,10 +138,10 @@ def test_an_idle_connection_the_endpoint_closed_is_replaced() -> None:
         await client.close()
         assert len(connections) == 2
 
-    asyncio.run(_with_server(answer, scenario))
+    run(_with_server(answer, scenario))
 
 
-def test_timeouts_and_failures() -> None:
+def test_timeouts_and_failures(run: Any) -> None:
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         body = await _read_request(reader)
         if body == b"garbage":
@@ -153,4 +169,4 @@ def test_timeouts_and_failures() -> None:
             await client.post(f"http://127.0.0.1:{free_port()}/", b"{}", {}, total=5)
         await client.close()
 
-    asyncio.run(_with_server(answer, scenario))
+    run(_with_server(answer, scenario))

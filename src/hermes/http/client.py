@@ -15,6 +15,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import cast
 from urllib.parse import urlsplit
 
 from hermes.errors import EndpointProtocolError
@@ -66,8 +67,7 @@ class _Connection(asyncio.Protocol):
     # --- asyncio callbacks ---
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio subclasses
 
     def data_received(self, data: bytes) -> None:
         self.last_activity = time.monotonic()
