@@ -51,18 +51,29 @@ async def _post(client: HttpClient, url: str, body: bytes, scheduled: float, sen
         sent.errors += 1
 
 
-async def open_loop(url: str, body: bytes, rate: float, seconds: float, sent: Sent | None = None) -> dict[str, Any]:
-    """Publishes at a fixed ``rate`` whatever the answers take; latency counts from each scheduled time."""
+async def open_loop(
+    url: str, body: bytes, rate: float, seconds: float, sent: Sent | None = None, connections: int = 64
+) -> dict[str, Any]:
+    """Publishes at a fixed ``rate`` whatever the answers take; latency counts from each scheduled time.
+    At most ``connections`` requests are in flight (as wrk2 keeps a fixed set of connections): the rest wait
+    in the generator, and that wait counts in their latency. Without the bound a stall would make the
+    generator open hundreds of connections and measure its own connection storm."""
     sent = sent if sent is not None else Sent()
     times = schedule(rate, seconds)
-    async with _client() as s:
+    slots = asyncio.Semaphore(connections)
+    async with _client() as client:
+
+        async def send(scheduled: float) -> None:
+            async with slots:
+                await _post(client, url, body, scheduled, sent)
+
         start = time.monotonic() + 0.05
         tasks: list[asyncio.Task[None]] = []
         i = 0
         while i < len(times):
             now = time.monotonic()
             while i < len(times) and start + times[i] <= now:  # everything due, even if late
-                tasks.append(asyncio.create_task(_post(s, url, body, start + times[i], sent)))
+                tasks.append(asyncio.create_task(send(start + times[i])))
                 i += 1
             if i < len(times):
                 await asyncio.sleep(max(0.0, start + times[i] - time.monotonic()))
