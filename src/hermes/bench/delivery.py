@@ -114,36 +114,45 @@ async def _open(url: str, rate: float, seconds: float) -> Sent:
 async def slow_beside_fast(
     system: System, sink: Sink, api: Management, rate: float, seconds: float, reps: int, slow_delay: float
 ) -> dict[str, Any]:
-    """The fast subscription's publish-to-delivery latency alone, then beside a subscription whose endpoint
-    takes ``slow_delay`` seconds per answer: it must not move."""
+    """The fast subscription's publish-to-delivery latency alone; beside a second fast subscription (the
+    control: what any second subscription costs); and beside a subscription whose endpoint takes
+    ``slow_delay`` seconds per answer. Slowness must not move it: compare with the control."""
     topic = await api.topic("benchs", "slowfast")
     url = f"{system.frontend}/topics/{topic}"
-    await api.subscription(topic, "fast", sink.url("fast"))
-    if not await warm_up(system.frontend, topic, sink, ["fast"]):
-        return {"error": "the fast subscription never started receiving", "void": True}
     drain = 60.0
-    alone = [await delivered(sink, ["fast"], lambda: _open(url, rate, seconds), drain) for _ in range(reps)]
-    sink.delays["slow"] = slow_delay
-    await api.subscription(topic, "slow", sink.url("slow"), inflightSize=200)
-    if not await warm_up(system.frontend, topic, sink, ["fast", "slow"]):
-        return {"error": "the slow subscription never started receiving", "void": True}
-    fast_runs = [
-        await delivered(sink, ["fast"], lambda: _open(url, rate, seconds), drain, reconciled_only=("slow",))
-        for _ in range(reps)
-    ]
-    sink.delays["slow"] = 0.0
-    await api.remove_subscription(topic, "slow")
+    phases: dict[str, Any] = {}
+    await api.subscription(topic, "fast", sink.url("fast"))
+    for phase, other, delay in (
+        ("fast_alone", None, 0.0),
+        ("fast_beside_fast", "control", 0.0),
+        ("fast_beside_slow", "slow", slow_delay),
+    ):
+        if other is not None:
+            sink.delays[other] = delay
+            await api.subscription(topic, other, sink.url(other), inflightSize=200)
+        if not await warm_up(system.frontend, topic, sink, ["fast", *([other] if other else [])]):
+            return {"error": f"{phase}: the subscriptions never started receiving", "void": True}
+        others = (other,) if other else ()
+        runs = [
+            await delivered(sink, ["fast"], lambda: _open(url, rate, seconds), drain, reconciled_only=others)
+            for _ in range(reps)
+        ]
+        phases[phase] = _fold(runs)
+        if other is not None:
+            sink.delays.pop(other, None)
+            await api.remove_subscription(topic, other)
     await api.remove_subscription(topic, "fast")
-    fast_alone, fast_beside = _fold(alone), _fold(fast_runs)
+
+    def p99(phase: str) -> float:
+        return float(phases[phase]["latency_ms.p99"]["median"])
+
     return {
         "publish_rate": rate,
         "slow_delay_s": slow_delay,
-        "fast_alone": fast_alone,
-        "fast_beside_slow": fast_beside,
-        "p99_ratio": round(
-            fast_beside["latency_ms.p99"]["median"] / max(fast_alone["latency_ms.p99"]["median"], 1e-3), 2
-        ),
-        "void": fast_alone["void"] or fast_beside["void"],
+        **phases,
+        "p99_ratio": round(p99("fast_beside_slow") / max(p99("fast_alone"), 1e-3), 2),
+        "p99_ratio_to_control": round(p99("fast_beside_slow") / max(p99("fast_beside_fast"), 1e-3), 2),
+        "void": any(p["void"] for p in phases.values()),
     }
 
 

@@ -88,12 +88,18 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
             "",
             "| fast subscription | p50 ms | p99 ms | missing |",
             "|---|---|---|---|",
-            f"| alone | {_mmm(sf['fast_alone']['latency_ms.p50'], 1)} | {_mmm(sf['fast_alone']['latency_ms.p99'], 1)} "
-            f"| {sf['fast_alone']['missing']} |",
-            f"| beside the slow one | {_mmm(sf['fast_beside_slow']['latency_ms.p50'], 1)} "
-            f"| {_mmm(sf['fast_beside_slow']['latency_ms.p99'], 1)} | {sf['fast_beside_slow']['missing']} |",
+            *(
+                f"| {label} | {_mmm(sf[key]['latency_ms.p50'], 1)} | {_mmm(sf[key]['latency_ms.p99'], 1)} "
+                f"| {sf[key]['missing']} |"
+                for key, label in (
+                    ("fast_alone", "alone"),
+                    ("fast_beside_fast", "beside a second fast one (control)"),
+                    ("fast_beside_slow", "beside the slow one"),
+                )
+            ),
             "",
-            f"p99 beside / alone: **{sf['p99_ratio']}**.",
+            f"p99 beside the slow one / alone: **{sf['p99_ratio']}**; / beside the control: "
+            f"**{sf['p99_ratio_to_control']}**.",
         ]
     lg = s["large"]
     lines += ["", "### 5. Large messages (one at a time)", ""]
