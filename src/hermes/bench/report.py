@@ -4,6 +4,7 @@ markers) and PNG plots when matplotlib (the ``bench`` extra) is installed."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -181,8 +182,14 @@ def write(results: dict[str, Any], directory: Path, docs: Path | None) -> dict[s
     (directory / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     plots = plot(results, directory)
     (directory / "report.md").write_text(markdown(results, [p.name for p in plots]))
-    if docs is not None:
-        rel = [str(_relative(p, docs.parent)) for p in plots]
+    if docs is not None:  # the plots go beside the document, in <its stem>/, so its links stay valid
+        images = docs.parent / docs.stem
+        images.mkdir(parents=True, exist_ok=True)
+        rel = []
+        shutil.copyfile(directory / "results.json", images / "results.json")
+        for plot_file in plots:
+            shutil.copyfile(plot_file, images / plot_file.name)
+            rel.append(f"{docs.stem}/{plot_file.name}")
         block = f"{BEGIN}\n{markdown(results, rel)}{END}"
         text = docs.read_text() if docs.exists() else f"# Benchmarks\n\n{BEGIN}\n{END}\n"
         if BEGIN in text and END in text:
@@ -192,9 +199,3 @@ def write(results: dict[str, Any], directory: Path, docs: Path | None) -> dict[s
             text = text.rstrip() + "\n\n" + block + "\n"
         docs.write_text(text)
     return {"json": str(directory / "results.json"), "plots": [str(p) for p in plots] or "matplotlib not installed"}
-
-
-def _relative(path: Path, start: Path) -> Path:
-    import os
-
-    return Path(os.path.relpath(path.resolve(), start.resolve()))
