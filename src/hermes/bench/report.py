@@ -130,7 +130,11 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         lines.append(
             f"- Ceiling, plain pyarrow Parquet writer, {pq['rows']:,} rows of 1 KB: {_mmm(pq['throughput'])} rows/s"
         )
-    lines += ["", *(f"![{Path(p).stem}]({p})" for p in plots)]
+    lines += (
+        ["", *(f"![{Path(p).stem}]({p})" for p in plots)]
+        if plots
+        else ["", "No plots: matplotlib (the `bench` extra) is not installed."]
+    )
     return "\n".join(lines) + "\n"
 
 
