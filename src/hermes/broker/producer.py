@@ -77,24 +77,37 @@ class _Settler:
                 future.set_result(outcome)
 
 
+# While messages await their ack, the event loop polls the producer this often (seconds).
+_POLL_INTERVAL = 0.001
+
+
 class _PolledProducer:
-    """A confluent producer whose delivery callbacks are served by its own thread."""
+    """A confluent producer whose delivery callbacks are served on the event loop that produced: a timer polls
+    it while acks are pending. (A poll thread cost a GIL hand-off and a loop wake-up per batch of acks.)"""
 
-    def __init__(self, config: dict[str, Any], name: str) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         self.producer = Producer(config)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
+        self.pending = 0
+        self._timer: asyncio.TimerHandle | None = None
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            self.producer.poll(0.05)
+    def produced(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.pending += 1
+        self.producer.poll(0)  # under load, the acks of earlier messages are served here, without waiting
+        if self._timer is None:
+            self._timer = loop.call_later(_POLL_INTERVAL, self._poll, loop)
+
+    def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        self.producer.poll(0)  # runs the delivery callbacks, here on the loop
+        if self.pending > 0 and not loop.is_closed():
+            self._timer = loop.call_later(_POLL_INTERVAL, self._poll, loop)
 
     def close(self, timeout: float) -> int:
-        remaining = int(self.producer.flush(timeout))
-        self._stop.set()
-        self._thread.join(timeout=2)
-        return remaining
+        """Flushes (callable from any thread: callbacks then reach their loops through the settler)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return int(self.producer.flush(timeout))
 
 
 class BrokerProducer:
@@ -107,8 +120,8 @@ class BrokerProducer:
             **overrides,
         }
         self._producers = {
-            Ack.LEADER: _PolledProducer(connection.config(**base, acks=1), "kafka-producer-leader"),
-            Ack.ALL: _PolledProducer(connection.config(**base, acks="all"), "kafka-producer-all"),
+            Ack.LEADER: _PolledProducer(connection.config(**base, acks=1)),
+            Ack.ALL: _PolledProducer(connection.config(**base, acks="all")),
         }
         self._settlers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Settler] = weakref.WeakKeyDictionary()
 
@@ -131,20 +144,29 @@ class BrokerProducer:
         if settler is None:
             settler = self._settlers[loop] = _Settler(loop)
 
-        def settle(err: KafkaError | None, msg: Any) -> None:  # producer poll thread
-            if err is not None:
-                settler.put(future, _to_error(err))
-            else:
-                settler.put(future, DeliveryReport(msg.topic(), msg.partition(), msg.offset()))
+        polled = self._producers[ack]
+        loop_thread = threading.get_ident()
+
+        def settle(err: KafkaError | None, msg: Any) -> None:  # on the loop (poll) or a flushing thread
+            polled.pending -= 1
+            outcome = _to_error(err) if err is not None else DeliveryReport(msg.topic(), msg.partition(), msg.offset())
+            if threading.get_ident() != loop_thread:
+                settler.put(future, outcome)
+            elif not future.done():
+                if isinstance(outcome, Exception):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
 
         try:
-            self._producers[ack].producer.produce(
-                topic, value=value, key=key, headers=list(headers), on_delivery=settle
-            )
+            polled.producer.produce(topic, value=value, key=key, headers=list(headers), on_delivery=settle)
         except BufferError:
             future.set_exception(ServiceUnavailable("the producer buffer is full; try again later"))
+            return future
         except KafkaException as exc:
             future.set_exception(_to_error(exc.args[0]))
+            return future
+        polled.produced(loop)
         return future
 
     def close(self, timeout: float = 10.0) -> int:
