@@ -105,6 +105,11 @@ async def _scenarios(system: System, plan: Plan, log: Any) -> dict[str, Any]:
             out["publish"] = await publish.publish(system, api, plan.seconds, plan.concurrency, plan.rates, plan.reps)
             log("delivery ceiling: a raw POST loop to the subscriber")
             out["raw_post"] = await delivery.raw_post_ceiling(sink, plan.seconds, 100, plan.reps)
+            # before the fan-outs, so that what the 100-subscription fan-out leaves behind cannot affect it
+            log("a slow subscription beside a fast one")
+            out["slow_beside_fast"] = await delivery.slow_beside_fast(
+                system, sink, api, plan.slow_rate, plan.seconds, plan.reps, plan.slow_delay
+            )
             fanouts = []
             for n in plan.fanouts:
                 log(f"SERIAL delivery to {n} subscription(s)")
@@ -121,10 +126,6 @@ async def _scenarios(system: System, plan: Plan, log: Any) -> dict[str, Any]:
                     )
                 )
             out["serial"] = fanouts
-            log("a slow subscription beside a fast one")
-            out["slow_beside_fast"] = await delivery.slow_beside_fast(
-                system, sink, api, plan.slow_rate, plan.seconds, plan.reps, plan.slow_delay
-            )
             log("large messages")
             out["large"] = await publish.large_messages(system, sink, api, plan.large_sizes, plan.large_count)
     finally:
