@@ -19,5 +19,6 @@ lint: setup
 typecheck: setup
 	.venv/bin/mypy
 
+# The benchmark suite (about 10 minutes; `hermes bench --quick` about 2): bench-results/ and docs/benchmarks.md.
 bench: setup
-	.venv/bin/hermes bench
+	.venv/bin/hermes bench --docs docs/benchmarks.md

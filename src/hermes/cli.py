@@ -21,19 +21,39 @@ from hermes.errors import HermesError
 from hermes.runtime import ALL_ROLES, Role, serve
 
 Command = Callable[[Settings, argparse.Namespace], int]
+Arguments = Callable[[argparse.ArgumentParser], None]
 COMMANDS: dict[str, tuple[str, Command]] = {}
+ARGUMENTS: dict[str, Arguments] = {}  # a command's own flags, beside the settings
 
 
-def command(name: str, help_: str) -> Callable[[Command], Command]:
+def command(name: str, help_: str, arguments: Arguments | None = None) -> Callable[[Command], Command]:
     def register(fn: Command) -> Command:
         COMMANDS[name] = (help_, fn)
+        if arguments is not None:
+            ARGUMENTS[name] = arguments
         return fn
 
     return register
 
 
+def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise HermesError(
+                "--event-loop uvloop needs the uvloop package (pip install 'hermes-broker[fast]')"
+            ) from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
 def _serve(settings: Settings, roles: frozenset[Role]) -> int:
-    asyncio.run(serve(settings, roles))
+    with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
+        runner.run(serve(settings, roles))
     return 0
 
 
@@ -67,12 +87,28 @@ def _pipeline(settings: Settings, _: argparse.Namespace) -> int:
     return 0
 
 
-@command("bench", "Measure publish and delivery throughput beside their ceilings; prints JSON.")
-def _bench(settings: Settings, _: argparse.Namespace) -> int:
-    from hermes.bench.quick import run
+def _bench_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("benchmark")
+    group.add_argument("--quick", action="store_true", help="the short plan (under 2 minutes) instead of the full one")
+    group.add_argument("--output", type=Path, default=Path("bench-results"), help="directory for results.json, plots")
+    group.add_argument("--docs", type=Path, default=None, help="Markdown file whose generated block to update")
 
-    print(json.dumps(run(), indent=2))
-    return 0
+
+@command(
+    "bench",
+    "Run the benchmark suite: each scenario beside its ceiling, every message reconciled; writes JSON and plots.",
+    _bench_arguments,
+)
+def _bench(_settings: Settings, args: argparse.Namespace) -> int:
+    from hermes.bench import report, suite
+
+    def progress(text: str) -> None:
+        print(f"hermes bench: {text}", file=sys.stderr, flush=True)
+
+    results = suite.run(suite.QUICK if args.quick else suite.FULL, progress)
+    written = report.write(results, args.output, args.docs)
+    print(json.dumps({"void": results["void"], "void_reasons": results["void_reasons"], **written}, indent=2))
+    return 1 if results["void"] else 0
 
 
 def _add_setting(
@@ -122,7 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (help_, _) in COMMANDS.items():
-        sub.add_parser(name, help=help_, description=help_, parents=[common])
+        command_parser = sub.add_parser(name, help=help_, description=help_, parents=[common])
+        if name in ARGUMENTS:
+            ARGUMENTS[name](command_parser)
     return parser
 
 
@@ -132,9 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
-    values = vars(args)
-    config_file = values.pop("config", None)
-    name = values.pop("command")
+    values = {k: v for k, v in vars(args).items() if k in Settings.model_fields}
+    config_file = getattr(args, "config", None)
+    name = args.command
     try:
         settings = load_settings(values, config_file)
     except SettingsError as exc:

@@ -152,3 +152,11 @@ class StartupError(HermesError):
     """A process cannot start (port taken, data directory not writable, ...). Printed without a traceback."""
 
     code = "STARTUP_ERROR"
+
+
+class EndpointProtocolError(HermesError):
+    """A subscriber's endpoint answered with something that is not HTTP/1.1, or closed before answering."""
+
+    code = "ENDPOINT_PROTOCOL_ERROR"
+    status = 502
+    retriable = True

@@ -16,7 +16,6 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from hermes.broker.connection import KafkaConnection
@@ -121,17 +120,16 @@ def test_a_kafka_client_that_cannot_start_is_reported_as_a_crash(
     crashes: list[BaseException] = []
 
     async def run() -> SerialConsumer:
-        async with aiohttp.ClientSession() as session:
-            content = ContentConverter(sqlite_repository)
-            context = ConsumerContext(connection, HttpSender(session), sqlite_repository, content, "node", "primary")
-            consumer = SerialConsumer(subscription, context, crashes.append)
-            await consumer.start()
-            for _ in range(200):
-                if crashes:
-                    break
-                await asyncio.sleep(0.05)
-            await consumer.stop()
-            return consumer
+        content = ContentConverter(sqlite_repository)
+        context = ConsumerContext(connection, HttpSender(), sqlite_repository, content, "node", "primary")
+        consumer = SerialConsumer(subscription, context, crashes.append)
+        await consumer.start()
+        for _ in range(200):
+            if crashes:
+                break
+            await asyncio.sleep(0.05)
+        await consumer.stop()
+        return consumer
 
     consumer = asyncio.run(run())
     assert len(crashes) == 1 and consumer.crash is crashes[0]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,24 +48,66 @@ def _to_error(err: KafkaError) -> Exception:
     return BrokerError(f"the broker refused the message: {err.str()}")
 
 
+class _Settler:
+    """Hands delivery outcomes from the producer's poll thread to one event loop in batches: one wake-up of
+    the loop per poll instead of one ``call_soon_threadsafe`` (a pipe write and a handle) per message."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._outcomes: list[tuple[asyncio.Future[DeliveryReport], DeliveryReport | Exception]] = []
+
+    def put(self, future: asyncio.Future[DeliveryReport], outcome: DeliveryReport | Exception) -> None:
+        with self._lock:
+            self._outcomes.append((future, outcome))
+            if len(self._outcomes) > 1:
+                return  # a drain is already scheduled
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            self._loop.call_soon_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        with self._lock:
+            outcomes, self._outcomes = self._outcomes, []
+        for future, outcome in outcomes:
+            if future.done():
+                continue
+            if isinstance(outcome, Exception):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+
+# While messages await their ack, the event loop polls the producer this often (seconds).
+_POLL_INTERVAL = 0.001
+
+
 class _PolledProducer:
-    """A confluent producer whose delivery callbacks are served by its own thread."""
+    """A confluent producer whose delivery callbacks are served on the event loop that produced: a timer polls
+    it while acks are pending. (A poll thread cost a GIL hand-off and a loop wake-up per batch of acks.)"""
 
-    def __init__(self, config: dict[str, Any], name: str) -> None:
+    def __init__(self, config: dict[str, Any]) -> None:
         self.producer = Producer(config)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
-        self._thread.start()
+        self.pending = 0
+        self._timer: asyncio.TimerHandle | None = None
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            self.producer.poll(0.05)
+    def produced(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.pending += 1
+        self.producer.poll(0)  # under load, the acks of earlier messages are served here, without waiting
+        if self._timer is None:
+            self._timer = loop.call_later(_POLL_INTERVAL, self._poll, loop)
+
+    def _poll(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        self.producer.poll(0)  # runs the delivery callbacks, here on the loop
+        if self.pending > 0 and not loop.is_closed():
+            self._timer = loop.call_later(_POLL_INTERVAL, self._poll, loop)
 
     def close(self, timeout: float) -> int:
-        remaining = int(self.producer.flush(timeout))
-        self._stop.set()
-        self._thread.join(timeout=2)
-        return remaining
+        """Flushes (callable from any thread: callbacks then reach their loops through the settler)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        return int(self.producer.flush(timeout))
 
 
 class BrokerProducer:
@@ -76,9 +120,10 @@ class BrokerProducer:
             **overrides,
         }
         self._producers = {
-            Ack.LEADER: _PolledProducer(connection.config(**base, acks=1), "kafka-producer-leader"),
-            Ack.ALL: _PolledProducer(connection.config(**base, acks="all"), "kafka-producer-all"),
+            Ack.LEADER: _PolledProducer(connection.config(**base, acks=1)),
+            Ack.ALL: _PolledProducer(connection.config(**base, acks="all")),
         }
+        self._settlers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Settler] = weakref.WeakKeyDictionary()
 
     def send(
         self,
@@ -95,33 +140,35 @@ class BrokerProducer:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[DeliveryReport] = loop.create_future()
+        settler = self._settlers.get(loop)
+        if settler is None:
+            settler = self._settlers[loop] = _Settler(loop)
 
-        def settle(err: KafkaError | None, msg: Any) -> None:  # producer poll thread
-            if err is not None:
-                loop.call_soon_threadsafe(_fail, future, _to_error(err))
-            else:
-                loop.call_soon_threadsafe(_succeed, future, DeliveryReport(msg.topic(), msg.partition(), msg.offset()))
+        polled = self._producers[ack]
+        loop_thread = threading.get_ident()
+
+        def settle(err: KafkaError | None, msg: Any) -> None:  # on the loop (poll) or a flushing thread
+            polled.pending -= 1
+            outcome = _to_error(err) if err is not None else DeliveryReport(msg.topic(), msg.partition(), msg.offset())
+            if threading.get_ident() != loop_thread:
+                settler.put(future, outcome)
+            elif not future.done():
+                if isinstance(outcome, Exception):
+                    future.set_exception(outcome)
+                else:
+                    future.set_result(outcome)
 
         try:
-            self._producers[ack].producer.produce(
-                topic, value=value, key=key, headers=list(headers), on_delivery=settle
-            )
+            polled.producer.produce(topic, value=value, key=key, headers=list(headers), on_delivery=settle)
         except BufferError:
             future.set_exception(ServiceUnavailable("the producer buffer is full; try again later"))
+            return future
         except KafkaException as exc:
             future.set_exception(_to_error(exc.args[0]))
+            return future
+        polled.produced(loop)
         return future
 
     def close(self, timeout: float = 10.0) -> int:
         """Flushes and stops; returns how many messages were still unacknowledged."""
         return sum(p.close(timeout) for p in self._producers.values())
-
-
-def _succeed(future: asyncio.Future[DeliveryReport], report: DeliveryReport) -> None:
-    if not future.done():
-        future.set_result(report)
-
-
-def _fail(future: asyncio.Future[DeliveryReport], error: Exception) -> None:
-    if not future.done():
-        future.set_exception(error)

@@ -38,6 +38,7 @@ class SubscriptionMetrics:
     lag: int = 0
     _previous: dict[str, int] = field(default_factory=dict)
     _previous_at: float = field(default_factory=time.monotonic)
+    _children: dict[str, Any] = field(default_factory=dict)  # Prometheus children by counter name
 
     @property
     def key(self) -> str:
@@ -55,15 +56,19 @@ class SubscriptionMetrics:
 
     def count(self, name: str) -> None:
         self.totals[name] += 1
-        labels = self._labels()
-        if name == "delivered":
-            _DELIVERED.labels(**labels).inc()
-        elif name == "discarded":
-            _DISCARDED.labels(**labels).inc()
-        elif name == "filtered":
-            _FILTERED.labels(**labels).inc()
-        else:
-            _RESPONSES.labels(**labels, outcome=name).inc()
+        child = self._children.get(name)
+        if child is None:  # looking a child up by labels costs more than the increment: once per name
+            labels = self._labels()
+            if name == "delivered":
+                child = _DELIVERED.labels(**labels)
+            elif name == "discarded":
+                child = _DISCARDED.labels(**labels)
+            elif name == "filtered":
+                child = _FILTERED.labels(**labels)
+            else:
+                child = _RESPONSES.labels(**labels, outcome=name)
+            self._children[name] = child
+        child.inc()
 
     def response(self, status: int | None, timed_out: bool) -> None:
         if timed_out:

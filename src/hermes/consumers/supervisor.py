@@ -65,7 +65,7 @@ class ConsumersSupervisor:
         self._cache.on_subscription_change(self._oauth.subscription_changed)
         self._context = ConsumerContext(
             connection=self._connection,
-            sender=HttpSender(self._session, self._oauth),
+            sender=HttpSender(self._oauth),
             repository=self._repository,
             content=ContentConverter(self._repository),
             node_id=s.node_id,
@@ -90,6 +90,8 @@ class ConsumersSupervisor:
         await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
         if self._oauth is not None:
             self._oauth.close()
+        if self._context is not None:
+            await self._context.sender.close()
         if self._session is not None:
             await self._session.close()
 

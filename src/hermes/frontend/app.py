@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 
 from aiohttp import web
@@ -9,7 +10,7 @@ from aiohttp import web
 from hermes.domain.message import MESSAGE_ID_HEADER
 from hermes.domain.topic import Topic
 from hermes.errors import HermesError, TopicNotFound, UnsupportedMediaType
-from hermes.frontend.metrics import LATENCY, REQUESTS, PublishedCounter
+from hermes.frontend.metrics import LATENCY, PublishedCounter, count_request
 from hermes.frontend.publishing import Publisher
 from hermes.http import status as status_routes
 from hermes.http.server import error_middleware
@@ -45,6 +46,7 @@ class TopicLookup:
 TOPICS = web.AppKey("topics", TopicLookup)
 
 
+@functools.lru_cache(maxsize=256)
 def _accepts(content_type: str) -> bool:
     kind = content_type.split(";", 1)[0].strip().lower()
     return kind in ("", "application/json", "text/plain", "*/*") or kind.endswith("+json")
@@ -81,5 +83,5 @@ async def publish(request: web.Request) -> web.Response:
         status = exc.status
         raise
     finally:
-        REQUESTS.labels(name if status != 404 else "unknown", str(status)).inc()
+        count_request(name if status != 404 else "unknown", status)
         LATENCY.observe(time.perf_counter() - started)

@@ -23,6 +23,17 @@ JOURNAL_BYTES = Gauge("hermes_frontend_journal_bytes", "Bytes of accepted messag
 
 TOPIC_METRICS_NAMESPACE = "topic-metrics"
 
+_REQUEST_CHILDREN: dict[tuple[str, str], Any] = {}
+
+
+def count_request(topic: str, status: int) -> None:
+    """Counts one publish request; the Prometheus child is looked up by labels once per (topic, status)."""
+    key = (topic, str(status))
+    child = _REQUEST_CHILDREN.get(key)
+    if child is None:
+        child = _REQUEST_CHILDREN[key] = REQUESTS.labels(*key)
+    child.inc()
+
 
 class PublishedCounter:
     def __init__(self) -> None:

@@ -48,6 +48,26 @@ class PublishResult:
     acknowledged: bool  # False: accepted (202), the broker has not acknowledged yet
 
 
+async def _settled_within(future: asyncio.Future[DeliveryReport], seconds: float) -> bool:
+    """Whether ``future`` completed within ``seconds``; it is never cancelled. (One timer and one
+    callback: ``wait_for(shield(...))`` costs two more futures and callbacks on every publish.)"""
+    if future.done():
+        return True
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[bool] = loop.create_future()
+
+    def decide(outcome: bool) -> None:
+        if not waiter.done():
+            waiter.set_result(outcome)
+
+    timer = loop.call_later(seconds, decide, False)
+    future.add_done_callback(lambda _: decide(True))
+    try:
+        return await waiter
+    finally:
+        timer.cancel()
+
+
 class Publisher:
     def __init__(
         self,
@@ -110,15 +130,14 @@ class Publisher:
             ack=topic.ack,
         )
         ack.add_done_callback(lambda f: self._settled(f, topic, message_id, tracked))
-        try:
-            await asyncio.wait_for(asyncio.shield(ack), self._timeouts.for_ack(topic.ack))
-        except TimeoutError:
+        if not await _settled_within(ack, self._timeouts.for_ack(topic.ack)):
             if self._journal is not None:  # kept on disk before the 202 leaves: a crash cannot lose it
                 key = partition_key.encode() if partition_key else None
                 entry = JournalEntry(message_id, topic.qualified_name, value, key, tuple(kafka_headers), topic.ack)
                 self._journal.put(entry.message_id, entry.topic, entry.value, entry.key, entry.headers, entry.ack)
                 self._watch(ack, entry)
             return PublishResult(message_id, acknowledged=False)
+        ack.result()  # the broker's refusal, raised
         return PublishResult(message_id, acknowledged=True)
 
     def resend(self, entry: JournalEntry) -> None:

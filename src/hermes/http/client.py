@@ -1,0 +1,282 @@
+"""A lean HTTP/1.1 keep-alive client for pushing messages to subscribers.
+
+The consumers' hot path is one POST per message. aiohttp's client spent about 170 µs of CPU per request here,
+this one about 45 µs (docs/benchmarks.md, "Profiles"), so it replaces it for deliveries. It does only what
+deliveries need: POST with a body, keep-alive pools per (scheme, host, port), TLS, responses delimited by
+Content-Length, chunked encoding or the end of the connection, a total and an idle (socket) timeout.
+It does not follow redirects: a 3xx is an answer like any other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import cast
+from urllib.parse import urlsplit
+
+from hermes.errors import EndpointProtocolError
+
+_MAX_HEAD = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    headers: Mapping[str, str]  # names in lower case
+    body: bytes
+
+
+@dataclass(frozen=True)
+class _Target:
+    scheme: str
+    host: str
+    port: int
+    path: str  # with the query
+    host_header: str
+
+
+@lru_cache(maxsize=4096)
+def _target(url: str) -> _Target:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise EndpointProtocolError(f"cannot send to {parts.scheme}://{parts.hostname}")
+    default = 443 if parts.scheme == "https" else 80
+    port = parts.port or default
+    host = parts.hostname
+    shown = f"[{host}]" if ":" in host else host
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return _Target(parts.scheme, host, port, path, shown if port == default else f"{shown}:{port}")
+
+
+class _Connection(asyncio.Protocol):
+    """One connection; parses one response at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.last_activity = time.monotonic()
+        self._buffer = bytearray()
+        self._waiter: asyncio.Future[Response] | None = None
+        self._head: tuple[int, dict[str, str]] | None = None
+        self._received_any = False
+
+    # --- asyncio callbacks ---
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio subclasses
+
+    def data_received(self, data: bytes) -> None:
+        self.last_activity = time.monotonic()
+        self._received_any = True
+        self._buffer += data
+        if self._waiter is not None:
+            try:
+                self._parse(eof=False)
+            except EndpointProtocolError as exc:
+                self._fail(exc)
+
+    def eof_received(self) -> bool:
+        return False  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self._waiter is not None and not self._waiter.done():
+            try:
+                self._parse(eof=True)
+            except EndpointProtocolError as error:
+                self._fail(error)
+                return
+            if not self._waiter.done():
+                self._fail(EndpointProtocolError("the endpoint closed the connection before answering"))
+
+    # --- requests ---
+
+    @property
+    def usable(self) -> bool:
+        return not self.closed and self.transport is not None and not self.transport.is_closing()
+
+    def request(self, data: bytes) -> asyncio.Future[Response]:
+        assert self.transport is not None
+        self._waiter = asyncio.get_running_loop().create_future()
+        self._head = None
+        self._received_any = False
+        self.last_activity = time.monotonic()
+        self.transport.write(data)
+        return self._waiter
+
+    @property
+    def received_any(self) -> bool:
+        return self._received_any
+
+    def close(self) -> None:
+        self.closed = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.cancel()  # abandoned (a timeout): nobody will read its outcome
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail(self, exc: Exception) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_exception(exc)
+        self.close()
+
+    def _parse(self, eof: bool) -> None:
+        while self._head is None:
+            end = self._buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(self._buffer) > _MAX_HEAD:
+                    raise EndpointProtocolError("the response head is too long")
+                return
+            lines = bytes(self._buffer[:end]).decode("latin-1").split("\r\n")
+            del self._buffer[: end + 4]
+            status_line = lines[0].split(" ", 2)
+            if len(status_line) < 2 or not status_line[0].startswith("HTTP/1.") or not status_line[1].isdigit():
+                raise EndpointProtocolError(f"not an HTTP/1.1 status line: {lines[0][:80]!r}")
+            status = int(status_line[1])
+            headers: dict[str, str] = {}
+            for line in lines[1:]:
+                name, sep, value = line.partition(":")
+                if not sep:
+                    raise EndpointProtocolError(f"not a header line: {line[:80]!r}")
+                headers[name.strip().lower()] = value.strip()
+            if 100 <= status < 200:  # 100 Continue and friends: the real answer follows
+                continue
+            self._head = (status, headers)
+            if status_line[0] == "HTTP/1.0" and headers.get("connection", "").lower() != "keep-alive":
+                headers["connection"] = "close"
+        status, headers = self._head
+        body: bytes | None
+        if status in (204, 304):
+            body = b""
+        elif "chunked" in headers.get("transfer-encoding", "").lower():
+            body = self._chunked()
+        elif "content-length" in headers:
+            try:
+                length = int(headers["content-length"])
+            except ValueError:
+                raise EndpointProtocolError("the Content-Length is not a number") from None
+            body = bytes(self._buffer[:length]) if len(self._buffer) >= length else None
+            if body is not None:
+                del self._buffer[:length]
+        else:  # delimited by the end of the connection
+            headers["connection"] = "close"
+            body = bytes(self._buffer) if eof else None
+        if body is None:
+            if eof:
+                raise EndpointProtocolError("the endpoint closed the connection in the middle of its answer")
+            return
+        assert self._waiter is not None
+        waiter, self._waiter = self._waiter, None
+        if not waiter.done():
+            waiter.set_result(Response(status, headers, body))
+
+    def _chunked(self) -> bytes | None:
+        """The body if all its chunks arrived (the buffer is left untouched until then)."""
+        position = 0
+        parts: list[bytes] = []
+        while True:
+            line_end = self._buffer.find(b"\r\n", position)
+            if line_end < 0:
+                return None
+            try:
+                size = int(bytes(self._buffer[position:line_end]).split(b";", 1)[0], 16)
+            except ValueError:
+                raise EndpointProtocolError("a chunk size is not hexadecimal") from None
+            start = line_end + 2
+            if size == 0:
+                trailer_end = self._buffer.find(b"\r\n\r\n", line_end)
+                if trailer_end < 0:
+                    return None
+                del self._buffer[: trailer_end + 4]
+                return b"".join(parts)
+            if len(self._buffer) < start + size + 2:
+                return None
+            parts.append(bytes(self._buffer[start : start + size]))
+            position = start + size + 2
+
+
+class HttpClient:
+    """Pools of idle keep-alive connections per (scheme, host, port); no limit on connections (the
+    subscription's inflightSize bounds them)."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None) -> None:
+        self._ssl = ssl_context
+        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+
+    async def post(
+        self,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str],
+        total: float,
+        idle: float | None = None,
+    ) -> Response:
+        """Raises TimeoutError after ``total`` seconds in all, or ``idle`` seconds without a byte of the
+        answer; OSError or EndpointProtocolError when the connection fails."""
+        target = _target(url)
+        head = [f"POST {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\nContent-Length: {len(body)}\r\n"]
+        head.extend(f"{name}: {value}\r\n" for name, value in headers.items())
+        head.append("\r\n")
+        data = "".join(head).encode("latin-1") + body
+        deadline = time.monotonic() + total
+        key = (target.scheme, target.host, target.port)
+        async with asyncio.timeout_at(asyncio.get_running_loop().time() + total):
+            connection, reused = await self._connection(key)
+            try:
+                response = await self._exchange(connection, data, deadline, idle)
+            except EndpointProtocolError:
+                connection.close()
+                if not reused or connection.received_any:
+                    raise
+                # an idle connection the endpoint had just closed: once more on a new one
+                connection, _ = await self._connection(key, fresh=True)
+                try:
+                    response = await self._exchange(connection, data, deadline, idle)
+                except BaseException:
+                    connection.close()
+                    raise
+            except BaseException:
+                connection.close()
+                raise
+        if response.headers.get("connection", "").lower() == "close" or not connection.usable:
+            connection.close()
+        else:
+            self._idle.setdefault(key, []).append(connection)
+        return response
+
+    async def _connection(self, key: tuple[str, str, int], fresh: bool = False) -> tuple[_Connection, bool]:
+        idle = self._idle.get(key)
+        while idle and not fresh:
+            connection = idle.pop()
+            if connection.usable:
+                return connection, True
+        scheme, host, port = key
+        context = None
+        if scheme == "https":
+            context = self._ssl or ssl.create_default_context()
+        loop = asyncio.get_running_loop()
+        _, protocol = await loop.create_connection(_Connection, host, port, ssl=context)
+        return protocol, False
+
+    @staticmethod
+    async def _exchange(connection: _Connection, data: bytes, deadline: float, idle_timeout: float | None) -> Response:
+        waiter = connection.request(data)
+        if idle_timeout is None:
+            return await waiter
+        while True:
+            wait = min(deadline - time.monotonic(), idle_timeout - (time.monotonic() - connection.last_activity))
+            done, _ = await asyncio.wait({waiter}, timeout=max(wait, 0))
+            if done:
+                return waiter.result()
+            if time.monotonic() - connection.last_activity >= idle_timeout:
+                raise TimeoutError("no answer from the endpoint within the socket timeout")
+
+    async def close(self) -> None:
+        for connections in self._idle.values():
+            for connection in connections:
+                connection.close()
+        self._idle.clear()
