@@ -105,8 +105,8 @@ class EmbeddedBroker:
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             process.terminate()
-            try:
-                process.wait(timeout=5)
+            try:  # Tansu drains open client connections on SIGTERM; in memory, it has nothing to save
+                process.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
