@@ -1,68 +1,37 @@
-"""Scenarios other branches provide (BATCH delivery, Spark archive) and the ceilings that need no Hermes.
-
-INTEGRATION POINTS: ``batch`` calls ``hermes.bench.batch.batch_throughput`` (branch oauth) and ``archive``
-calls the first of ``_ARCHIVE_FUNCTIONS`` that exists (branch pipeline). Until those are merged the report
-says "not available" for them; nothing else depends on them.
-"""
+"""The scenarios whose measuring lives beside the code it measures (BATCH delivery in ``hermes.bench.batch``,
+the Spark archive in ``hermes.pipeline.bench``), and the ceilings that need no Hermes."""
 
 from __future__ import annotations
 
-import importlib
-import inspect
+import asyncio
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from hermes.bench.stats import summarize
 
-_BATCH_FUNCTION = ("hermes.bench.batch", "batch_throughput")
-_ARCHIVE_FUNCTIONS = [
-    ("hermes.pipeline.bench", "archive_throughput"),
-    ("hermes.bench.archive", "archive_throughput"),
-]
 
+def batch(management: str, frontend: str, quick: bool) -> dict[str, Any]:
+    """Scenario 3: BATCH delivery throughput at batchSize 100 (1 KB messages), on the system under test."""
+    from hermes.bench.batch import batch_throughput
 
-def _find(module: str, name: str) -> Callable[..., Any] | None:
     try:
-        found = getattr(importlib.import_module(module), name, None)
+        return asyncio.run(batch_throughput(management, frontend, messages=5_000 if quick else 20_000))
+    except Exception as exc:  # a failing scenario is reported, it does not void the others
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def archive() -> dict[str, Any]:
+    """Scenario 6: Spark archive throughput and lag, beside a plain consumer writing Parquet (its own broker)."""
+    try:
+        from hermes.pipeline.bench import archive_throughput
     except ImportError:
-        return None
-    return found if callable(found) else None
-
-
-def _call(function: Callable[..., Any], **wanted: Any) -> Any:
-    """Calls ``function`` with those of ``wanted`` it takes by name (their signatures are theirs to choose)."""
-    parameters = inspect.signature(function).parameters
-    return function(**{k: v for k, v in wanted.items() if k in parameters})
-
-
-def batch(bootstrap: str, quick: bool) -> dict[str, Any]:
-    """Scenario 3: BATCH delivery throughput at batchSize 100 (1 KB messages)."""
-    function = _find(*_BATCH_FUNCTION)
-    if function is None:
-        return {"available": False, "note": "hermes.bench.batch.batch_throughput is not in this build"}
+        return {"available": False, "note": "the spark extra is not installed"}
     try:
-        return {"available": True, **_call(function, bootstrap_servers=bootstrap, quick=quick)}
-    except Exception as exc:  # a failing optional scenario is reported, it does not void the others
+        return {"available": True, **archive_throughput()}
+    except Exception as exc:
         return {"available": True, "error": f"{type(exc).__name__}: {exc}"}
-
-
-def archive(bootstrap: str, quick: bool) -> dict[str, Any]:
-    """Scenario 6: Spark archive throughput and lag."""
-    for module, name in _ARCHIVE_FUNCTIONS:
-        function = _find(module, name)
-        if function is not None:
-            try:
-                return {
-                    "available": True,
-                    "source": f"{module}.{name}",
-                    **_call(function, bootstrap_servers=bootstrap, quick=quick),
-                }
-            except Exception as exc:
-                return {"available": True, "error": f"{type(exc).__name__}: {exc}"}
-    return {"available": False, "note": "no archive benchmark function in this build (branch pipeline)"}
 
 
 def pyarrow_writer(rows: int, reps: int) -> dict[str, Any]:

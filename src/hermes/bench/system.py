@@ -108,6 +108,8 @@ class System:
                     "WARNING",
                     "--metadata-poll-interval",
                     "0.2",
+                    "--consumer-fetch-wait-ms",  # the broker is Tansu: the embedded default, not the external one
+                    "25",
                 ]
                 self.processes[role] = self._stack.enter_context(child(argv, self.ports[role]))
         except BaseException:
