@@ -154,7 +154,8 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         lines.append(f"Not measured: `{json.dumps(archive)}`")
     if pq.get("available"):
         lines.append(
-            f"\nA plain pyarrow Parquet writer alone (no Kafka), {pq['rows']:,} rows of 1 KB: {_mmm(pq['throughput'])} rows/s"
+            f"\nA plain pyarrow Parquet writer alone (no Kafka), {pq['rows']:,} rows of 1 KB: "
+            f"{_mmm(pq['throughput'])} rows/s"
         )
     lines += (
         ["", *(f"![{Path(p).stem}]({p})" for p in plots)]
