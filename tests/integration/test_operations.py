@@ -176,7 +176,11 @@ def test_timeouts_network_errors_and_unhealthy_subscriptions(client: HermesClien
         wait_until(lambda: "UNREACHABLE" in problems(unreachable), 15, 0.1)
         assert _metrics(client, topic, timing_out)["totals"]["timeouts"] >= 1
         assert _metrics(client, topic, unreachable)["totals"]["otherErrors"] >= 1
-        listed = {(u["qualifiedTopicName"], u["name"]) for u in client.management.get("/unhealthy").json()}
-        assert (topic, unreachable) in listed
+
+        def unhealthy() -> set[tuple[str, str]]:
+            return {(u["qualifiedTopicName"], u["name"]) for u in client.management.get("/unhealthy").json()}
+
+        # per-second figures: the slowed-down limiter may leave a second without an attempt, so wait for one
+        wait_until(lambda: (topic, unreachable) in unhealthy(), 15, 0.1)
     finally:
         slow.stop()
