@@ -169,18 +169,17 @@ def test_timeouts_network_errors_and_unhealthy_subscriptions(client: HermesClien
             health = client.management.get(f"/topics/{topic}/subscriptions/{name}/health").json()
             return [p["code"] for p in health["problems"]]
 
+        def unhealthy() -> set[tuple[str, str]]:
+            return {(u["qualifiedTopicName"], u["name"]) for u in client.management.get("/unhealthy").json()}
+
+        # health comes from per-second figures, and the limiter soon slows a failing subscription to a heartbeat
+        # that leaves seconds without an attempt: both views are checked while the errors come every second
+        wait_until(lambda: "UNREACHABLE" in problems(unreachable) and (topic, unreachable) in unhealthy(), 15, 0.05)
         wait_until(lambda: _metrics(client, topic, timing_out)["inflight"] == 1, 15, 0.1)
         wait_until(lambda: _metrics(client, topic, timing_out)["rate"] > 0, 15, 0.1)
         assert 0 < _metrics(client, topic, timing_out)["maxRate"] <= 400
         wait_until(lambda: "TIMING_OUT" in problems(timing_out), 15, 0.1)
-        wait_until(lambda: "UNREACHABLE" in problems(unreachable), 15, 0.1)
         assert _metrics(client, topic, timing_out)["totals"]["timeouts"] >= 1
         assert _metrics(client, topic, unreachable)["totals"]["otherErrors"] >= 1
-
-        def unhealthy() -> set[tuple[str, str]]:
-            return {(u["qualifiedTopicName"], u["name"]) for u in client.management.get("/unhealthy").json()}
-
-        # per-second figures: the slowed-down limiter may leave a second without an attempt, so wait for one
-        wait_until(lambda: (topic, unreachable) in unhealthy(), 15, 0.1)
     finally:
         slow.stop()
