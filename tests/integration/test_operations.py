@@ -153,10 +153,6 @@ def test_the_older_relative_retransmission_form(client: HermesClient, subscriber
     subscriber.wait_for(2, timeout=20)
 
 
-@pytest.mark.xfail(
-    reason="health is per second and a slowed-down limiter leaves seconds without attempts: flaky, see #5/#7 note",
-    strict=False,
-)
 def test_timeouts_network_errors_and_unhealthy_subscriptions(client: HermesClient) -> None:
     slow = SubscriberServer(lambda n, _r: Reply(200, delay=1.0)).start()
     try:
@@ -176,18 +172,14 @@ def test_timeouts_network_errors_and_unhealthy_subscriptions(client: HermesClien
         def unhealthy() -> set[tuple[str, str]]:
             return {(u["qualifiedTopicName"], u["name"]) for u in client.management.get("/unhealthy").json()}
 
-        # health comes from per-second figures, and the limiter soon slows a failing subscription to a heartbeat
-        # that leaves seconds without an attempt: both views are checked while the errors come every second
-        seen: set[str] = set()
-
-        def everything_seen() -> bool:  # each state is reported while its errors come every second
-            seen.update(f"u:{p}" for p in problems(unreachable))
-            seen.update(f"t:{p}" for p in problems(timing_out))
-            if (topic, unreachable) in unhealthy():
-                seen.add("listed")
-            return {"u:UNREACHABLE", "t:TIMING_OUT", "listed"} <= seen
-
-        wait_until(everything_seen, 20, 0.05)
+        wait_until(lambda: "UNREACHABLE" in problems(unreachable), 20)
+        wait_until(lambda: "TIMING_OUT" in problems(timing_out), 20)
+        assert (topic, unreachable) in unhealthy()
+        # the limiter soon slows the failing subscription down until whole seconds pass without an attempt;
+        # health judges its recent attempts, so it stays unhealthy through those seconds
+        wait_until(lambda: _metrics(client, topic, unreachable)["otherErrors"] == 0, 20, 0.05)
+        assert problems(unreachable) == ["UNREACHABLE"]
+        assert (topic, unreachable) in unhealthy()
         assert 0 < _metrics(client, topic, timing_out)["maxRate"] <= 400
         assert _metrics(client, topic, timing_out)["totals"]["timeouts"] >= 1
         assert _metrics(client, topic, unreachable)["totals"]["otherErrors"] >= 1

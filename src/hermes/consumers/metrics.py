@@ -5,6 +5,7 @@ Prometheus."""
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,6 +26,11 @@ _TOKEN_FAILURES = Counter("hermes_consumers_oauth_token_failures", "OAuth tokens
 _MODE = Gauge("hermes_consumers_rate_mode", "Rate mode: 0 normal, 1 slow, 2 heartbeat", _LABELS)
 
 COUNTERS = ("delivered", "discarded", "filtered", "timeouts", "otherErrors", "codes2xx", "codes4xx", "codes5xx")
+ATTEMPT_OUTCOMES = ("codes2xx", "codes4xx", "codes5xx", "timeouts", "otherErrors")
+# Health looks at the last attempts rather than the last second: a failing subscription is slowed down to one
+# attempt a second, then a minute, and must not look healthy in the seconds between its attempts.
+RECENT_ATTEMPTS = 100
+RECENT_WINDOW_S = 300.0
 
 
 @dataclass
@@ -39,6 +45,7 @@ class SubscriptionMetrics:
     _previous: dict[str, int] = field(default_factory=dict)
     _previous_at: float = field(default_factory=time.monotonic)
     _children: dict[str, Any] = field(default_factory=dict)  # Prometheus children by counter name
+    _recent: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=RECENT_ATTEMPTS))
 
     @property
     def key(self) -> str:
@@ -72,17 +79,19 @@ class SubscriptionMetrics:
 
     def response(self, status: int | None, timed_out: bool) -> None:
         if timed_out:
-            self.count("timeouts")
+            outcome = "timeouts"
         elif status is None:
-            self.count("otherErrors")
+            outcome = "otherErrors"
         elif 200 <= status < 300:
-            self.count("codes2xx")
+            outcome = "codes2xx"
         elif 400 <= status < 500:
-            self.count("codes4xx")
+            outcome = "codes4xx"
         elif status >= 500:
-            self.count("codes5xx")
+            outcome = "codes5xx"
         else:
-            self.count("otherErrors")
+            outcome = "otherErrors"
+        self.count(outcome)
+        self._recent.append((time.monotonic(), outcome))
 
     def gauges(self, inflight: int, rate: float, mode: str) -> None:
         self.inflight, self.rate, self.mode = inflight, rate, mode
@@ -99,9 +108,14 @@ class SubscriptionMetrics:
             f"{k}PerSecond": round((v - self._previous.get(k, 0)) / elapsed, 3) for k, v in self.totals.items()
         }
         self._previous, self._previous_at = dict(self.totals), now
+        recent = dict.fromkeys(ATTEMPT_OUTCOMES, 0)
+        for at, outcome in self._recent:
+            if now - at <= RECENT_WINDOW_S:
+                recent[outcome] += 1
         return {
             **self.totals,
             **per_second,
+            "recentAttempts": recent,
             "inflight": self.inflight,
             "rate": self.rate,
             "rateMode": self.mode,

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hermes.broker.admin import BrokerAdmin
-from hermes.consumers.metrics import COUNTERS, SNAPSHOT_NAMESPACE
+from hermes.consumers.metrics import ATTEMPT_OUTCOMES, COUNTERS, SNAPSHOT_NAMESPACE
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import ValidationError
 from hermes.metadata.repository import MetadataRepository
@@ -29,7 +29,8 @@ def subscription_metrics(
     repository: MetadataRepository, admin: BrokerAdmin, subscription: Subscription
 ) -> dict[str, Any]:
     """Hermes' metrics: lifetime ``delivered``/``discarded``; per-second ``timeouts``, ``otherErrors`` and
-    ``codes*``; plus ``totals`` (lifetime counts of every counter), ``inflight``, ``rate``, ``maxRate``, ``lag``."""
+    ``codes*``; plus ``totals`` (lifetime counts of every counter), ``recentAttempts`` (outcomes of each node's
+    last attempts, what health is judged on), ``inflight``, ``rate``, ``maxRate``, ``lag``."""
     prefix = f"{subscription.qualified_name.qualified}/"
     snapshots = [v for k, v in repository.list_documents(SNAPSHOT_NAMESPACE).items() if k.startswith(prefix)]
     now = int(time.time() * 1000)
@@ -39,7 +40,6 @@ def subscription_metrics(
     def per_second(name: str) -> float:
         return round(sum(float(s.get(f"{name}PerSecond", 0.0)) for s in fresh), 3)
 
-    attempts = ("codes2xx", "codes4xx", "codes5xx", "timeouts", "otherErrors")
     return {
         "delivered": totals["delivered"],
         "discarded": totals["discarded"],
@@ -49,10 +49,13 @@ def subscription_metrics(
         "codes2xx": per_second("codes2xx"),
         "codes4xx": per_second("codes4xx"),
         "codes5xx": per_second("codes5xx"),
-        "rate": round(sum(per_second(a) for a in attempts), 3),
+        "rate": round(sum(per_second(a) for a in ATTEMPT_OUTCOMES), 3),
         "maxRate": round(sum(float(s.get("rate", 0.0)) for s in fresh), 3),
         "lag": subscription_lag(admin, subscription),
         "totals": totals,
+        "recentAttempts": {
+            name: sum(int(s.get("recentAttempts", {}).get(name, 0)) for s in fresh) for name in ATTEMPT_OUTCOMES
+        },
     }
 
 
@@ -68,8 +71,8 @@ def subscription_lag(admin: BrokerAdmin, subscription: Subscription) -> int:
 
 @dataclass(frozen=True)
 class HealthThresholds:
-    """A subscription is unhealthy when, over the last snapshot period, more than these shares of its
-    attempts failed that way, or its lag is above ``lag``."""
+    """A subscription is unhealthy when more than these shares of its recent attempts (each node's last 100
+    within 5 minutes) failed that way, or its lag is above ``lag``."""
 
     timeouts: float = 0.1
     unreachable: float = 0.5
@@ -78,14 +81,15 @@ class HealthThresholds:
 
 
 def subscription_health(metrics: dict[str, Any], thresholds: HealthThresholds = HealthThresholds()) -> dict[str, Any]:
-    attempts = sum(metrics[k] for k in ("codes2xx", "codes4xx", "codes5xx", "timeouts", "otherErrors"))
+    recent = metrics["recentAttempts"]
+    attempts = sum(recent.values())
     problems = []
     if attempts > 0:
-        if metrics["timeouts"] / attempts > thresholds.timeouts:
+        if recent["timeouts"] / attempts > thresholds.timeouts:
             problems.append({"code": "TIMING_OUT", "description": "Too many requests time out"})
-        if metrics["otherErrors"] / attempts > thresholds.unreachable:
+        if recent["otherErrors"] / attempts > thresholds.unreachable:
             problems.append({"code": "UNREACHABLE", "description": "The endpoint cannot be reached"})
-        if metrics["codes5xx"] / attempts > thresholds.malfunctioning:
+        if recent["codes5xx"] / attempts > thresholds.malfunctioning:
             problems.append({"code": "MALFUNCTIONING", "description": "The endpoint answers with 5xx errors"})
     if metrics["lag"] > thresholds.lag:
         problems.append({"code": "LAGGING", "description": f"{metrics['lag']} messages wait for delivery"})
