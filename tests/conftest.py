@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,9 +48,18 @@ def subscriber() -> Iterator[SubscriberServer]:
 
 
 @pytest.fixture(scope="module")
-def hermes(kafka: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessHermes]:
+def hermes_overrides() -> dict[str, Any]:
+    """Settings a test module changes for its in-process Hermes: a module overrides this fixture."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def hermes(
+    kafka: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory, hermes_overrides: dict[str, Any]
+) -> Iterator[InProcessHermes]:
     """Every role of Hermes in this process, against the session's broker (one per test module)."""
-    running = InProcessHermes(hermes_settings(tmp_path_factory.mktemp("hermes"), kafka.bootstrap_servers)).start()
+    settings = hermes_settings(tmp_path_factory.mktemp("hermes"), kafka.bootstrap_servers, **hermes_overrides)
+    running = InProcessHermes(settings).start()
     yield running
     running.stop()
 

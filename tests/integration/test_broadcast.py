@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from hermes.broker.admin import BrokerAdmin
-from hermes.broker.embedded import EmbeddedBroker
 from hermes.consumers.metrics import UNDELIVERED_NAMESPACE
 from tests.conftest import wait_until
-from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings
+from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import Reply, SubscriberServer, always
 
 pytestmark = pytest.mark.integration
@@ -20,15 +20,8 @@ POLICY = {"messageBackoff": 300, "messageTtl": 60, "requestTimeout": 10_000}
 
 
 @pytest.fixture(scope="module")
-def hermes(kafka: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessHermes]:
-    settings = hermes_settings(
-        tmp_path_factory.mktemp("hermes"),
-        kafka.bootstrap_servers,
-        endpoint_address_resolver="hermes.consumers.resolver:StaticAddressList",
-    )
-    running = InProcessHermes(settings).start()
-    yield running
-    running.stop()
+def hermes_overrides() -> dict[str, Any]:
+    return {"endpoint_address_resolver": "hermes.consumers.resolver:StaticAddressList"}
 
 
 @pytest.fixture

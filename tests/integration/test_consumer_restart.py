@@ -15,11 +15,11 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hermes.broker.connection import KafkaConnection
-from hermes.broker.embedded import EmbeddedBroker
 from hermes.consumers.consumer import ConsumerContext, SerialConsumer
 from hermes.consumers.content import ContentConverter
 from hermes.consumers.sender.http import HttpSender
@@ -28,7 +28,7 @@ from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription
 from hermes.metadata.sqlite import SqliteMetadataRepository
 from tests.conftest import wait_until
-from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings
+from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import SubscriberServer
 
 pytestmark = pytest.mark.integration
@@ -37,17 +37,12 @@ POLICY = {"messageBackoff": 100, "messageTtl": 120, "requestTimeout": 10_000}
 
 
 @pytest.fixture(scope="module")
-def hermes(kafka: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessHermes]:
-    settings = hermes_settings(
-        tmp_path_factory.mktemp("hermes"),
-        kafka.bootstrap_servers,
-        endpoint_address_resolver="tests.support.resolvers:FaultyResolver",
-        consumer_restart_backoff=0.3,
-        consumer_restart_backoff_max=1.2,
-    )
-    running = InProcessHermes(settings).start()
-    yield running
-    running.stop()
+def hermes_overrides() -> dict[str, Any]:
+    return {
+        "endpoint_address_resolver": "tests.support.resolvers:FaultyResolver",
+        "consumer_restart_backoff": 0.3,
+        "consumer_restart_backoff_max": 1.2,
+    }
 
 
 @pytest.fixture
