@@ -184,12 +184,7 @@ def plot(results: dict[str, Any], directory: Path) -> list[Path]:
             ax.plot(rates, [r[f"latency_ms.{q}"]["median"] for r in runs], style, label=f"{label} {q}")
     ax.set(xlabel="publish rate (msg/s, open loop)", ylabel="latency from scheduled send (ms)", yscale="log")
     ax.set_title("Publish latency versus rate (1 KB JSON)")
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    out.append(directory / "publish-latency-vs-rate.png")
-    fig.tight_layout()
-    fig.savefig(out[-1], dpi=100)
-    plt.close(fig)
+    out.append(_save(plt, fig, ax, directory / "publish-latency-vs-rate.png", legend_size=7))
     fanouts = [f for f in results["scenarios"]["serial"] if "error" not in f]
     if fanouts:
         fig, ax = plt.subplots(figsize=(7, 4))
@@ -199,13 +194,17 @@ def plot(results: dict[str, Any], directory: Path) -> list[Path]:
         ax.axhline(raw, linestyle="--", color="grey", label="raw POST loop (ceiling)")
         ax.set(xlabel="subscriptions on the topic", ylabel="deliveries/s", xscale="log")
         ax.set_title("Delivery throughput versus subscriptions (1 KB)")
-        ax.legend(fontsize=8)
-        ax.grid(alpha=0.3)
-        out.append(directory / "delivery-vs-subscriptions.png")
-        fig.tight_layout()
-        fig.savefig(out[-1], dpi=100)
-        plt.close(fig)
+        out.append(_save(plt, fig, ax, directory / "delivery-vs-subscriptions.png", legend_size=8))
     return out
+
+
+def _save(plt: Any, fig: Any, ax: Any, path: Path, legend_size: int) -> Path:
+    ax.legend(fontsize=legend_size)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 def write(results: dict[str, Any], directory: Path, docs: Path | None) -> dict[str, Any]:
