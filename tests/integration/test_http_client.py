@@ -18,14 +18,20 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(params=["asyncio", "uvloop"])
 def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, Any]], Any]:
-    """Runs a coroutine on each event loop the consumers may use (uvloop only when installed)."""
+    """Runs a coroutine on each event loop the consumers may use (uvloop only when installed), and fails if a
+    callback of the client raised (the loop would only log it)."""
     factory = None
     if request.param == "uvloop":
         factory = pytest.importorskip("uvloop").new_event_loop
 
     def runner(coroutine: Coroutine[Any, Any, Any]) -> Any:
+        errors: list[dict[str, Any]] = []
         with asyncio.Runner(loop_factory=factory) as loop:
-            return loop.run(coroutine)
+            loop.get_loop().set_exception_handler(lambda _loop, context: errors.append(context))
+            result = loop.run(coroutine)
+        # the raw test servers' handler tasks are cancelled when the loop closes: that is not the client's
+        assert [e for e in errors if not isinstance(e.get("exception"), asyncio.CancelledError)] == []
+        return result
 
     return runner
 

@@ -90,7 +90,7 @@ class _Connection(asyncio.Protocol):
             except EndpointProtocolError as error:
                 self._fail(error)
                 return
-            if not self._waiter.done():
+            if self._waiter is not None:  # still unanswered (an answer read up to the close cleared it)
                 self._fail(EndpointProtocolError("the endpoint closed the connection before answering"))
 
     # --- requests ---
