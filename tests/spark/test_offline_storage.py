@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import re
-import signal
 import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import httpx
-import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
@@ -27,62 +24,21 @@ from hermes.pipeline.retention import apply_retention, lake_files
 from hermes.pipeline.runner import PipelineContext
 from hermes.pipeline.traces import committed_files
 from tests.conftest import wait_until
-from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, unique
-
-
-def local(root: str) -> Path:
-    return Path(urlparse(root).path)
-
-
-def lake_count(spark: Any, lake: Lake, topic: str | None = None) -> int:
-    """Committed messages in the lake (of one topic), from the sink's log and the Parquet footers: cheap
-    enough to poll while Spark runs elsewhere."""
-    files = committed_files(local(lake.root))
-    if topic is not None:
-        files = [f for f in files if f"/topic={topic}/" in str(f)]
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
-
-
-class Pipeline:
-    """``hermes pipeline`` as a real child process on the module's Hermes data directory and broker."""
-
-    def __init__(self, data_dir: Path, bootstrap: str, lake: Path, checkpoints: Path) -> None:
-        self.args = (
-            "--kafka-bootstrap-servers", bootstrap,
-            "--pipeline-lake", str(lake),
-            "--pipeline-checkpoints", str(checkpoints),
-            "--pipeline-trigger-interval", "0.5",
-            "--pipeline-max-records-per-batch", "15",
-            "--pipeline-jobs", "archive",
-            "--pipeline-retention-interval", "2",
-            "--spark-master", "local[2]",
-            "--metadata-poll-interval", "0.1",
-        )  # fmt: skip
-        self.data_dir = data_dir
-        self.process: HermesProcess | None = None
-
-    def start(self) -> None:
-        self.process = HermesProcess(self.data_dir, *self.args, command="pipeline").start(wait_for="nothing")
-
-    def kill(self) -> None:
-        assert self.process is not None
-        self.process.stop(signal.SIGKILL)
-
-    def stop(self) -> int | None:
-        if self.process is not None and self.process.process is not None and self.process.process.poll() is None:
-            return self.process.stop(signal.SIGTERM, timeout=60)
-        return None
+from tests.support.hermes import HermesClient, InProcessHermes, unique
+from tests.support.pipeline import PipelineCommand, lake_count, local
 
 
 @pytest.fixture
-def pipeline(hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path) -> Iterator[Pipeline]:
-    running = Pipeline(hermes.hermes.settings.data_dir, kafka.bootstrap_servers, tmp_path / "lake", tmp_path / "ckpt")
+def pipeline(hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path) -> Iterator[PipelineCommand]:
+    running = PipelineCommand(
+        hermes.hermes.settings.data_dir, kafka.bootstrap_servers, tmp_path / "lake", tmp_path / "ckpt"
+    )
     yield running
     running.stop()
 
 
 def test_a_killed_pipeline_archives_each_message_exactly_once(
-    spark: Any, kafka: EmbeddedBroker, client: HermesClient, pipeline: Pipeline, tmp_path: Path
+    spark: Any, kafka: EmbeddedBroker, client: HermesClient, pipeline: PipelineCommand, tmp_path: Path
 ) -> None:
     lake = Lake(str(tmp_path / "lake"))
     topic = client.create_topic(offlineStorage={"enabled": True, "retentionTime": {"duration": 7}})

@@ -1,14 +1,20 @@
-"""Running pipeline jobs in the test process, on the shared SparkSession, beside an in-process Hermes."""
+"""Running the pipeline in tests: its jobs in the test process, on the shared SparkSession, beside an
+in-process Hermes, or ``hermes pipeline`` as a child process."""
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+import pyarrow.parquet as pq
 import pytest
 
 from hermes.pipeline.lake import Lake
 from hermes.pipeline.runner import PipelineContext
-from tests.support.hermes import InProcessHermes
+from hermes.pipeline.traces import committed_files
+from tests.support.hermes import HermesProcess, InProcessHermes
 
 
 def pipeline_context(
@@ -29,3 +35,49 @@ def pipeline_context(
         max_records_per_batch=None,
         retention_interval=3600.0,
     )
+
+
+def local(root: str) -> Path:
+    return Path(urlparse(root).path)
+
+
+def lake_count(spark: Any, lake: Lake, topic: str | None = None) -> int:
+    """Committed messages in the lake (of one topic), from the sink's log and the Parquet footers: cheap
+    enough to poll while Spark runs elsewhere."""
+    files = committed_files(local(lake.root))
+    if topic is not None:
+        files = [f for f in files if f"/topic={topic}/" in str(f)]
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+class PipelineCommand:
+    """``hermes pipeline`` as a real child process on a Hermes data directory and broker: the archive job
+    alone on ``local[2]``, small batches, unless ``extra`` arguments say otherwise (the last flag wins)."""
+
+    def __init__(self, data_dir: Path, bootstrap: str, lake: Path, checkpoints: Path, *extra: str) -> None:
+        self.args = (
+            "--kafka-bootstrap-servers", bootstrap,
+            "--pipeline-lake", str(lake),
+            "--pipeline-checkpoints", str(checkpoints),
+            "--pipeline-trigger-interval", "0.5",
+            "--pipeline-max-records-per-batch", "15",
+            "--pipeline-jobs", "archive",
+            "--pipeline-retention-interval", "2",
+            "--spark-master", "local[2]",
+            "--metadata-poll-interval", "0.1",
+            *extra,
+        )  # fmt: skip
+        self.data_dir = data_dir
+        self.process: HermesProcess | None = None
+
+    def start(self) -> None:
+        self.process = HermesProcess(self.data_dir, *self.args, command="pipeline").start(wait_for="nothing")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.stop(signal.SIGKILL)
+
+    def stop(self) -> int | None:
+        if self.process is not None and self.process.process is not None and self.process.process.poll() is None:
+            return self.process.stop(signal.SIGTERM, timeout=60)
+        return None
