@@ -16,7 +16,6 @@ the job checks every ``retention_interval`` and stops the query only when some h
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from hermes.domain.message import (
 )
 from hermes.domain.topic import Topic
 from hermes.metadata.repository import ChangeKind, MetadataChange
+from hermes.pipeline.job import LoopingJob
 from hermes.pipeline.kafka_source import SOURCE_NAME
 from hermes.pipeline.lake import HOUR_PATTERN_SPARK, PARTITION_COLUMNS
 from hermes.pipeline.metrics import (
@@ -107,54 +107,38 @@ def start_archive(context: PipelineContext, topics: list[str], trigger: dict[str
     )
 
 
-class ArchiveJob:
+class ArchiveJob(LoopingJob):
     """Keeps the archive query running for the current archived topics, and applies retention periodically."""
 
     name = "archive"
+    watches_metadata = True
 
     def __init__(self, context: PipelineContext) -> None:
-        self._context = context
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="archive", daemon=True)
+        super().__init__(context)
         self._query: Any = None
         self._topics: tuple[str, ...] = ()
-        self._unwatch: Any = None
+        self._next_retention = time.monotonic()
         self._counted: tuple[str, int] = ("", -1)  # (run id, batch id) of the last progress counted
 
-    def start(self) -> None:
-        self._unwatch = self._context.repository.watch(self._on_change)
-        self._thread.start()
+    def wakes_on(self, change: MetadataChange) -> bool:
+        return change.kind is ChangeKind.TOPIC
 
-    def stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-        if self._unwatch is not None:
-            self._unwatch()
-        self._thread.join(60)
+    def stopped(self) -> None:
         self._stop_query()
 
-    def _on_change(self, change: MetadataChange) -> None:
-        if change.kind is ChangeKind.TOPIC:
-            self._wake.set()
-
-    def _run(self) -> None:
-        next_retention = time.monotonic()
-        while not self._stopping.is_set():
-            delay = 1.0
-            try:
-                topics = archived_topics(self._context.repository.list_topics())
-                if time.monotonic() >= next_retention:
-                    self._retention(topics)
-                    next_retention = time.monotonic() + self._context.retention_interval
-                self._follow(tuple(sorted(topics)))
-                self._count_progress()
-            except Exception:
-                log.exception("archive: restarting in %.0f s", _RETRY_DELAY)
-                self._stop_query()
-                delay = _RETRY_DELAY
-            self._wake.wait(delay)
-            self._wake.clear()
+    def step(self) -> float:
+        try:
+            topics = archived_topics(self._context.repository.list_topics())
+            if time.monotonic() >= self._next_retention:
+                self._retention(topics)
+                self._next_retention = time.monotonic() + self._context.retention_interval
+            self._follow(tuple(sorted(topics)))
+            self._count_progress()
+        except Exception:
+            log.exception("archive: restarting in %.0f s", _RETRY_DELAY)
+            self._stop_query()
+            return _RETRY_DELAY
+        return 1.0
 
     def _follow(self, topics: tuple[str, ...]) -> None:
         query = self._query

@@ -18,12 +18,12 @@ import json
 import logging
 import os
 import shutil
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hermes.pipeline.job import LoopingJob
 from hermes.pipeline.kafka_source import SOURCE_NAME
 from hermes.pipeline.offline_storage import source_options
 from hermes.pipeline.traces import (
@@ -162,47 +162,39 @@ def compact_traces(spark: Any, root: Path) -> int:
     return compacted
 
 
-class TrackingJob:
-    """Keeps both tracking queries running (a failed one is started again from its checkpoint)."""
+class TrackingJob(LoopingJob):
+    """Keeps both tracking queries running (a failed one is started again from its checkpoint), and compacts
+    the trace files periodically."""
 
     name = "tracking"
 
     def __init__(self, context: PipelineContext) -> None:
-        self._context = context
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tracking", daemon=True)
+        super().__init__(context)
         self._queries: list[Any] = []
+        self._next_compaction = time.monotonic() + context.settings.pipeline_tracking_compaction_interval
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._thread.join(60)
+    def stopped(self) -> None:
         self._stop_queries()
 
-    def _run(self) -> None:
-        interval = self._context.settings.pipeline_tracking_compaction_interval
-        next_compaction = time.monotonic() + interval
-        while not self._stopping.is_set():
-            try:
-                failed = [q for q in self._queries if not q.isActive]
-                if failed:
-                    log.error("tracking: a query stopped (%s); starting them again", failed[0].exception())
-                    self._stop_queries()
-                if not self._queries:
-                    self._queries = self._start()
-            except Exception:
-                log.exception("tracking: starting the queries failed; trying again")
+    def step(self) -> float:
+        try:
+            failed = [q for q in self._queries if not q.isActive]
+            if failed:
+                log.error("tracking: a query stopped (%s); starting them again", failed[0].exception())
                 self._stop_queries()
-            if time.monotonic() >= next_compaction:
-                next_compaction = time.monotonic() + interval
-                try:
-                    count = compact_traces(self._context.spark, tracking_root(self._context.settings))
-                    log.info("tracking: compacted %d trace files", count)
-                except Exception:
-                    log.exception("tracking: compaction failed; trying again at the next interval")
-            self._stopping.wait(_CHECK_INTERVAL)
+            if not self._queries:
+                self._queries = self._start()
+        except Exception:
+            log.exception("tracking: starting the queries failed; trying again")
+            self._stop_queries()
+        if time.monotonic() >= self._next_compaction:
+            self._next_compaction = time.monotonic() + self._context.settings.pipeline_tracking_compaction_interval
+            try:
+                count = compact_traces(self._context.spark, tracking_root(self._context.settings))
+                log.info("tracking: compacted %d trace files", count)
+            except Exception:
+                log.exception("tracking: compaction failed; trying again at the next interval")
+        return _CHECK_INTERVAL
 
     def _start(self) -> list[Any]:
         context, settings = self._context, self._context.settings
