@@ -104,3 +104,20 @@ def test_the_pipeline_runs_every_job_through_spark_connect(
     subscriber.wait_for(30, timeout=60)
     assert sorted(r.message_id for r in subscriber.received) == sorted(published)
     assert pipeline.stop() == 0, "SIGTERM stops the pipeline and its queries cleanly"
+
+
+def test_a_lake_uri_the_pipeline_cannot_prune_under_spark_connect_is_a_clear_error(
+    spark_connect: SparkConnectServer, hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path
+) -> None:
+    command = PipelineCommand(
+        hermes.hermes.settings.data_dir,
+        kafka.bootstrap_servers,
+        tmp_path / "lake",
+        tmp_path / "ckpt",
+        "--spark-remote", spark_connect.url,
+        "--pipeline-lake", "s3a://bucket/lake",
+    )  # fmt: skip
+    command.start()
+    assert command.process is not None and command.process.process is not None
+    assert command.process.process.wait(120) == 1
+    assert "hermes: archive: retention cannot reach the lake s3a://bucket/lake" in command.process.log()

@@ -27,6 +27,7 @@ from hermes.domain.message import (
     KAFKA_SCHEMA_VERSION,
 )
 from hermes.domain.topic import Topic
+from hermes.errors import StartupError
 from hermes.metadata.repository import ChangeKind, MetadataChange
 from hermes.pipeline.job import LoopingJob
 from hermes.pipeline.kafka_source import SOURCE_NAME
@@ -120,6 +121,15 @@ class ArchiveJob(LoopingJob):
         self._next_retention = time.monotonic()
         self._counted: tuple[str, int] = ("", -1)  # (run id, batch id) of the last progress counted
 
+    def start(self) -> None:
+        root = self._context.lake.root
+        if lake_files(self._context.spark, root) is None:  # a URI with no JVM gateway here: Spark Connect
+            raise StartupError(
+                f"archive: retention cannot reach the lake {root} from this process: with --spark-remote the lake "
+                "must be a local path or a file: URI that the Spark Connect server shares (or use --spark-master)"
+            )
+        super().start()
+
     def wakes_on(self, change: MetadataChange) -> bool:
         return change.kind is ChangeKind.TOPIC
 
@@ -176,7 +186,7 @@ class ArchiveJob(LoopingJob):
     def _retention(self, topics: dict[str, Topic]) -> None:
         root = self._context.lake.root
         files = lake_files(self._context.spark, root)
-        if files is None:
+        if files is None:  # start() made sure it is not
             return
         retention = {name: offline_retention(topic) for name, topic in topics.items()}
         expired = expired_partitions(files, root, retention, datetime.now(UTC))
