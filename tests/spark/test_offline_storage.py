@@ -19,6 +19,7 @@ from hermes.broker.embedded import EmbeddedBroker
 from hermes.config import load_settings
 from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP
 from hermes.pipeline.lake import Lake, hour_of, read_lake
+from hermes.pipeline.lake_compaction import compact_lake, compaction_due
 from hermes.pipeline.offline_storage import start_archive
 from hermes.pipeline.retention import apply_retention, lake_files
 from hermes.pipeline.runner import PipelineContext
@@ -196,3 +197,48 @@ def test_retention_removes_old_hours_keeps_recent_ones_and_infinite_topics(
     archive(spark, kafka, lake, checkpoints, [kept_for_a_week, forever], 6)
     assert set(newest) <= {r.message_id for r in read_lake(spark, lake).collect()}
     assert apply_retention(files, root, retention, datetime.now(UTC)) == []
+
+
+def test_compaction_merges_a_closed_hours_files_and_keeps_each_message_once(
+    spark: Any, kafka: EmbeddedBroker, tmp_path: Path
+) -> None:
+    now = datetime.now(UTC)
+    lake, checkpoints = Lake(str(tmp_path / "lake")), tmp_path / "ckpt"
+    topic, closed = unique("g.compaction"), now - timedelta(hours=3)
+    ids: list[str] = []
+    spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", "2")
+    try:
+        for n in range(1, 4):  # three micro-batches: at least three files of the closed hour
+            ids += produce_at(kafka, topic, [closed, closed])
+            archive(spark, kafka, lake, checkpoints, [topic], 2 * n)
+        ids += produce_at(kafka, topic, [now])  # the open hour, left alone
+        archive(spark, kafka, lake, checkpoints, [topic], 7)
+    finally:
+        spark.conf.unset("spark.sql.streaming.fileSink.log.compactInterval")
+    hour_dir = tmp_path / "lake" / f"topic={topic}" / f"hour={hour_of(closed)}"
+
+    def listed() -> list[Path]:
+        return [f for f in committed_files(tmp_path / "lake") if f.parent == hour_dir]
+
+    replaced, open_hour = listed(), [f for f in committed_files(tmp_path / "lake") if f.parent != hour_dir]
+    assert len(replaced) >= 3
+    files = lake_files(spark, lake.root)
+    assert files is not None and compaction_due(files, lake.root, datetime.now(UTC))
+
+    result = compact_lake(spark, files, lake.root, datetime.now(UTC))
+
+    assert (result.hours, result.files) == (1, len(replaced))
+    (merged,) = listed()
+    assert merged.name.startswith("compacted-") and merged.exists()
+    assert [f for f in committed_files(tmp_path / "lake") if f.parent != hour_dir] == open_hour
+    assert sorted(r.message_id for r in read_lake(spark, lake, topic).collect()) == sorted(ids), "each once"
+    assert lake_count(spark, lake, topic) == 7
+    assert all(f.exists() for f in replaced), "kept until the next pass, for readers that listed them"
+
+    ids += produce_at(kafka, topic, [closed])  # a late message: the sink goes on appending to the log
+    archive(spark, kafka, lake, checkpoints, [topic], 8)
+    second = compact_lake(spark, files, lake.root, datetime.now(UTC))
+
+    assert second.removed == len(replaced) and not any(f.exists() for f in replaced)
+    assert sorted(r.message_id for r in read_lake(spark, lake, topic).collect()) == sorted(ids)
+    assert lake_count(spark, lake, topic) == 8

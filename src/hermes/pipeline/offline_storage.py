@@ -9,8 +9,9 @@ readers of the lake root see every message once.
 The archived topics change at run time: the job watches the metadata repository and restarts the query with
 the new topic list on the same checkpoint (a new topic is read from its earliest offset).
 
-Retention (:mod:`hermes.pipeline.retention`) rewrites the sink's log, so it runs while the query is stopped:
-the job checks every ``retention_interval`` and stops the query only when some hour has expired.
+Retention (:mod:`hermes.pipeline.retention`) and small-file compaction (:mod:`hermes.pipeline.lake_compaction`)
+rewrite the sink's log, so they run while the query is stopped: the job checks every ``retention_interval``
+and stops the query only when some hour has expired or a closed hour has files to merge.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from hermes.metadata.repository import ChangeKind, MetadataChange
 from hermes.pipeline.job import LoopingJob
 from hermes.pipeline.kafka_source import SOURCE_NAME
 from hermes.pipeline.lake import HOUR_PATTERN_SPARK, PARTITION_COLUMNS
+from hermes.pipeline.lake_compaction import compact_lake, compaction_due
 from hermes.pipeline.metrics import (
     ARCHIVE_BATCHES,
     ARCHIVE_LAST_COMMIT,
@@ -140,7 +142,7 @@ class ArchiveJob(LoopingJob):
         try:
             topics = archived_topics(self._context.repository.list_topics())
             if time.monotonic() >= self._next_retention:
-                self._retention(topics)
+                self._maintain(topics)
                 self._next_retention = time.monotonic() + self._context.retention_interval
             self._follow(tuple(sorted(topics)))
             self._count_progress()
@@ -183,19 +185,31 @@ class ArchiveJob(LoopingJob):
                 ARCHIVE_BATCHES.inc()
                 ARCHIVE_LAST_COMMIT.set(time.time())
 
-    def _retention(self, topics: dict[str, Topic]) -> None:
+    def _maintain(self, topics: dict[str, Topic]) -> None:
+        """Retention, then compaction. Both rewrite the sink's log, so the query stops while they run (only
+        when there is something to do); _follow starts it again."""
         root = self._context.lake.root
         files = lake_files(self._context.spark, root)
         if files is None:  # start() made sure it is not
             return
+        now = datetime.now(UTC)
         retention = {name: offline_retention(topic) for name, topic in topics.items()}
-        expired = expired_partitions(files, root, retention, datetime.now(UTC))
-        if not expired:
+        expired = expired_partitions(files, root, retention, now)
+        if not expired and not compaction_due(files, root, now):
             return
-        self._stop_query()  # the sink must not commit while its log is rewritten; _follow restarts it
+        self._stop_query()
         self._topics = ()
-        removed = remove_partitions(files, root, expired)
-        log.info("retention: removed %d hour partitions: %s", len(removed), ", ".join(removed))
+        if expired:
+            removed = remove_partitions(files, root, expired)
+            log.info("retention: removed %d hour partitions: %s", len(removed), ", ".join(removed))
+        compacted = compact_lake(self._context.spark, files, root, now)
+        if compacted.files or compacted.removed:
+            log.info(
+                "lake compaction: %d files of %d hours rewritten, %d files of earlier passes deleted",
+                compacted.files,
+                compacted.hours,
+                compacted.removed,
+            )
 
     def _stop_query(self) -> None:
         query, self._query = self._query, None
