@@ -3,6 +3,7 @@ in-process Hermes, or ``hermes pipeline`` as a child process."""
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from hermes.pipeline.lake import Lake
 from hermes.pipeline.runner import PipelineContext
 from hermes.pipeline.traces import committed_files
+from tests.conftest import wait_until
 from tests.support.hermes import HermesProcess, InProcessHermes
 
 
@@ -35,6 +37,27 @@ def pipeline_context(
         max_records_per_batch=None,
         retention_interval=3600.0,
     )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] if Path(f"/proc/{pid}/stat").exists() else "X"
+    return status not in ("Z", "X")  # a zombie has died; only its parent has not collected it yet
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().split(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
 
 
 def local(root: str) -> Path:
@@ -74,8 +97,11 @@ class PipelineCommand:
         self.process = HermesProcess(self.data_dir, *self.args, command="pipeline").start(wait_for="nothing")
 
     def kill(self) -> None:
-        assert self.process is not None
+        """SIGKILL, and wait until its Spark JVM is gone too (so nothing it started commits afterwards)."""
+        assert self.process is not None and self.process.process is not None
+        spark = children(self.process.process.pid)
         self.process.stop(signal.SIGKILL)
+        wait_until(lambda: not any(alive(pid) for pid in spark), timeout=30)
 
     def stop(self) -> int | None:
         if self.process is not None and self.process.process is not None and self.process.process.poll() is None:

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 CLOSED_AFTER = timedelta(hours=1)  # after its end, an hour rarely gets late messages (they would just add a file)
 WORK_DIR = "_compaction"
+COMPACTED_PREFIX = "compacted-"  # the files compaction writes
 _RECORDS = "records"
 _STAGING = "staging"
 
@@ -163,7 +164,7 @@ def compact_lake(spark: Any, files: LakeFiles, lake_root: str, now: datetime) ->
         directory = group[0]["path"].rsplit("/", 1)[0]
         new_entries = []
         for staged in _rewrite(spark, files, lake_root, root, group):
-            logged = f"{directory}/compacted-{uuid.uuid4().hex}.parquet"
+            logged = f"{directory}/{COMPACTED_PREFIX}{uuid.uuid4().hex}.parquet"
             moves.append((staged, _file_path(files, logged)))
             new_entries.append({**group[0], "path": logged, "size": files.size(staged)})
             new_entries[-1]["modificationTime"] = int(time.time() * 1000)

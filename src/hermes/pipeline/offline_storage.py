@@ -30,17 +30,12 @@ from hermes.domain.message import (
 from hermes.domain.topic import Topic
 from hermes.errors import StartupError
 from hermes.metadata.repository import ChangeKind, MetadataChange
+from hermes.pipeline.archive_counting import archive_count
 from hermes.pipeline.job import LoopingJob
 from hermes.pipeline.kafka_source import SOURCE_NAME
 from hermes.pipeline.lake import HOUR_PATTERN_SPARK, PARTITION_COLUMNS
 from hermes.pipeline.lake_compaction import compact_lake, compaction_due
-from hermes.pipeline.metrics import (
-    ARCHIVE_BATCHES,
-    ARCHIVE_LAST_COMMIT,
-    ARCHIVE_RECORDS,
-    ARCHIVE_RUNNING,
-    ARCHIVED_TOPICS,
-)
+from hermes.pipeline.metrics import ARCHIVE_RUNNING, ARCHIVED_TOPICS
 from hermes.pipeline.retention import expired_partitions, lake_files, remove_partitions
 
 if TYPE_CHECKING:
@@ -121,7 +116,7 @@ class ArchiveJob(LoopingJob):
         self._query: Any = None
         self._topics: tuple[str, ...] = ()
         self._next_retention = time.monotonic()
-        self._counted: tuple[str, int] = ("", -1)  # (run id, batch id) of the last progress counted
+        self._count = archive_count(context.lake.root)  # from here on: what earlier runs committed is not counted
 
     def start(self) -> None:
         root = self._context.lake.root
@@ -145,7 +140,7 @@ class ArchiveJob(LoopingJob):
                 self._maintain(topics)
                 self._next_retention = time.monotonic() + self._context.retention_interval
             self._follow(tuple(sorted(topics)))
-            self._count_progress()
+            self._report()
         except Exception:
             log.exception("archive: restarting in %.0f s", _RETRY_DELAY)
             self._stop_query()
@@ -157,7 +152,7 @@ class ArchiveJob(LoopingJob):
         if query is not None and not query.isActive:
             error = query.exception()
             self._query = None
-            self._count_progress(query)
+            self._count.update(query)
             raise RuntimeError(f"the archive query stopped: {error}")
         if topics == self._topics and (query is not None or not topics):
             return
@@ -167,23 +162,11 @@ class ArchiveJob(LoopingJob):
             self._query = start_archive(self._context, list(topics))
             log.info("archive: archiving %s to %s", ", ".join(topics), self._context.lake.root)
 
-    def _count_progress(self, query: Any = None) -> None:
-        """Adds the batches of ``query`` (by default the running one) not counted yet to the metrics."""
-        if query is None:
-            query = self._query
-            ARCHIVE_RUNNING.set(1 if query is not None and query.isActive else 0)
-            ARCHIVED_TOPICS.set(len(self._topics))
-        if query is None:
-            return
-        for progress in query.recentProgress:
-            key = (progress["runId"], progress["batchId"])
-            if key[0] == self._counted[0] and key[1] <= self._counted[1]:
-                continue
-            self._counted = key
-            if progress["numInputRows"]:
-                ARCHIVE_RECORDS.inc(progress["numInputRows"])
-                ARCHIVE_BATCHES.inc()
-                ARCHIVE_LAST_COMMIT.set(time.time())
+    def _report(self) -> None:
+        query = self._query
+        ARCHIVE_RUNNING.set(1 if query is not None and query.isActive else 0)
+        ARCHIVED_TOPICS.set(len(self._topics))
+        self._count.update(query)
 
     def _maintain(self, topics: dict[str, Topic]) -> None:
         """Retention, then compaction. Both rewrite the sink's log, so the query stops while they run (only
@@ -216,7 +199,7 @@ class ArchiveJob(LoopingJob):
         if query is not None:
             try:
                 query.stop()
-                self._count_progress(query)  # its last batches, before its successor is counted
+                self._count.update(query)  # its last batches, before retention may remove their files
             except Exception:
                 log.warning("archive: stopping the query failed", exc_info=True)
             ARCHIVE_RUNNING.set(0)

@@ -74,7 +74,7 @@ def committed_files(sink_dir: Path) -> list[Path]:
     return [Path(unquote(urlparse(path).path)) for path, added in files.items() if added]
 
 
-_compacted: dict[Path, tuple[float, dict[str, bool]]] = {}
+_compacted: dict[Path, tuple[str, float, dict[str, bool]]] = {}  # per log: its newest compact file, parsed
 
 
 def _log_entries(log_file: Path) -> dict[str, bool]:
@@ -82,17 +82,16 @@ def _log_entries(log_file: Path) -> dict[str, bool]:
     compact = log_file.name.endswith(".compact")
     if compact:
         mtime = log_file.stat().st_mtime
-        cached = _compacted.get(log_file)
-        if cached is not None and cached[0] == mtime:
-            return cached[1]
+        cached = _compacted.get(log_file.parent)
+        if cached is not None and cached[:2] == (log_file.name, mtime):
+            return cached[2]
     entries: dict[str, bool] = {}
     for line in log_file.read_text().splitlines()[1:]:
         if line.strip():
             record = json.loads(line)
             entries[record["path"]] = record.get("action", "add") == "add"
-    if compact:
-        _compacted.clear()  # only the newest compact file of each table matters; keep the cache small
-        _compacted[log_file] = (mtime, entries)
+    if compact:  # only the newest compact file of each log matters: it replaces the one cached before
+        _compacted[log_file.parent] = (log_file.name, mtime, entries)
     return entries
 
 
