@@ -63,6 +63,8 @@ def test_the_pipeline_runs_every_job_through_spark_connect(
 ) -> None:
     lake = Lake(str(tmp_path / "lake"))
     topic = client.create_topic(offlineStorage={"enabled": True}, trackingEnabled=True)
+    target = client.create_topic()  # for the retransmission at the end; its subscription is ready by then
+    client.create_subscription(target, subscriber.url, subscriptionPolicy={"requestTimeout": 10_000})
     start = datetime.now(UTC) - timedelta(seconds=1)
 
     def publish(n: int) -> list[str]:
@@ -88,8 +90,6 @@ def test_the_pipeline_runs_every_job_through_spark_connect(
         wait_until(lambda m=message_id: [e["status"] for e in store.trace(topic, "any", m)] == FRONTEND, 60, 0.5)
 
     # offline retransmission: a Spark batch job on the server republishes the range into a live subscription
-    target = client.create_topic()
-    client.create_subscription(target, subscriber.url, subscriptionPolicy={"requestTimeout": 10_000})
     end = datetime.now(UTC)
     body = {"sourceTopic": topic, "targetTopic": target, "startTimestamp": iso(start), "endTimestamp": iso(end)}
     created = client.management.post(TASKS, json=body)
