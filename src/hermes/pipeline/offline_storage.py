@@ -136,9 +136,9 @@ class ArchiveJob(LoopingJob):
     def step(self) -> float:
         try:
             topics = archived_topics(self._context.repository.list_topics())
-            if time.monotonic() >= self._next_retention:
-                self._maintain(topics)
+            if time.monotonic() >= self._next_retention:  # a failed pass is tried again at the next interval
                 self._next_retention = time.monotonic() + self._context.retention_interval
+                self._maintain(topics)
             self._follow(tuple(sorted(topics)))
             self._report()
         except Exception:
@@ -185,7 +185,11 @@ class ArchiveJob(LoopingJob):
         if expired:
             removed = remove_partitions(files, root, expired)
             log.info("retention: removed %d hour partitions: %s", len(removed), ", ".join(removed))
-        compacted = compact_lake(self._context.spark, files, root, now)
+        try:
+            compacted = compact_lake(self._context.spark, files, root, now)
+        except Exception:  # every step leaves the lake consistent (see lake_compaction); archiving goes on
+            log.exception("lake compaction failed; trying again at the next check")
+            return
         if compacted.files or compacted.removed:
             log.info(
                 "lake compaction: %d files of %d hours rewritten, %d files of earlier passes deleted",
