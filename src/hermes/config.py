@@ -169,6 +169,12 @@ class Settings(BaseSettings):
     pipeline_tracking_compaction_interval: float = Field(
         600.0, gt=0, description="Seconds between compactions of the trace table's small files."
     )
+    pipeline_trace_retention: float = Field(
+        7 * 24 * 3600.0,
+        gt=0,
+        description="Seconds trace events and delivery statistics are kept (default 7 days); applied before each "
+        "compaction of the trace table.",
+    )
     pipeline_retransmission_poll: float = Field(
         2.0, gt=0, description="Seconds between looks for new offline retransmission tasks."
     )

@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from tests.support.spark_connect import SparkConnectServer
+
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
@@ -23,6 +25,15 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     for query in session.streams.active:
         query.stop()
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkConnectServer]:
+    """A local Spark Connect server for the tests that run the pipeline through ``--spark-remote``; stopped,
+    with its JVM, at the end of the session."""
+    server = SparkConnectServer(tmp_path_factory.mktemp("spark-connect")).start()
+    yield server
+    server.stop()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -2,34 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 from pathlib import Path
 
 from tests.conftest import wait_until
 from tests.support.hermes import HermesProcess
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] if Path(f"/proc/{pid}/stat").exists() else "X"
-    return status not in ("Z", "X")  # a zombie has died; only its parent has not collected it yet
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().split(") ", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
+from tests.support.pipeline import alive, children
 
 
 def test_hermes_run_starts_the_pipeline_as_a_child_that_dies_with_it(tmp_path: Path) -> None:

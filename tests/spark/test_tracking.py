@@ -4,14 +4,20 @@ management API reads them back (trace, undelivered, per-minute statistics)."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
-from hermes.pipeline.traces import TRACES, TrackingStore, committed_files, tracking_root
-from hermes.pipeline.tracking import TrackingJob, compact_traces
+from hermes.broker.embedded import EmbeddedBroker
+from hermes.pipeline.trace_retention import apply_trace_retention
+from hermes.pipeline.traces import TRACES, TrackingStore, committed_files, compacted_blocks, tracking_root
+from hermes.pipeline.tracking import TrackingJob, compact_traces, maintain_traces
+from hermes.tracking import TRACKING_TOPIC, TraceEvent, TraceStatus
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.pipeline import pipeline_context
@@ -125,3 +131,44 @@ def test_compaction_keeps_every_event_in_fewer_files(spark: Any, tracking_job: P
     assert {m: store.trace(topic, "any", m) for m in ids} == before
     compact_traces(spark, tracking_job)
     assert len(store.trace_files(topic)) == 1, "a second compaction finds nothing new of the topic"
+
+
+# Last in this module: its short retention removes the other tests' traces too.
+def test_retention_removes_expired_traces_and_compacted_sink_files(
+    spark: Any, tracking_job: Path, client: HermesClient, kafka: EmbeddedBroker
+) -> None:
+    store = TrackingStore(tracking_job)
+    topic = client.create_topic(trackingEnabled=True)
+    three_days_ago = datetime.now(UTC) - timedelta(days=3)
+    old = str(uuid.uuid4())
+    event = TraceEvent(old, int(three_days_ago.timestamp() * 1000), topic, TraceStatus.SUCCESS, "test-cluster")
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    producer.produce(TRACKING_TOPIC, event.to_json())
+    assert producer.flush(30) == 0
+    wait_until(lambda: len(store.trace(topic, "any", old)) == 1, 30, 0.2)
+    recent = []
+    for n in range(2):  # one at a time: separate micro-batches, separate files to compact
+        recent.append(client.publish(topic, f'{{"n": {n}}}').headers["Hermes-Message-Id"])
+        wait_until(lambda m=recent[-1]: len(store.trace(topic, "any", m)) == 2, 30, 0.2)
+    old_day = tracking_job / TRACES / f"topic={topic}" / f"date={three_days_ago:%Y-%m-%d}"
+    assert old_day.is_dir()
+
+    maintain_traces(spark, tracking_job, timedelta(days=1))  # the job's pass: retention, then compaction
+
+    assert not old_day.exists(), "a whole day older than the retention goes"
+    assert store.trace(topic, "any", old) == []
+    assert [e["status"] for e in store.trace(topic, "any", recent[1])] == ["INFLIGHT", "SUCCESS"]
+    blocks, replaced = compacted_blocks(tracking_job, topic)
+    assert len(blocks) == 1 and replaced and all(Path(p).exists() for p in replaced)
+
+    maintain_traces(spark, tracking_job, timedelta(days=1))
+
+    assert not any(Path(p).exists() for p in replaced), "the next pass deletes the files a block replaced"
+    assert store.trace_files(topic) == blocks
+    assert [e["status"] for e in store.trace(topic, "any", recent[1])] == ["INFLIGHT", "SUCCESS"]
+
+    time.sleep(1.5)
+    removed = apply_trace_retention(tracking_job, timedelta(seconds=1), datetime.now(UTC))
+
+    assert removed.blocks >= 1 and not blocks[0].exists(), "a block whose newest event expired goes"
+    assert store.trace(topic, "any", recent[0]) == store.trace(topic, "any", recent[1]) == []

@@ -1,14 +1,22 @@
-"""Running pipeline jobs in the test process, on the shared SparkSession, beside an in-process Hermes."""
+"""Running the pipeline in tests: its jobs in the test process, on the shared SparkSession, beside an
+in-process Hermes, or ``hermes pipeline`` as a child process."""
 
 from __future__ import annotations
 
+import os
+import signal
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
+import pyarrow.parquet as pq
 import pytest
 
 from hermes.pipeline.lake import Lake
 from hermes.pipeline.runner import PipelineContext
-from tests.support.hermes import InProcessHermes
+from hermes.pipeline.traces import committed_files
+from tests.conftest import wait_until
+from tests.support.hermes import HermesProcess, InProcessHermes
 
 
 def pipeline_context(
@@ -29,3 +37,73 @@ def pipeline_context(
         max_records_per_batch=None,
         retention_interval=3600.0,
     )
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] if Path(f"/proc/{pid}/stat").exists() else "X"
+    return status not in ("Z", "X")  # a zombie has died; only its parent has not collected it yet
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().split(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def local(root: str) -> Path:
+    return Path(urlparse(root).path)
+
+
+def lake_count(spark: Any, lake: Lake, topic: str | None = None) -> int:
+    """Committed messages in the lake (of one topic), from the sink's log and the Parquet footers: cheap
+    enough to poll while Spark runs elsewhere."""
+    files = committed_files(local(lake.root))
+    if topic is not None:
+        files = [f for f in files if f"/topic={topic}/" in str(f)]
+    return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+class PipelineCommand:
+    """``hermes pipeline`` as a real child process on a Hermes data directory and broker: the archive job
+    alone on ``local[2]``, small batches, unless ``extra`` arguments say otherwise (the last flag wins)."""
+
+    def __init__(self, data_dir: Path, bootstrap: str, lake: Path, checkpoints: Path, *extra: str) -> None:
+        self.args = (
+            "--kafka-bootstrap-servers", bootstrap,
+            "--pipeline-lake", str(lake),
+            "--pipeline-checkpoints", str(checkpoints),
+            "--pipeline-trigger-interval", "0.5",
+            "--pipeline-max-records-per-batch", "15",
+            "--pipeline-jobs", "archive",
+            "--pipeline-retention-interval", "2",
+            "--spark-master", "local[2]",
+            "--metadata-poll-interval", "0.1",
+            *extra,
+        )  # fmt: skip
+        self.data_dir = data_dir
+        self.process: HermesProcess | None = None
+
+    def start(self) -> None:
+        self.process = HermesProcess(self.data_dir, *self.args, command="pipeline").start(wait_for="nothing")
+
+    def kill(self) -> None:
+        """SIGKILL, and wait until its Spark JVM is gone too (so nothing it started commits afterwards)."""
+        assert self.process is not None and self.process.process is not None
+        spark = children(self.process.process.pid)
+        self.process.stop(signal.SIGKILL)
+        wait_until(lambda: not any(alive(pid) for pid in spark), timeout=30)
+
+    def stop(self) -> int | None:
+        if self.process is not None and self.process.process is not None and self.process.process.poll() is None:
+            return self.process.stop(signal.SIGTERM, timeout=60)
+        return None

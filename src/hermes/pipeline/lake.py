@@ -27,10 +27,11 @@ HOUR_PATTERN = "%Y-%m-%d-%H"
 PARTITION_COLUMNS = ("topic", "hour")
 METADATA_DIR = "_spark_metadata"
 
-LAKE_COLUMNS_DDL = (
+FILE_COLUMNS_DDL = (  # what a Parquet file holds; topic and hour are in its path
     "message_id STRING, publish_timestamp TIMESTAMP, `partition` INT, `offset` BIGINT, `key` BINARY, "
-    "schema_version INT, headers MAP<STRING, STRING>, body BINARY, topic STRING, hour STRING"
+    "schema_version INT, headers MAP<STRING, STRING>, body BINARY"
 )
+LAKE_COLUMNS_DDL = f"{FILE_COLUMNS_DDL}, topic STRING, hour STRING"
 
 
 @dataclass(frozen=True)

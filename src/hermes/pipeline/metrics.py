@@ -12,9 +12,9 @@ from hermes.http.server import Server
 from hermes.http.status import status_app
 
 ARCHIVE_RECORDS = Counter("hermes_pipeline_archive_records", "Kafka records written to the offline storage lake.")
-ARCHIVE_BATCHES = Counter("hermes_pipeline_archive_batches", "Archive micro-batches committed with records.")
+ARCHIVE_BATCHES = Counter("hermes_pipeline_archive_batches", "Archive micro-batches committed.")
 ARCHIVE_LAST_COMMIT = Gauge(
-    "hermes_pipeline_archive_last_commit_timestamp_seconds", "When the last archive micro-batch with records ended."
+    "hermes_pipeline_archive_last_commit_timestamp_seconds", "When archived records were last seen committed."
 )
 ARCHIVE_RUNNING = Gauge("hermes_pipeline_archive_running", "1 while the archive query runs, 0 otherwise.")
 ARCHIVED_TOPICS = Gauge("hermes_pipeline_archived_topics", "Topics with offline storage the archive reads.")

@@ -9,14 +9,14 @@ readers of the lake root see every message once.
 The archived topics change at run time: the job watches the metadata repository and restarts the query with
 the new topic list on the same checkpoint (a new topic is read from its earliest offset).
 
-Retention (:mod:`hermes.pipeline.retention`) rewrites the sink's log, so it runs while the query is stopped:
-the job checks every ``retention_interval`` and stops the query only when some hour has expired.
+Retention (:mod:`hermes.pipeline.retention`) and small-file compaction (:mod:`hermes.pipeline.lake_compaction`)
+rewrite the sink's log, so they run while the query is stopped: the job checks every ``retention_interval``
+and stops the query only when some hour has expired or a closed hour has files to merge.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -28,16 +28,14 @@ from hermes.domain.message import (
     KAFKA_SCHEMA_VERSION,
 )
 from hermes.domain.topic import Topic
+from hermes.errors import StartupError
 from hermes.metadata.repository import ChangeKind, MetadataChange
+from hermes.pipeline.archive_counting import archive_count
+from hermes.pipeline.job import LoopingJob
 from hermes.pipeline.kafka_source import SOURCE_NAME
 from hermes.pipeline.lake import HOUR_PATTERN_SPARK, PARTITION_COLUMNS
-from hermes.pipeline.metrics import (
-    ARCHIVE_BATCHES,
-    ARCHIVE_LAST_COMMIT,
-    ARCHIVE_RECORDS,
-    ARCHIVE_RUNNING,
-    ARCHIVED_TOPICS,
-)
+from hermes.pipeline.lake_compaction import compact_lake, compaction_due
+from hermes.pipeline.metrics import ARCHIVE_RUNNING, ARCHIVED_TOPICS
 from hermes.pipeline.retention import expired_partitions, lake_files, remove_partitions
 
 if TYPE_CHECKING:
@@ -107,61 +105,54 @@ def start_archive(context: PipelineContext, topics: list[str], trigger: dict[str
     )
 
 
-class ArchiveJob:
+class ArchiveJob(LoopingJob):
     """Keeps the archive query running for the current archived topics, and applies retention periodically."""
 
     name = "archive"
+    watches_metadata = True
 
     def __init__(self, context: PipelineContext) -> None:
-        self._context = context
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="archive", daemon=True)
+        super().__init__(context)
         self._query: Any = None
         self._topics: tuple[str, ...] = ()
-        self._unwatch: Any = None
-        self._counted: tuple[str, int] = ("", -1)  # (run id, batch id) of the last progress counted
+        self._next_retention = time.monotonic()
+        self._count = archive_count(context.lake.root)  # from here on: what earlier runs committed is not counted
 
     def start(self) -> None:
-        self._unwatch = self._context.repository.watch(self._on_change)
-        self._thread.start()
+        root = self._context.lake.root
+        if lake_files(self._context.spark, root) is None:  # a URI with no JVM gateway here: Spark Connect
+            raise StartupError(
+                f"archive: retention cannot reach the lake {root} from this process: with --spark-remote the lake "
+                "must be a local path or a file: URI that the Spark Connect server shares (or use --spark-master)"
+            )
+        super().start()
 
-    def stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-        if self._unwatch is not None:
-            self._unwatch()
-        self._thread.join(60)
+    def wakes_on(self, change: MetadataChange) -> bool:
+        return change.kind is ChangeKind.TOPIC
+
+    def stopped(self) -> None:
         self._stop_query()
 
-    def _on_change(self, change: MetadataChange) -> None:
-        if change.kind is ChangeKind.TOPIC:
-            self._wake.set()
-
-    def _run(self) -> None:
-        next_retention = time.monotonic()
-        while not self._stopping.is_set():
-            delay = 1.0
-            try:
-                topics = archived_topics(self._context.repository.list_topics())
-                if time.monotonic() >= next_retention:
-                    self._retention(topics)
-                    next_retention = time.monotonic() + self._context.retention_interval
-                self._follow(tuple(sorted(topics)))
-                self._count_progress()
-            except Exception:
-                log.exception("archive: restarting in %.0f s", _RETRY_DELAY)
-                self._stop_query()
-                delay = _RETRY_DELAY
-            self._wake.wait(delay)
-            self._wake.clear()
+    def step(self) -> float:
+        try:
+            topics = archived_topics(self._context.repository.list_topics())
+            if time.monotonic() >= self._next_retention:  # a failed pass is tried again at the next interval
+                self._next_retention = time.monotonic() + self._context.retention_interval
+                self._maintain(topics)
+            self._follow(tuple(sorted(topics)))
+            self._report()
+        except Exception:
+            log.exception("archive: restarting in %.0f s", _RETRY_DELAY)
+            self._stop_query()
+            return _RETRY_DELAY
+        return 1.0
 
     def _follow(self, topics: tuple[str, ...]) -> None:
         query = self._query
         if query is not None and not query.isActive:
             error = query.exception()
             self._query = None
-            self._count_progress(query)
+            self._count.update(query)
             raise RuntimeError(f"the archive query stopped: {error}")
         if topics == self._topics and (query is not None or not topics):
             return
@@ -171,44 +162,48 @@ class ArchiveJob:
             self._query = start_archive(self._context, list(topics))
             log.info("archive: archiving %s to %s", ", ".join(topics), self._context.lake.root)
 
-    def _count_progress(self, query: Any = None) -> None:
-        """Adds the batches of ``query`` (by default the running one) not counted yet to the metrics."""
-        if query is None:
-            query = self._query
-            ARCHIVE_RUNNING.set(1 if query is not None and query.isActive else 0)
-            ARCHIVED_TOPICS.set(len(self._topics))
-        if query is None:
-            return
-        for progress in query.recentProgress:
-            key = (progress["runId"], progress["batchId"])
-            if key[0] == self._counted[0] and key[1] <= self._counted[1]:
-                continue
-            self._counted = key
-            if progress["numInputRows"]:
-                ARCHIVE_RECORDS.inc(progress["numInputRows"])
-                ARCHIVE_BATCHES.inc()
-                ARCHIVE_LAST_COMMIT.set(time.time())
+    def _report(self) -> None:
+        query = self._query
+        ARCHIVE_RUNNING.set(1 if query is not None and query.isActive else 0)
+        ARCHIVED_TOPICS.set(len(self._topics))
+        self._count.update(query)
 
-    def _retention(self, topics: dict[str, Topic]) -> None:
+    def _maintain(self, topics: dict[str, Topic]) -> None:
+        """Retention, then compaction. Both rewrite the sink's log, so the query stops while they run (only
+        when there is something to do); _follow starts it again."""
         root = self._context.lake.root
         files = lake_files(self._context.spark, root)
-        if files is None:
+        if files is None:  # start() made sure it is not
             return
+        now = datetime.now(UTC)
         retention = {name: offline_retention(topic) for name, topic in topics.items()}
-        expired = expired_partitions(files, root, retention, datetime.now(UTC))
-        if not expired:
+        expired = expired_partitions(files, root, retention, now)
+        if not expired and not compaction_due(files, root, now):
             return
-        self._stop_query()  # the sink must not commit while its log is rewritten; _follow restarts it
+        self._stop_query()
         self._topics = ()
-        removed = remove_partitions(files, root, expired)
-        log.info("retention: removed %d hour partitions: %s", len(removed), ", ".join(removed))
+        if expired:
+            removed = remove_partitions(files, root, expired)
+            log.info("retention: removed %d hour partitions: %s", len(removed), ", ".join(removed))
+        try:
+            compacted = compact_lake(self._context.spark, files, root, now)
+        except Exception:  # every step leaves the lake consistent (see lake_compaction); archiving goes on
+            log.exception("lake compaction failed; trying again at the next check")
+            return
+        if compacted.files or compacted.removed:
+            log.info(
+                "lake compaction: %d files of %d hours rewritten, %d files of earlier passes deleted",
+                compacted.files,
+                compacted.hours,
+                compacted.removed,
+            )
 
     def _stop_query(self) -> None:
         query, self._query = self._query, None
         if query is not None:
             try:
                 query.stop()
-                self._count_progress(query)  # its last batches, before its successor is counted
+                self._count.update(query)  # its last batches, before retention may remove their files
             except Exception:
                 log.warning("archive: stopping the query failed", exc_info=True)
             ARCHIVE_RUNNING.set(0)

@@ -36,6 +36,12 @@ class LakeFiles(Protocol):
 
     def delete_tree(self, path: str) -> None: ...
 
+    def delete_file(self, path: str) -> None: ...
+
+    def size(self, path: str) -> int: ...
+
+    def rename(self, source: str, target: str) -> None: ...
+
 
 class LocalFiles:
     def children(self, path: str, prefix: str = "") -> list[str]:
@@ -48,6 +54,7 @@ class LocalFiles:
     def replace_text(self, path: str, text: str) -> None:
         target = Path(path)
         replacement = target.with_name(f".{target.name}.retention")
+        target.parent.mkdir(parents=True, exist_ok=True)
         replacement.write_text(text, encoding="utf-8")
         # Hadoop's local file system checks a file against its .crc when there is one: drop it first
         target.with_name(f".{target.name}.crc").unlink(missing_ok=True)
@@ -55,6 +62,15 @@ class LocalFiles:
 
     def delete_tree(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
+
+    def delete_file(self, path: str) -> None:
+        Path(path).unlink(missing_ok=True)
+
+    def size(self, path: str) -> int:
+        return Path(path).stat().st_size
+
+    def rename(self, source: str, target: str) -> None:
+        os.replace(source, target)
 
 
 class HadoopFiles:
@@ -102,6 +118,18 @@ class HadoopFiles:
         location, fs = self._resolve(path)
         fs.delete(location, True)
 
+    def delete_file(self, path: str) -> None:
+        self.delete_tree(path)
+
+    def size(self, path: str) -> int:
+        location, fs = self._resolve(path)
+        return int(fs.getFileStatus(location).getLen())
+
+    def rename(self, source: str, target: str) -> None:
+        location, fs = self._resolve(source)
+        if not fs.rename(location, self._jvm.org.apache.hadoop.fs.Path(target)):
+            raise OSError(f"could not rename {source} to {target}")
+
 
 def lake_files(spark: Any, root: str) -> LakeFiles | None:
     """How to reach the lake's files: Python for plain paths, Hadoop for URIs (classic mode only)."""
@@ -115,11 +143,11 @@ def lake_files(spark: Any, root: str) -> LakeFiles | None:
     return LocalFiles() if parsed.scheme == "file" else None
 
 
-def _join(root: str, *parts: str) -> str:
+def join_path(root: str, *parts: str) -> str:
     return "/".join([root.rstrip("/"), *parts])
 
 
-def _partition(path: str) -> tuple[str, str] | None:
+def partition_of(path: str) -> tuple[str, str] | None:
     """The (topic, hour) directory a file of the lake belongs to."""
     values = dict(p.split("=", 1) for p in unquote(path).split("/") if "=" in p)
     if "topic" in values and "hour" in values:
@@ -127,7 +155,7 @@ def _partition(path: str) -> tuple[str, str] | None:
     return None
 
 
-def _local(root: str, files: LakeFiles) -> str:
+def plain_root(root: str, files: LakeFiles) -> str:
     """A ``file:`` root handled by LocalFiles is a plain path to it."""
     parsed = urlparse(root)
     return unquote(parsed.path) if isinstance(files, LocalFiles) and parsed.scheme == "file" else root
@@ -138,14 +166,14 @@ def expired_partitions(
 ) -> set[tuple[str, str]]:
     """The (topic, hour) partitions whose messages are all older than their topic's retention (None keeps all;
     topics not in ``retention`` are kept)."""
-    root = _local(root, files)
+    root = plain_root(root, files)
     expired: set[tuple[str, str]] = set()
     for topic_dir in files.children(root, "topic="):
         topic = topic_dir.split("=", 1)[1]
         keep_for = retention.get(topic)
         if keep_for is None:
             continue
-        for hour_dir in files.children(_join(root, topic_dir), "hour="):
+        for hour_dir in files.children(join_path(root, topic_dir), "hour="):
             hour = hour_dir.split("=", 1)[1]
             try:
                 if hour_expired(hour, keep_for, now):
@@ -157,20 +185,20 @@ def expired_partitions(
 
 def remove_partitions(files: LakeFiles, root: str, expired: set[tuple[str, str]]) -> list[str]:
     """Removes partitions from the sink's log, then from storage; returns the directories removed."""
-    root = _local(root, files)
-    log_dir = _join(root, METADATA_DIR)
+    root = plain_root(root, files)
+    log_dir = join_path(root, METADATA_DIR)
     for name in files.children(log_dir):  # first the log, so no new reader is sent to a deleted file
         if name.startswith("."):
             continue
-        lines = files.read_text(_join(log_dir, name)).split("\n")
+        lines = files.read_text(join_path(log_dir, name)).split("\n")
         kept = [lines[0]] + [
-            line for line in lines[1:] if not line.strip() or _partition(json.loads(line)["path"]) not in expired
+            line for line in lines[1:] if not line.strip() or partition_of(json.loads(line)["path"]) not in expired
         ]
         if len(kept) < len(lines):
-            files.replace_text(_join(log_dir, name), "\n".join(kept))
+            files.replace_text(join_path(log_dir, name), "\n".join(kept))
     removed = []
     for topic, hour in sorted(expired):
-        directory = _join(root, f"topic={topic}", f"hour={hour}")
+        directory = join_path(root, f"topic={topic}", f"hour={hour}")
         files.delete_tree(directory)
         removed.append(directory)
     return removed

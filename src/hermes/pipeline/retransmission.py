@@ -16,9 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.producer import BrokerProducer
@@ -31,15 +30,14 @@ from hermes.domain.message import (
 from hermes.domain.offline_retransmission import NAMESPACE, RetransmissionTask, TaskStatus
 from hermes.domain.topic import Ack
 from hermes.metadata.repository import ChangeKind, MetadataChange, MetadataRepository
+from hermes.pipeline.job import LoopingJob
 from hermes.pipeline.lake import Lake, hour_of, read_lake
-
-if TYPE_CHECKING:
-    from hermes.pipeline.runner import PipelineContext
 
 log = logging.getLogger(__name__)
 
 KAFKA_RETRANSMISSION_TASK = "hermes-offline-retransmission-task"
 _IN_FLIGHT = 1000  # messages a partition's producer may have unacknowledged
+_SPARK_TAG = "hermes-offline-retransmission"  # lets stop() interrupt a running task's Spark jobs
 
 
 Reporter = Callable[[int, int], None]
@@ -128,47 +126,32 @@ def frontend_headers(row: Any, task_id: str) -> list[tuple[str, bytes]]:
     return headers
 
 
-class RetransmissionJob:
+class RetransmissionJob(LoopingJob):
     """Runs the stored tasks one at a time, oldest first: PENDING ones, and RUNNING ones a stopped pipeline
     left unfinished (run again: at least once)."""
 
     name = "offline-retransmission"
+    watches_metadata = True
 
-    def __init__(self, context: PipelineContext) -> None:
-        self._context = context
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="offline-retransmission", daemon=True)
-        self._unwatch: Any = None
+    def wakes_on(self, change: MetadataChange) -> bool:
+        return change.kind is ChangeKind.DOCUMENT and change.key.startswith(NAMESPACE + "/")
 
-    def start(self) -> None:
-        self._unwatch = self._context.repository.watch(self._on_change)
-        self._thread.start()
+    def interrupt(self) -> None:
+        try:  # a task's Spark jobs carry the tag (classic sessions and Spark Connect alike)
+            self._context.spark.interruptTag(_SPARK_TAG)
+        except Exception:
+            log.warning("offline retransmission: interrupting the running task failed", exc_info=True)
 
-    def stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-        if self._unwatch is not None:
-            self._unwatch()
-        _spark_context(self._context.spark, lambda sc: sc.cancelJobGroup(self.name))
-        self._thread.join(60)
-
-    def _on_change(self, change: MetadataChange) -> None:
-        if change.kind is ChangeKind.DOCUMENT and change.key.startswith(NAMESPACE + "/"):
-            self._wake.set()
-
-    def _run(self) -> None:
-        _spark_context(self._context.spark, lambda sc: sc.setJobGroup(self.name, "offline retransmission", True))
-        while not self._stopping.is_set():
-            try:
-                task = next_task(self._context.repository)
-                if task is not None:
-                    self._execute(task)
-                    continue
-            except Exception:
-                log.exception("offline retransmission: looking for tasks failed")
-            self._wake.wait(self._context.settings.pipeline_retransmission_poll)
-            self._wake.clear()
+    def step(self) -> float:
+        try:
+            task = next_task(self._context.repository)
+            if task is not None:
+                self._context.spark.addTag(_SPARK_TAG)  # tags belong to the thread that starts the jobs
+                self._execute(task)
+                return 0.0
+        except Exception:
+            log.exception("offline retransmission: looking for tasks failed")
+        return self._context.settings.pipeline_retransmission_poll
 
     def _execute(self, task: RetransmissionTask) -> None:
         repository = self._context.repository
@@ -228,11 +211,3 @@ def update(repository: MetadataRepository, task: RetransmissionTask) -> bool:
 def _reason(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:500]
-
-
-def _spark_context(spark: Any, action: Callable[[Any], None]) -> None:
-    """Job groups let stop() cancel a running task; Spark Connect sessions have no SparkContext to ask."""
-    try:
-        action(spark.sparkContext)
-    except Exception:
-        log.debug("no SparkContext for job groups", exc_info=True)

@@ -1,9 +1,10 @@
 """The ``hermes pipeline`` process: one SparkSession and the jobs that run on it.
 
 Adding a job: write a class with ``name: str``, ``__init__(self, context: PipelineContext)``, ``start()``
-(returns promptly; run long work on the job's own thread or as a streaming query) and ``stop()``, then add
-its ``"module:Class"`` path to ``JOBS`` below. Jobs start in that order and stop in reverse order. Each job
-keeps its checkpoints under ``context.checkpoints/<its name>``.
+(returns promptly; run long work on the job's own thread or as a streaming query) and ``stop()`` (most jobs
+subclass :class:`hermes.pipeline.job.LoopingJob`), then add its ``"module:Class"`` path to ``JOBS`` below.
+Jobs start in that order and stop in reverse order. Each job keeps its checkpoints under
+``context.checkpoints/<its name>``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Any
 
 from pydantic import SecretStr
 
@@ -28,6 +29,7 @@ from hermes.config import ENV_PREFIX, Settings
 from hermes.errors import StartupError
 from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
+from hermes.pipeline.job import Job
 from hermes.pipeline.lake import Lake
 
 log = logging.getLogger(__name__)
@@ -52,14 +54,6 @@ class PipelineContext:
     trigger_interval: float  # seconds between micro-batches
     max_records_per_batch: int | None
     retention_interval: float  # seconds between retention checks
-
-
-class Job(Protocol):
-    name: str
-
-    def start(self) -> None: ...
-
-    def stop(self) -> None: ...
 
 
 def load_job(path: str) -> type[Any]:

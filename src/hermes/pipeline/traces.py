@@ -18,6 +18,7 @@ This module needs ``duckdb`` only (not pyspark), so the management process can u
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -73,7 +74,7 @@ def committed_files(sink_dir: Path) -> list[Path]:
     return [Path(unquote(urlparse(path).path)) for path, added in files.items() if added]
 
 
-_compacted: dict[Path, tuple[float, dict[str, bool]]] = {}
+_compacted: dict[Path, tuple[str, float, dict[str, bool]]] = {}  # per log: its newest compact file, parsed
 
 
 def _log_entries(log_file: Path) -> dict[str, bool]:
@@ -81,17 +82,16 @@ def _log_entries(log_file: Path) -> dict[str, bool]:
     compact = log_file.name.endswith(".compact")
     if compact:
         mtime = log_file.stat().st_mtime
-        cached = _compacted.get(log_file)
-        if cached is not None and cached[0] == mtime:
-            return cached[1]
+        cached = _compacted.get(log_file.parent)
+        if cached is not None and cached[:2] == (log_file.name, mtime):
+            return cached[2]
     entries: dict[str, bool] = {}
     for line in log_file.read_text().splitlines()[1:]:
         if line.strip():
             record = json.loads(line)
             entries[record["path"]] = record.get("action", "add") == "add"
-    if compact:
-        _compacted.clear()  # only the newest compact file of each table matters; keep the cache small
-        _compacted[log_file] = (mtime, entries)
+    if compact:  # only the newest compact file of each log matters: it replaces the one cached before
+        _compacted[log_file.parent] = (log_file.name, mtime, entries)
     return entries
 
 
@@ -124,9 +124,6 @@ class TrackingStore:
 
     def statistics(self, topic: str, subscription: str, since_ms: int) -> list[dict[str, Any]]:
         """Per-minute delivery statistics of the subscription from ``since_ms``, oldest minute first."""
-        files = sorted(str(p) for p in (self.root / STATISTICS).glob("batch=*/*.parquet"))
-        if not files:
-            return []
         query = """
             WITH partials AS (
                 SELECT * FROM read_parquet(?) WHERE topicName = ? AND subscription = ? AND minute >= ?
@@ -144,7 +141,7 @@ class TrackingStore:
             SELECT c.minute, c.delivered, c.discarded, c.failedAttempts, l.p50, l.p90, l.p99, l.maximum
             FROM counts c LEFT JOIN latency l USING (minute) ORDER BY c.minute
         """
-        rows = self._query(query, [files, topic, subscription, since_ms])
+        rows = self._query(query, lambda: statistics_files(self.root), [topic, subscription, since_ms])
         return [
             {
                 "minute": r[0],
@@ -169,9 +166,6 @@ class TrackingStore:
         return blocks + sink
 
     def _traces(self, topic: str, where: str, params: list[Any], order: str) -> list[dict[str, Any]]:
-        files = [str(p) for p in self.trace_files(topic)]
-        if not files:
-            return []
         columns = ", ".join(f'"{c}"' for c in (*TRACE_FIELDS, "trackingPartition", "trackingOffset"))
         query = f"""
             SELECT {columns} FROM (
@@ -180,13 +174,29 @@ class TrackingStore:
             ) ORDER BY {order}
         """
         names = [*TRACE_FIELDS, "trackingPartition", "trackingOffset"]
-        return [dict(zip(names, row, strict=True)) for row in self._query(query, [files, *params])]
+        rows = self._query(query, lambda: [str(p) for p in self.trace_files(topic)], params)
+        return [dict(zip(names, row, strict=True)) for row in rows]
 
-    def _query(self, query: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    def _query(self, query: str, list_files: Callable[[], list[str]], params: list[Any]) -> list[tuple[Any, ...]]:
+        """Runs ``query`` over the files ``list_files()`` names (its first parameter), once more with a fresh
+        list when one of them was removed after it was listed (compaction and retention remove files)."""
         import duckdb
 
-        with duckdb.connect() as connection:
-            return connection.execute(query, params).fetchall()
+        for attempt in range(2):
+            files = list_files()
+            if not files:
+                return []
+            try:
+                with duckdb.connect() as connection:
+                    return connection.execute(query, [files, *params]).fetchall()
+            except duckdb.IOException:
+                if attempt:
+                    raise
+        return []
+
+
+def statistics_files(root: Path) -> list[str]:
+    return sorted(str(p) for p in (root / STATISTICS).glob("batch=*/*.parquet"))
 
 
 def compacted_blocks(root: Path, topic: str) -> tuple[list[Path], set[str]]:

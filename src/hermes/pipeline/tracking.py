@@ -9,7 +9,9 @@
 Compaction: a micro-batch every second leaves a small file per batch and topic, and a lookup must open
 every file of the topic. Every ``pipeline_tracking_compaction_interval`` seconds the job rewrites each topic's
 not yet compacted files into one block sorted by message id (see :mod:`hermes.pipeline.traces` for the
-layout and how readers combine blocks with the sink's files).
+layout and how readers combine blocks with the sink's files). Before each compaction the retention
+(``pipeline_trace_retention``, :mod:`hermes.pipeline.trace_retention`) removes expired events and the sink
+files earlier blocks replaced.
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ import json
 import logging
 import os
 import shutil
-import threading
 import time
 from collections import defaultdict
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hermes.pipeline.job import LoopingJob
 from hermes.pipeline.kafka_source import SOURCE_NAME
 from hermes.pipeline.offline_storage import source_options
+from hermes.pipeline.trace_retention import apply_trace_retention
 from hermes.pipeline.traces import (
     COMPACTED,
     MANIFEST,
@@ -78,8 +82,10 @@ def start_tracking(
     checkpoints: str,
     trace_trigger: str = "1 second",
     statistics_trigger: str = "5 seconds",
+    retention: timedelta = timedelta(days=7),
 ) -> list[Any]:
-    """Starts both queries; returns them (the caller stops them)."""
+    """Starts both queries; returns them (the caller stops them). The trace sink's log forgets files older than
+    ``retention`` when it compacts itself (every 10 batches), so it stops growing once the files are gone."""
     from pyspark.sql import functions as f
 
     events = trace_events(spark, source_options)
@@ -90,6 +96,7 @@ def start_tracking(
         .format("parquet")
         .option("path", str(root / TRACES))
         .option("checkpointLocation", f"{checkpoints.rstrip('/')}/traces")
+        .option("retention", f"{int(retention.total_seconds() * 1000)}ms")
         .partitionBy("topic", "date")
         .trigger(processingTime=trace_trigger)
         .start()
@@ -162,47 +169,48 @@ def compact_traces(spark: Any, root: Path) -> int:
     return compacted
 
 
-class TrackingJob:
-    """Keeps both tracking queries running (a failed one is started again from its checkpoint)."""
+def maintain_traces(spark: Any, root: Path, retention: timedelta) -> None:
+    """The periodic pass over the tracking tables: retention first (it deletes the sink files that blocks of
+    earlier passes replace), then compaction."""
+    removed = apply_trace_retention(root, retention, datetime.now(UTC))
+    if removed:
+        log.info("tracking: retention removed %s", removed)
+    log.info("tracking: compacted %d trace files", compact_traces(spark, root))
+
+
+class TrackingJob(LoopingJob):
+    """Keeps both tracking queries running (a failed one is started again from its checkpoint), and compacts
+    the trace files periodically after applying their retention."""
 
     name = "tracking"
 
     def __init__(self, context: PipelineContext) -> None:
-        self._context = context
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tracking", daemon=True)
+        super().__init__(context)
         self._queries: list[Any] = []
+        self._next_compaction = time.monotonic() + context.settings.pipeline_tracking_compaction_interval
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self._thread.join(60)
+    def stopped(self) -> None:
         self._stop_queries()
 
-    def _run(self) -> None:
-        interval = self._context.settings.pipeline_tracking_compaction_interval
-        next_compaction = time.monotonic() + interval
-        while not self._stopping.is_set():
-            try:
-                failed = [q for q in self._queries if not q.isActive]
-                if failed:
-                    log.error("tracking: a query stopped (%s); starting them again", failed[0].exception())
-                    self._stop_queries()
-                if not self._queries:
-                    self._queries = self._start()
-            except Exception:
-                log.exception("tracking: starting the queries failed; trying again")
+    def step(self) -> float:
+        try:
+            failed = [q for q in self._queries if not q.isActive]
+            if failed:
+                log.error("tracking: a query stopped (%s); starting them again", failed[0].exception())
                 self._stop_queries()
-            if time.monotonic() >= next_compaction:
-                next_compaction = time.monotonic() + interval
-                try:
-                    count = compact_traces(self._context.spark, tracking_root(self._context.settings))
-                    log.info("tracking: compacted %d trace files", count)
-                except Exception:
-                    log.exception("tracking: compaction failed; trying again at the next interval")
-            self._stopping.wait(_CHECK_INTERVAL)
+            if not self._queries:
+                self._queries = self._start()
+        except Exception:
+            log.exception("tracking: starting the queries failed; trying again")
+            self._stop_queries()
+        if time.monotonic() >= self._next_compaction:
+            self._next_compaction = time.monotonic() + self._context.settings.pipeline_tracking_compaction_interval
+            retention = timedelta(seconds=self._context.settings.pipeline_trace_retention)
+            try:
+                maintain_traces(self._context.spark, tracking_root(self._context.settings), retention)
+            except Exception:
+                log.exception("tracking: retention or compaction failed; trying again at the next interval")
+        return _CHECK_INTERVAL
 
     def _start(self) -> list[Any]:
         context, settings = self._context, self._context.settings
@@ -214,6 +222,7 @@ class TrackingJob:
             f"{context.checkpoints.rstrip('/')}/{self.name}",
             f"{settings.pipeline_tracking_trigger} seconds",
             f"{settings.pipeline_statistics_trigger} seconds",
+            timedelta(seconds=settings.pipeline_trace_retention),
         )
         log.info("tracking: materializing %s into %s", TRACKING_TOPIC, root)
         return queries
