@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 # HTTP headers (publisher-facing and subscriber-facing), as in Hermes.
@@ -20,6 +21,36 @@ KAFKA_SCHEMA_VERSION = "hermes-schema-version"
 KAFKA_CONTENT_TYPE = "hermes-content-type"
 # Publisher headers on the propagation allow-list travel with this prefix.
 KAFKA_PROPAGATED_PREFIX = "h-"
+
+
+class _MessageIds:
+    """Random (version 4) UUIDs as strings, from a pool of random bytes refilled with one system call per
+    256 ids (``str(uuid.uuid4())`` costs a system call and a UUID object per id: 4 times as much). For one
+    thread: the event loop that publishes."""
+
+    _POOL = 4096
+
+    def __init__(self) -> None:
+        self._random = b""
+        self._at = 0
+        os.register_at_fork(after_in_child=self.reset)  # a forked child must not repeat the parent's ids
+
+    def reset(self) -> None:
+        self._random, self._at = b"", 0
+
+    def new(self) -> str:
+        at = self._at
+        if at >= len(self._random):
+            self._random, at = os.urandom(self._POOL), 0
+        self._at = at + 16
+        raw = bytearray(self._random[at : at + 16])
+        raw[6] = raw[6] & 0x0F | 0x40  # version 4
+        raw[8] = raw[8] & 0x3F | 0x80  # the RFC 4122 variant
+        h = raw.hex()
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+new_message_id = _MessageIds().new
 
 
 @dataclass(frozen=True)

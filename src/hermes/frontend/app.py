@@ -10,7 +10,7 @@ from aiohttp import web
 from hermes.domain.message import MESSAGE_ID_HEADER
 from hermes.domain.topic import Topic
 from hermes.errors import HermesError, TopicNotFound, UnsupportedMediaType
-from hermes.frontend.metrics import LATENCY, PublishedCounter, count_request
+from hermes.frontend.metrics import PUBLISH_REQUESTS, PublishedCounter
 from hermes.frontend.publishing import Publisher
 from hermes.http import status as status_routes
 from hermes.http.server import error_middleware
@@ -59,29 +59,38 @@ def create_app(
     app[PUBLISHED] = published
     app[PUBLISHER] = publisher
     app[TOPICS] = TopicLookup(cache)
-    app.router.add_post("/topics/{topic}", publish)
+    app.router.add_post("/topics/{topic}", _PublishHandler(publisher, cache, app[TOPICS], published).publish)
     status_routes.register(app.router)
     return app
 
 
-async def publish(request: web.Request) -> web.Response:
-    started = time.perf_counter()
-    name = request.match_info["topic"]
-    status = 500
-    try:
-        if not _accepts(request.headers.get("Content-Type", "")):
-            raise UnsupportedMediaType(
-                f"Content-Type {request.headers['Content-Type']} is not accepted; publish JSON (application/json)"
-            )
-        topic = await request.app[TOPICS].get(name)
-        body = await request.read()
-        result = await request.app[PUBLISHER].publish(topic, body, request.headers)
-        status = 201 if result.acknowledged else 202
-        request.app[PUBLISHED].count(topic.qualified_name)
-        return web.Response(status=status, headers={MESSAGE_ID_HEADER: result.message_id})
-    except HermesError as exc:
-        status = exc.status
-        raise
-    finally:
-        count_request(name if status != 404 else "unknown", status)
-        LATENCY.observe(time.perf_counter() - started)
+class _PublishHandler:
+    """``POST /topics/{topic}``, with what it needs bound (one attribute read each, not an app lookup)."""
+
+    def __init__(self, publisher: Publisher, cache: MetadataCache, topics: TopicLookup, published: PublishedCounter):
+        self._publisher = publisher
+        self._cache = cache
+        self._topics = topics
+        self._published = published
+
+    async def publish(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        name = request.match_info["topic"]
+        status = 500
+        try:
+            content_type = request.headers.get("Content-Type", "")
+            if not _accepts(content_type):
+                raise UnsupportedMediaType(
+                    f"Content-Type {content_type} is not accepted; publish JSON (application/json)"
+                )
+            topic = self._cache.topic(name) or await self._topics.get(name)
+            body = await request.read()
+            result = await self._publisher.publish(topic, body, request.headers)
+            status = 201 if result.acknowledged else 202
+            self._published.count(topic.qualified_name)
+            return web.Response(status=status, headers={MESSAGE_ID_HEADER: result.message_id})
+        except HermesError as exc:
+            status = exc.status
+            raise
+        finally:
+            PUBLISH_REQUESTS.record(name if status != 404 else "unknown", status, time.perf_counter() - started)
