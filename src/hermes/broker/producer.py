@@ -135,7 +135,8 @@ class BrokerProducer:
     ) -> None:
         """Queues the message; ``settled`` is called on this event loop with None once the broker acknowledged
         it, or with the error (at once if the message cannot even be queued). The lean form of ``send`` for
-        the publish path: no future, no delivery report.
+        the publish path: no future, no delivery report. ``settled`` runs inside the producer's poll, so it must
+        not produce (defer that with ``call_soon``).
 
         Must be called on the event loop that runs ``settled``.
         """

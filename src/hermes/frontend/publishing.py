@@ -140,10 +140,11 @@ class Publisher:
 
 def _settled(wait: AckWait, topic: str, message_id: str, tracker: Tracker | None, error: Exception | None) -> None:
     """The broker's outcome of a publish, within its ack timeout or later: counted, traced, then handed to
-    the wait."""
+    the wait. It runs inside the producer's poll, so the trace event is produced a moment later."""
     if error is not None:
         PRODUCER_ERRORS.labels(topic).inc()
     if tracker is not None:
         reason = error.message if isinstance(error, HermesError) else None
-        tracker.frontend(message_id, topic, TraceStatus.FAILED if error else TraceStatus.SUCCESS, reason)
+        status = TraceStatus.FAILED if error else TraceStatus.SUCCESS
+        asyncio.get_running_loop().call_soon(tracker.frontend, message_id, topic, status, reason)
     wait.settled(error)
