@@ -98,11 +98,9 @@ class Publisher:
         if schema_version is not None:
             kafka_headers.append((KAFKA_SCHEMA_VERSION, str(schema_version).encode()))
         if self._propagated:
-            kafka_headers.extend(
-                (KAFKA_PROPAGATED_PREFIX + name, value_.encode())
-                for name, value_ in headers.items()
-                if name.lower() in self._propagated
-            )
+            for header, header_value in headers.items():
+                if header.lower() in self._propagated:
+                    kafka_headers.append((KAFKA_PROPAGATED_PREFIX + header, header_value.encode()))
         partition_key = headers.get(PARTITION_KEY_HEADER)
         key = partition_key.encode() if partition_key else None
         name = topic.qualified_name
