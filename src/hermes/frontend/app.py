@@ -16,8 +16,6 @@ from hermes.http import status as status_routes
 from hermes.http.server import answer_routing_errors, error_answer, shaped
 from hermes.metadata.cache import MetadataCache
 
-PUBLISHER = web.AppKey("publisher", Publisher)
-PUBLISHED = web.AppKey("published", PublishedCounter)
 # An unknown topic is looked up in the store at most once per this many seconds (the cache is fed by
 # change notifications; this only closes the gap of a topic created a moment ago).
 _NEGATIVE_TTL = 1.0
@@ -43,9 +41,6 @@ class TopicLookup:
         return topic
 
 
-TOPICS = web.AppKey("topics", TopicLookup)
-
-
 @functools.lru_cache(maxsize=256)
 def _accepts(content_type: str) -> bool:
     kind = content_type.split(";", 1)[0].strip().lower()
@@ -58,17 +53,14 @@ def create_app(
     # No middleware: the publish handler answers its own errors in the error shape, sparing every publish the
     # two coroutines a middleware costs; the other routes and the routing errors are shaped one by one.
     app = web.Application(client_max_size=max_body)
-    app[PUBLISHED] = published
-    app[PUBLISHER] = publisher
-    app[TOPICS] = TopicLookup(cache)
-    app.router.add_post("/topics/{topic}", _PublishHandler(publisher, cache, app[TOPICS], published).publish)
+    app.router.add_post("/topics/{topic}", _PublishHandler(publisher, cache, TopicLookup(cache), published).publish)
     status_routes.register(app.router, shaped)
     answer_routing_errors(app.router)
     return app
 
 
 class _PublishHandler:
-    """``POST /topics/{topic}``, with what it needs bound (one attribute read each, not an app lookup)."""
+    """``POST /topics/{topic}``, with what it needs bound."""
 
     def __init__(
         self, publisher: Publisher, cache: MetadataCache, topics: TopicLookup, published: PublishedCounter
