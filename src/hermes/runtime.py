@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import shutil
@@ -263,6 +264,11 @@ async def serve(settings: Settings, roles: frozenset[Role]) -> None:
         loop.add_signal_handler(sig, stop.set)
     try:
         await hermes.start()
+        # What start-up built lives as long as the process. Frozen, it is left out of the collector's full
+        # collections: each took 15-17 ms with the frontend's ~60,000 objects (a pause every request in flight
+        # waits out), about 0 after.
+        gc.collect()
+        gc.freeze()
         log.info("hermes is running (%s); pid %d. Ctrl-C stops it.", ", ".join(sorted(roles)), os.getpid())
         await stop.wait()
         log.info("shutting down")

@@ -13,6 +13,7 @@ from hermes.broker.consumer import BrokerConsumer
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.domain.message import Message
 from hermes.runtime import Role
+from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, hermes_settings, unique
 
 pytestmark = pytest.mark.integration
@@ -71,6 +72,45 @@ def test_accepted_messages_survive_a_broker_outage_and_a_killed_frontend(tmp_pat
             message = found[message_id]
             assert (message.body, message.key) == (body, key.encode())
             assert message.propagated_headers["Trace-Id"].startswith("trace-")
+    finally:
+        broker.resume()
+        frontend.stop()
+        client.close()
+        management.stop()
+        broker.stop()
+
+
+def test_an_ack_after_the_202_clears_the_journal(tmp_path: Path) -> None:
+    """The broker acknowledges the 202'd messages once it answers again: the journal lets go of them."""
+    broker = EmbeddedBroker(log_dir=tmp_path / "tansu")
+    broker.start()
+    management = InProcessHermes(
+        hermes_settings(tmp_path, broker.bootstrap_servers), frozenset({Role.MANAGEMENT})
+    ).start()
+    frontend_args = ("--kafka-bootstrap-servers", broker.bootstrap_servers, "--metadata-poll-interval", "0.05")
+    frontend = HermesProcess(tmp_path, *frontend_args, command="frontend").start(wait_for="frontend")
+    client = HermesClient(management.management_url, frontend.frontend_url)
+
+    def journaled() -> str:
+        return next(
+            line
+            for line in client.frontend.get("/status/prometheus").text.splitlines()
+            if line.startswith("hermes_frontend_journal_messages ")
+        )
+
+    try:
+        topic = client.create_topic()
+        assert client.publish(topic, '{"n": 0}').status_code == 201
+        broker.pause()
+        accepted = []
+        for i in range(1, 6):
+            response = client.publish(topic, f'{{"n": {i}}}')
+            assert response.status_code == 202, response.text
+            accepted.append(response.headers["Hermes-Message-Id"])
+        assert journaled() == "hermes_frontend_journal_messages 5.0"
+        broker.resume()
+        wait_until(lambda: journaled() == "hermes_frontend_journal_messages 0.0", 60, 0.2)
+        assert set(accepted) <= set(_read_all(management, topic, 6))
     finally:
         broker.resume()
         frontend.stop()

@@ -64,6 +64,18 @@ def test_statuses(client: HermesClient) -> None:
     assert xml.status_code == 415 and set(xml.json()) == {"message", "code"}
 
 
+def test_routing_errors_keep_the_error_shape(client: HermesClient) -> None:
+    topic = client.create_topic()
+    wrong_method = client.frontend.get(f"/topics/{topic}")
+    assert wrong_method.status_code == 405 and wrong_method.headers["Allow"] == "POST"
+    assert wrong_method.json()["code"] == "METHOD_NOT_ALLOWED"
+    status_by_post = client.frontend.post("/status/health")
+    assert status_by_post.status_code == 405 and status_by_post.headers["Allow"] == "GET,HEAD"
+    unknown = client.frontend.get("/no/such/path")
+    assert unknown.status_code == 404 and unknown.json() == {"message": "Not Found", "code": "NOT_FOUND"}
+    assert client.frontend.get("/status/health").json() == {"status": "UP"}
+
+
 def test_metadata_travels_in_kafka(hermes: InProcessHermes, client: HermesClient) -> None:
     topic = client.create_topic()
     response = client.publish(

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,33 +48,31 @@ def _to_error(err: KafkaError) -> Exception:
     return BrokerError(f"the broker refused the message: {err.str()}")
 
 
+Settled = Callable[[Exception | None], None]
+
+
 class _Settler:
-    """Hands delivery outcomes from the producer's poll thread to one event loop in batches: one wake-up of
-    the loop per poll instead of one ``call_soon_threadsafe`` (a pipe write and a handle) per message."""
+    """Hands delivery outcomes from another thread (a flush at close) to the event loop that produced, in
+    batches: one wake-up of the loop per batch instead of one ``call_soon_threadsafe`` per message."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._lock = threading.Lock()
-        self._outcomes: list[tuple[asyncio.Future[DeliveryReport], DeliveryReport | Exception]] = []
+        self._calls: list[Callable[[], None]] = []
 
-    def put(self, future: asyncio.Future[DeliveryReport], outcome: DeliveryReport | Exception) -> None:
+    def put(self, call: Callable[[], None]) -> None:
         with self._lock:
-            self._outcomes.append((future, outcome))
-            if len(self._outcomes) > 1:
+            self._calls.append(call)
+            if len(self._calls) > 1:
                 return  # a drain is already scheduled
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
             self._loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
         with self._lock:
-            outcomes, self._outcomes = self._outcomes, []
-        for future, outcome in outcomes:
-            if future.done():
-                continue
-            if isinstance(outcome, Exception):
-                future.set_exception(outcome)
-            else:
-                future.set_result(outcome)
+            calls, self._calls = self._calls, []
+        for call in calls:
+            call()
 
 
 # While messages await their ack, the event loop polls the producer this often (seconds).
@@ -125,6 +123,37 @@ class BrokerProducer:
         }
         self._settlers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Settler] = weakref.WeakKeyDictionary()
 
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        settled: Settled,
+        *,
+        key: bytes | None = None,
+        headers: Headers = (),
+        ack: Ack = Ack.LEADER,
+    ) -> None:
+        """Queues the message; ``settled`` is called on this event loop with None once the broker acknowledged
+        it, or with the error (at once if the message cannot even be queued). The lean form of ``send`` for
+        the publish path: no future, no delivery report. ``settled`` runs inside the producer's poll, so it must
+        not produce (defer that with ``call_soon``).
+
+        Must be called on the event loop that runs ``settled``.
+        """
+        loop = asyncio.get_running_loop()
+        polled = self._producers[ack]
+        loop_thread = threading.get_ident()
+
+        def delivered(err: KafkaError | None, _: Any) -> None:  # on the loop (poll) or a flushing thread
+            polled.pending -= 1
+            error = None if err is None else _to_error(err)
+            if threading.get_ident() == loop_thread:
+                settled(error)
+            else:
+                self._settler(loop).put(lambda: settled(error))
+
+        self._queue(loop, polled, topic, value, key, headers, delivered, settled)
+
     def send(
         self,
         topic: str,
@@ -140,34 +169,55 @@ class BrokerProducer:
         """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[DeliveryReport] = loop.create_future()
-        settler = self._settlers.get(loop)
-        if settler is None:
-            settler = self._settlers[loop] = _Settler(loop)
-
         polled = self._producers[ack]
         loop_thread = threading.get_ident()
 
-        def settle(err: KafkaError | None, msg: Any) -> None:  # on the loop (poll) or a flushing thread
+        def settle(outcome: DeliveryReport | Exception) -> None:
+            if future.done():
+                return
+            if isinstance(outcome, Exception):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:  # on the loop (poll) or a flushing thread
             polled.pending -= 1
             outcome = _to_error(err) if err is not None else DeliveryReport(msg.topic(), msg.partition(), msg.offset())
-            if threading.get_ident() != loop_thread:
-                settler.put(future, outcome)
-            elif not future.done():
-                if isinstance(outcome, Exception):
-                    future.set_exception(outcome)
-                else:
-                    future.set_result(outcome)
+            if threading.get_ident() == loop_thread:
+                settle(outcome)
+            else:
+                self._settler(loop).put(lambda: settle(outcome))
 
-        try:
-            polled.producer.produce(topic, value=value, key=key, headers=list(headers), on_delivery=settle)
-        except BufferError:
-            future.set_exception(ServiceUnavailable("the producer buffer is full; try again later"))
-            return future
-        except KafkaException as exc:
-            future.set_exception(_to_error(exc.args[0]))
-            return future
-        polled.produced(loop)
+        self._queue(loop, polled, topic, value, key, headers, delivered, settle)
         return future
+
+    @staticmethod
+    def _queue(
+        loop: asyncio.AbstractEventLoop,
+        polled: _PolledProducer,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Headers,
+        delivered: Callable[[KafkaError | None, Any], None],
+        refused: Callable[[Exception], None],
+    ) -> None:
+        listed = headers if isinstance(headers, list) else list(headers)  # confluent takes a list (or a dict)
+        try:
+            polled.producer.produce(topic, value=value, key=key, headers=listed, on_delivery=delivered)
+        except BufferError:
+            refused(ServiceUnavailable("the producer buffer is full; try again later"))
+            return
+        except KafkaException as exc:
+            refused(_to_error(exc.args[0]))
+            return
+        polled.produced(loop)
+
+    def _settler(self, loop: asyncio.AbstractEventLoop) -> _Settler:
+        settler = self._settlers.get(loop)
+        if settler is None:
+            settler = self._settlers[loop] = _Settler(loop)
+        return settler
 
     def close(self, timeout: float = 10.0) -> int:
         """Flushes and stops; returns how many messages were still unacknowledged."""

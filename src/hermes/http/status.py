@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hermes.http.server import error_middleware, json_response
 
 
-def register(router: web.UrlDispatcher) -> None:
-    router.add_get("/status/health", health)
-    router.add_get("/status/ready", health)
-    router.add_get("/status/prometheus", prometheus)
+def register(router: web.UrlDispatcher, wrap: Callable[[Handler], Handler] = lambda handler: handler) -> None:
+    """The status routes; ``wrap`` wraps each handler (``shaped``, in an app without ``error_middleware``)."""
+    router.add_get("/status/health", wrap(health))
+    router.add_get("/status/ready", wrap(health))
+    router.add_get("/status/prometheus", wrap(prometheus))
 
 
 def status_app() -> web.Application:
