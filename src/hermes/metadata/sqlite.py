@@ -417,13 +417,19 @@ class SqliteMetadataRepository(MetadataRepository):
         return unwatch
 
     def _poll(self, seq: int) -> None:
+        db: sqlite3.Connection | None = None  # one connection for the watcher's life: it reads every interval
         while not self._closed.is_set():
             self._wake.wait(self._poll_interval)
             self._wake.clear()
             try:
-                rows = self._read("SELECT seq, kind, action, key FROM changes WHERE seq > ? ORDER BY seq", (seq,))
+                db = db or self._connect()
+                query = "SELECT seq, kind, action, key FROM changes WHERE seq > ? ORDER BY seq"
+                rows = db.execute(query, (seq,)).fetchall()
             except sqlite3.Error:
                 log.exception("reading the metadata change log failed; retrying")
+                if db is not None:
+                    db.close()
+                db = None
                 continue
             for row_seq, kind, action, key in rows:
                 seq = row_seq
@@ -436,8 +442,10 @@ class SqliteMetadataRepository(MetadataRepository):
                     except Exception:
                         log.exception("metadata listener failed on %s", change)
             if rows and seq // 1000 != rows[0][0] // 1000:  # prune about once per thousand changes
-                with contextlib.suppress(sqlite3.Error), self._tx() as db:
-                    db.execute("DELETE FROM changes WHERE seq <= ?", (seq - _CHANGES_KEPT,))
+                with contextlib.suppress(sqlite3.Error), self._tx() as pruning:
+                    pruning.execute("DELETE FROM changes WHERE seq <= ?", (seq - _CHANGES_KEPT,))
+        if db is not None:
+            db.close()
 
     def close(self) -> None:
         self._closed.set()
