@@ -116,6 +116,18 @@ class Settings(BaseSettings):
         "answers a fetch only when this wait ends, so it bounds delivery latency there; Kafka answers as soon as "
         "a message arrives. Default: 25 with the embedded Tansu, 500 with an external cluster.",
     )
+    consumer_read_ahead_messages: int = Field(
+        200,
+        ge=0,
+        le=100_000,
+        description="Messages a SERIAL consumer reads ahead of its inflightSize window, so that a finished "
+        "delivery starts the next one at once (read but unfinished messages are never committed).",
+    )
+    consumer_read_ahead_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Bytes of read-ahead messages a SERIAL consumer holds at most (per subscription).",
+    )
     consumer_restart_backoff: float = Field(
         1.0, gt=0, description="Seconds before restarting a crashed consumer; doubles with each crash in a row."
     )

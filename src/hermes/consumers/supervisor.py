@@ -75,6 +75,8 @@ class ConsumersSupervisor:
             metrics_interval=s.consumer_metrics_interval,
             session_timeout_ms=s.consumer_session_timeout_ms,
             fetch_wait_ms=s.fetch_wait_ms,
+            read_ahead_messages=s.consumer_read_ahead_messages,
+            read_ahead_bytes=s.consumer_read_ahead_bytes,
             rate=RateSettings(period=s.consumer_rate_period, heartbeat_interval=s.consumer_heartbeat_interval),
             resolver=resolver,
         )
