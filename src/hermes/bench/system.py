@@ -151,6 +151,9 @@ class Management:
         }
         await self._call("POST", f"/topics/{topic}/subscriptions", body)
 
+    async def state(self, topic: str, name: str, state: str) -> None:
+        await self._call("PUT", f"/topics/{topic}/subscriptions/{name}/state", state)
+
     async def remove_subscription(self, topic: str, name: str) -> None:
         await self._call("DELETE", f"/topics/{topic}/subscriptions/{name}")
 
