@@ -4,7 +4,7 @@ message to the endpoint, committing only offsets below every message still in fl
 The Kafka consumer lives on its own thread (librdkafka calls block); sending runs on the asyncio loop. The thread
 reads ahead into a bounded buffer on the loop (the read-ahead: ``--consumer-read-ahead-messages`` and
 ``-bytes``), and a delivery that ends starts the next buffered message at once. Handing each freed slot back to
-the thread instead cost a thread wake-up and a GIL hand-off per message (up to 5 ms each while the loop is busy).
+the thread instead woke it once per delivery, each wake-up a GIL hand-off with the busy loop.
 Buffered messages count as unfinished, so their offsets are not committed before they are delivered.
 A retransmission moves the group to new offsets: it starts a new *generation*; deliveries of the old one are
 cancelled and can no longer touch the offset tracker.
