@@ -116,6 +116,27 @@ class Settings(BaseSettings):
         "answers a fetch only when this wait ends, so it bounds delivery latency there; Kafka answers as soon as "
         "a message arrives. Default: 25 with the embedded Tansu, 500 with an external cluster.",
     )
+    consumer_fetch_wait_per_subscription_ms: int | None = Field(
+        None,
+        ge=0,
+        le=60_000,
+        description="When above 0, a consumer's fetch wait is this times the number of active subscriptions when "
+        "it starts, up to --consumer-fetch-wait-ms: on Tansu, few subscriptions get a short wait (low latency) "
+        "and many keep the broker's fetch load that of the longest wait. Default: 5 with the embedded Tansu, 0 "
+        "(off) with an external cluster.",
+    )
+    consumer_read_ahead_messages: int = Field(
+        200,
+        ge=0,
+        le=100_000,
+        description="Messages a SERIAL consumer reads ahead of its inflightSize window, so that a finished "
+        "delivery starts the next one at once (read but unfinished messages are never committed).",
+    )
+    consumer_read_ahead_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=64 * 1024,
+        description="Bytes of read-ahead messages a SERIAL consumer holds at most (per subscription).",
+    )
     consumer_restart_backoff: float = Field(
         1.0, gt=0, description="Seconds before restarting a crashed consumer; doubles with each crash in a row."
     )
@@ -188,6 +209,19 @@ class Settings(BaseSettings):
         if self.consumer_fetch_wait_ms is not None:
             return self.consumer_fetch_wait_ms
         return 25 if self.embedded_broker else 500  # idle fetches cost an external cluster requests
+
+    @property
+    def fetch_wait_per_subscription_ms(self) -> int:
+        if self.consumer_fetch_wait_per_subscription_ms is not None:
+            return self.consumer_fetch_wait_per_subscription_ms
+        return 5 if self.embedded_broker else 0  # Kafka answers a fetch when data comes: a shorter wait buys nothing
+
+    def fetch_wait_for(self, active_subscriptions: int) -> int:
+        """The fetch wait of a consumer started while ``active_subscriptions`` are active in the process."""
+        per_subscription = self.fetch_wait_per_subscription_ms
+        if per_subscription <= 0:
+            return self.fetch_wait_ms
+        return max(1, min(self.fetch_wait_ms, per_subscription * max(1, active_subscriptions)))
 
 
 def load_settings(overrides: dict[str, Any] | None = None, config_file: Path | None = None) -> Settings:

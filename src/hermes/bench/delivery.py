@@ -3,6 +3,7 @@ fast one. Every accepted message is reconciled against what each subscription re
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -96,13 +97,32 @@ async def serial_fanout(
         await delivered(sink, names, lambda: publish_count(url, BODY, burst, 32), drain, consumers_pid=pid)
         for _ in range(reps)
     ]
-    for name in names:
-        await api.remove_subscription(topic, name)
-    return {
+    out = {
         "subscriptions": subscriptions,
         "latency": {"publish_rate": rate, "seconds": seconds, **_fold(latency_runs)},
         "throughput": {"burst": burst, **_fold(throughput_runs)},
     }
+    if subscriptions == 1:
+        # A burst to one subscription is delivered while it is being published: it measures the whole system
+        # on the machine's cores (deliveries end with the last publish). A backlog drain is the consumer's own.
+        drain_runs = [
+            await delivered(sink, names, lambda: _backlog(api, topic, names[0], url, burst), drain, consumers_pid=pid)
+            for _ in range(reps)
+        ]
+        out["drain"] = {"messages": burst, **_fold(drain_runs)}
+    for name in names:
+        await api.remove_subscription(topic, name)
+    return out
+
+
+async def _backlog(api: Management, topic: str, name: str, url: str, count: int) -> Sent:
+    """Publishes ``count`` messages while the subscription is suspended, then activates it: its consumer drains
+    them alone (throughput counts from its first delivery, so its group join is left out)."""
+    await api.state(topic, name, "SUSPENDED")
+    await asyncio.sleep(2.0)  # the consumer stops and commits first
+    sent = await publish_count(url, BODY, count, 32)
+    await api.state(topic, name, "ACTIVE")
+    return sent
 
 
 async def _open(url: str, rate: float, seconds: float) -> Sent:

@@ -163,7 +163,7 @@ def void_reasons(scenarios: dict[str, Any]) -> list[str]:
     """The scenarios with a missing message (or that could not start): their figures do not count."""
     reasons = []
     for fanout in scenarios.get("serial", []):
-        for part in ("latency", "throughput"):
+        for part in ("latency", "throughput", "drain"):
             if fanout.get(part, {}).get("void") or fanout.get("error"):
                 reasons.append(
                     f"serial x{fanout.get('subscriptions')} {part}: {fanout.get('error') or 'missing messages'}"

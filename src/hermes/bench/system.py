@@ -108,8 +108,10 @@ class System:
                     "WARNING",
                     "--metadata-poll-interval",
                     "0.2",
-                    "--consumer-fetch-wait-ms",  # the broker is Tansu: the embedded default, not the external one
+                    "--consumer-fetch-wait-ms",  # the broker is Tansu: the embedded defaults, not the external ones
                     "25",
+                    "--consumer-fetch-wait-per-subscription-ms",
+                    "5",
                 ]
                 self.processes[role] = self._stack.enter_context(child(argv, self.ports[role]))
         except BaseException:
@@ -150,6 +152,9 @@ class Management:
             "subscriptionPolicy": {"inflightSize": 100, "rate": 100_000, "requestTimeout": 10_000, **policy},
         }
         await self._call("POST", f"/topics/{topic}/subscriptions", body)
+
+    async def state(self, topic: str, name: str, state: str) -> None:
+        await self._call("PUT", f"/topics/{topic}/subscriptions/{name}/state", state)
 
     async def remove_subscription(self, topic: str, name: str) -> None:
         await self._call("DELETE", f"/topics/{topic}/subscriptions/{name}")

@@ -113,12 +113,26 @@ class BrokerConsumer:
     def assign(self, offsets: PartitionOffsets) -> None:
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
 
-    def poll(self, max_messages: int = 500, timeout: float = 0.1) -> list[Message]:
+    def poll(self, max_messages: int = 500, timeout: float = 0.1, max_bytes: int | None = None) -> list[Message]:
+        """Up to ``max_messages`` records, and about ``max_bytes`` of values at most. Sizes are known only once
+        taken, so with a byte bound it takes as many more as fit at the largest size seen so far, and never more
+        than it took already (1, 1, 2, 4...): a run of small records cannot open the door to many large ones."""
         # consume() waits for a full batch or the timeout: wait for one record only, then take what is queued,
         # so a message read alone is handed over at once instead of after the timeout.
         records = self._consumer.consume(num_messages=1, timeout=timeout)
-        if records and max_messages > 1:
-            records += self._consumer.consume(num_messages=max_messages - 1, timeout=0)
+        sizes = [len(r.value() or b"") for r in records]
+        while records and len(records) < max_messages:
+            wanted = max_messages - len(records)
+            if max_bytes is not None:
+                left = max_bytes - sum(sizes)
+                if left <= 0:
+                    break
+                wanted = min(wanted, len(records), max(1, left // max(*sizes, 1)))
+            more = self._consumer.consume(num_messages=wanted, timeout=0)
+            if not more:
+                break
+            records += more
+            sizes += [len(r.value() or b"") for r in more]
         out = []
         for record in records:
             err = record.error()

@@ -67,9 +67,19 @@ class BatchConsumer(SerialConsumer):
     def _capacity(self) -> int:
         return 2 * self.subscription.batch_policy.batch_size
 
+    def _refill_at(self) -> int:
+        return 1
+
+    def _byte_budget(self) -> int | None:
+        return None  # bounded by twice the batch size, and each batch by batchVolume
+
     def _dispatch(self, messages: list[Message], generation: int) -> None:
         for message in messages:
             self._queue.put_nowait((message, generation))
+
+    def _finish(self, message: Message, generation: int) -> None:
+        super()._finish(message, generation)
+        self._finished.set()
 
     async def _run_batches(self) -> None:
         while True:

@@ -1,7 +1,11 @@
 """One subscription's SERIAL consumer: reads its topic in the subscription's consumer group and pushes each
 message to the endpoint, committing only offsets below every message still in flight.
 
-The Kafka consumer lives on its own thread (librdkafka calls block); sending runs on the asyncio loop.
+The Kafka consumer lives on its own thread (librdkafka calls block); sending runs on the asyncio loop. The thread
+reads ahead into a bounded buffer on the loop (the read-ahead: ``--consumer-read-ahead-messages`` and
+``-bytes``), and a delivery that ends starts the next buffered message at once. Handing each freed slot back to
+the thread instead woke it once per delivery, each wake-up a GIL hand-off with the busy loop.
+Buffered messages count as unfinished, so their offsets are not committed before they are delivered.
 A retransmission moves the group to new offsets: it starts a new *generation*; deliveries of the old one are
 cancelled and can no longer touch the offset tracker.
 
@@ -17,6 +21,7 @@ import functools
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +66,8 @@ class ConsumerContext:
     metrics_interval: float = 1.0
     session_timeout_ms: int = 6000
     fetch_wait_ms: int = 500
+    read_ahead_messages: int = 200
+    read_ahead_bytes: int = 4 * 1024 * 1024
     rate: RateSettings = field(default_factory=RateSettings)
     resolver: EndpointAddressResolver = field(default_factory=EndpointItself)
 
@@ -79,10 +86,12 @@ class SerialConsumer:
         self._tracker = OffsetTracker()
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._finished = threading.Event()  # a message was finished: the Kafka thread may take more
+        self._finished = threading.Event()  # room was freed: the Kafka thread may read more
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[asyncio.Task[None], int] = {}
+        self._buffer: deque[tuple[Message, int]] = deque()  # read ahead, not sent yet (with its generation)
+        self._buffered_bytes = 0
         self._waiting: set[asyncio.Task[Any]] = set()  # deliveries waiting for a retry or a rate slot
         self._generation = 0
         self._seek_to: dict[Partition, int] | None = None
@@ -124,6 +133,8 @@ class SerialConsumer:
             await asyncio.wait(sending, timeout=0.05)  # short: a delivery may go from sending to waiting
         for task in list(self._tasks):
             task.cancel()
+        self._buffer.clear()  # unfinished, so never committed: they come again after a restart
+        self._buffered_bytes = 0
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
         if self._reporter is not None:
@@ -133,8 +144,17 @@ class SerialConsumer:
         await self._publish_metrics()
 
     def _capacity(self) -> int:
-        """How many read messages may be unfinished before reading pauses."""
-        return self.subscription.serial_policy.inflight_size
+        """How many read messages may be unfinished (sending, waiting or buffered) before reading stops."""
+        return self.subscription.serial_policy.inflight_size + self._context.read_ahead_messages
+
+    def _refill_at(self) -> int:
+        """The room that must be free before the Kafka thread reads again: half the read-ahead, so that it
+        wakes up once per many finished deliveries, not once per delivery."""
+        return max(1, self._context.read_ahead_messages // 2)
+
+    def _byte_budget(self) -> int | None:
+        """Bytes the Kafka thread may still read ahead (None: no bound)."""
+        return self._context.read_ahead_bytes - self._buffered_bytes
 
     @property
     def _snapshot_key(self) -> str:
@@ -165,7 +185,8 @@ class SerialConsumer:
                 with self._lock:
                     room = self._capacity() - self._tracker.inflight()
                     generation = self._generation
-                full = room <= 0
+                budget = self._byte_budget()
+                full = room < min(self._refill_at(), self._capacity()) or (budget is not None and budget <= 0)
                 # A full in-flight budget first just stops taking messages: librdkafka keeps prefetching into
                 # its bounded queue. Pausing would drop that queue (a resume fetches from scratch, which cut
                 # throughput tenfold), so partitions are paused only in a long stall, to keep polling (and with
@@ -187,14 +208,16 @@ class SerialConsumer:
                     self._finished.wait(0.5 if paused else 0.05)
                     self._finished.clear()
                     messages = consumer.poll(max_messages=100, timeout=0) if paused else []
-                else:  # never more than the room left: inflightSize bounds the messages being sent at once
-                    messages = consumer.poll(max_messages=min(room, 100), timeout=0.1)
+                else:  # never more than the room left: the capacity bounds the messages read and unfinished
+                    messages = consumer.poll(max_messages=min(room, 500), timeout=0.1, max_bytes=budget)
                 if messages:
                     with self._lock:
                         if generation != self._generation:
                             continue  # read before a retransmission moved the group: dropped
                         for message in messages:
                             self._tracker.read((message.topic, message.partition), message.offset)
+                        if budget is not None:  # counted here, before the loop gets them: the next poll's budget
+                            self._buffered_bytes += sum(m.size for m in messages)
                     assert self._loop is not None
                     self._loop.call_soon_threadsafe(self._dispatch, messages, generation)
                 if time.monotonic() - last_commit >= self._context.commit_interval:
@@ -247,17 +270,42 @@ class SerialConsumer:
 
     def _dispatch(self, messages: list[Message], generation: int) -> None:
         if generation != self._generation:
+            self._unbuffer(messages)
             return
-        for message in messages:
+        self._buffer.extend((message, generation) for message in messages)
+        self._start_deliveries()
+
+    def _unbuffer(self, messages: list[Message]) -> None:
+        with self._lock:
+            self._buffered_bytes -= sum(m.size for m in messages)
+
+    def _start_deliveries(self) -> None:
+        """Starts buffered messages while fewer than inflightSize deliveries run; wakes the Kafka thread when
+        enough room is free. Messages of an older generation or of a revoked partition are dropped."""
+        limit = self.subscription.serial_policy.inflight_size
+        while self._buffer and len(self._tasks) < limit and not self._stopping.is_set():
+            message, generation = self._buffer.popleft()
+            with self._lock:
+                self._buffered_bytes -= message.size
+                if generation != self._generation or not self._tracker.pending(
+                    (message.topic, message.partition), message.offset
+                ):
+                    continue
             task = asyncio.create_task(self._deliver(message, generation))
             self._tasks[task] = generation
             task.add_done_callback(self._delivery_done)
+        if (
+            len(self._buffer) <= self._context.read_ahead_messages // 2
+            and self._buffered_bytes <= self._context.read_ahead_bytes // 2
+        ):
+            self._finished.set()
 
     def _delivery_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task)
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("delivery of %s crashed", self.name, exc_info=error)
             self._crashed(error)
+        self._start_deliveries()
 
     def _crashed(self, error: BaseException) -> None:
         """Reports the first crash (none once stopping: the stop's own cancellations are not crashes)."""
@@ -271,12 +319,13 @@ class SerialConsumer:
         for task, task_generation in list(self._tasks.items()):
             if task_generation < generation:
                 task.cancel()
+        self._unbuffer([m for m, g in self._buffer if g < generation])
+        self._buffer = deque(m for m in self._buffer if m[1] >= generation)
 
     def _finish(self, message: Message, generation: int) -> None:
         with self._lock:
             if generation == self._generation:
                 self._tracker.finish((message.topic, message.partition), message.offset)
-        self._finished.set()
 
     async def _deliver(self, message: Message, generation: int) -> None:
         """Delivers until success, a final failure or the TTL. A cancelled delivery stays unfinished, so its

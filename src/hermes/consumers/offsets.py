@@ -26,6 +26,10 @@ class OffsetTracker:
     def finish(self, partition: Partition, offset: int) -> None:
         self._inflight.get(partition, set()).discard(offset)
 
+    def pending(self, partition: Partition, offset: int) -> bool:
+        """Whether ``offset`` was read and is not finished (false once its partition was forgotten)."""
+        return offset in self._inflight.get(partition, ())
+
     def partitions(self) -> set[Partition]:
         return set(self._next) | set(self._inflight)
 

@@ -1,0 +1,179 @@
+"""The SERIAL consumer's read-ahead: messages read beyond the inflightSize window wait in a bounded buffer, start
+the moment a delivery ends, and are never committed before they are delivered."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from hermes.broker.embedded import EmbeddedBroker
+from hermes.consumers.consumer import SerialConsumer
+from tests.conftest import wait_until
+from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings
+from tests.support.subscriber import Received, Reply, SubscriberServer
+
+pytestmark = pytest.mark.integration
+
+READ_AHEAD = 20
+READ_AHEAD_BYTES = 64 * 1024
+FAST = {"messageBackoff": 100, "messageTtl": 60, "requestTimeout": 10_000}
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def hermes(kafka: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessHermes]:
+    settings = hermes_settings(
+        tmp_path_factory.mktemp("hermes"),
+        kafka.bootstrap_servers,
+        consumer_read_ahead_messages=READ_AHEAD,
+        consumer_read_ahead_bytes=READ_AHEAD_BYTES,
+    )
+    running = InProcessHermes(settings).start()
+    yield running
+    running.stop()
+
+
+@pytest.fixture
+def servers() -> Iterator[list[SubscriberServer]]:
+    started: list[SubscriberServer] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
+def serve(servers: list[SubscriberServer], delay: float) -> SubscriberServer:
+    server = SubscriberServer(lambda _n, _r: Reply(200, delay=delay)).start()
+    servers.append(server)
+    return server
+
+
+def consumer_of(hermes: InProcessHermes, topic: str, name: str) -> SerialConsumer:
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None
+    wait_until(lambda: (topic, name) in supervisor.consumers, timeout=20)
+    return supervisor.consumers[(topic, name)]
+
+
+def unfinished(consumer: SerialConsumer) -> int:
+    with consumer._lock:
+        return consumer._tracker.inflight()
+
+
+def set_state(client: HermesClient, topic: str, name: str, state: str) -> None:
+    path = f"/topics/{topic}/subscriptions/{name}/state"
+    assert client.management.put(path, content=json.dumps(state), headers=JSON).status_code == 200
+
+
+def numbered(received: list[Received]) -> list[int]:
+    return [json.loads(r.body)["n"] for r in received if b'"n"' in r.body]
+
+
+def most_at_once(received: list[Received], delay: float) -> int:
+    """Requests that were open together at most: each stays open ``delay`` after it arrived, and the next one a
+    free slot allows can only arrive after that."""
+    times = sorted(r.at for r in received)
+    return max(sum(1 for s in times if t - delay + 0.005 < s <= t) for t in times)
+
+
+def backlog(
+    hermes: InProcessHermes,
+    client: HermesClient,
+    subscriber: SubscriberServer,
+    count: int,
+    size: int = 0,
+    **policy: int,
+) -> tuple[str, str]:
+    """A subscription that joined its group, then ``count`` numbered messages published while it was suspended."""
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy={**FAST, **policy})
+    consumer_of(hermes, topic, name)
+    client.publish(topic, '{"warm": 1}')
+    subscriber.wait_for(1, timeout=30)
+    set_state(client, topic, name, "SUSPENDED")
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None
+    wait_until(lambda: (topic, name) not in supervisor.consumers, timeout=20)
+    for i in range(count):
+        body = json.dumps({"n": i, "pad": "x" * size})
+        assert client.publish(topic, body, headers={"Partition-Key": "one"}).status_code in (201, 202)
+    return topic, name
+
+
+def test_reads_ahead_of_the_window_but_sends_at_most_inflight_size(
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
+) -> None:
+    delay = 0.5
+    subscriber = serve(servers, delay)
+    topic, name = backlog(hermes, client, subscriber, 60, inflightSize=4)
+    set_state(client, topic, name, "ACTIVE")
+    consumer = consumer_of(hermes, topic, name)
+    wait_until(lambda: unfinished(consumer) == 4 + READ_AHEAD, timeout=30)  # the window and a full read-ahead
+    samples = []
+    for _ in range(20):
+        samples.append(unfinished(consumer))
+        time.sleep(0.05)
+    assert max(samples) <= 4 + READ_AHEAD
+    wait_until(lambda: len(numbered(subscriber.received)) >= 60, timeout=60)
+    assert sorted(numbered(subscriber.received)) == list(range(60))
+    assert most_at_once([r for r in subscriber.received if b'"n"' in r.body], delay) <= 4
+
+
+def test_a_freed_slot_takes_the_next_buffered_message_at_once(
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
+) -> None:
+    """10 in flight and 50 ms per answer: 200 messages take 1 s, not one Kafka poll or fetch per freed slot."""
+    delay = 0.05
+    subscriber = serve(servers, delay)
+    topic, name = backlog(hermes, client, subscriber, 200, inflightSize=10)
+    set_state(client, topic, name, "ACTIVE")
+    wait_until(lambda: len(numbered(subscriber.received)) >= 200, timeout=60)
+    received = sorted((r for r in subscriber.received if b'"n"' in r.body), key=lambda r: r.at)
+    span = received[-1].at - received[0].at
+    assert span < 2.0, f"200 messages at 10 x 20/s took {span:.2f} s"
+    assert most_at_once(received, delay) <= 10
+    gaps = [b.at - a.at for a, b in itertools.pairwise(received)]
+    assert max(gaps) < 0.5, f"the sending stalled for {max(gaps):.2f} s"
+
+
+def test_the_read_ahead_holds_at_most_its_bytes(
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
+) -> None:
+    size = 16 * 1024
+    subscriber = serve(servers, 2.0)
+    topic, name = backlog(hermes, client, subscriber, 30, size=size, inflightSize=1)
+    set_state(client, topic, name, "ACTIVE")
+    consumer = consumer_of(hermes, topic, name)
+    wait_until(lambda: unfinished(consumer) >= 1 + READ_AHEAD_BYTES // size, timeout=30)
+    samples = []
+    for _ in range(20):
+        samples.append((unfinished(consumer), consumer._buffered_bytes))
+        time.sleep(0.05)
+    most = max(u for u, _ in samples)
+    assert most <= 1 + READ_AHEAD_BYTES // size + 1, f"{most} messages read ahead of 16 KiB each: {samples}"
+    assert max(b for _, b in samples) <= READ_AHEAD_BYTES + size + 100
+
+
+def test_buffered_messages_are_not_committed_before_they_are_delivered(
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
+) -> None:
+    """Stopped with a full read-ahead, the consumer commits only below its first unsent message: every buffered
+    message comes again after the restart."""
+    subscriber = serve(servers, 0.3)
+    topic, name = backlog(hermes, client, subscriber, 40, inflightSize=2)
+    set_state(client, topic, name, "ACTIVE")
+    consumer = consumer_of(hermes, topic, name)
+    wait_until(lambda: unfinished(consumer) == 2 + READ_AHEAD, timeout=30)
+    wait_until(lambda: len(numbered(subscriber.received)) >= 4, timeout=30)
+    set_state(client, topic, name, "SUSPENDED")
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None
+    wait_until(lambda: (topic, name) not in supervisor.consumers, timeout=20)
+    before = set(numbered(subscriber.received))
+    assert len(before) < 40
+    subscriber.script = lambda _n, _r: Reply(200)
+    set_state(client, topic, name, "ACTIVE")
+    wait_until(lambda: set(numbered(subscriber.received)) == set(range(40)), timeout=60)
