@@ -116,14 +116,14 @@ class Settings(BaseSettings):
         "answers a fetch only when this wait ends, so it bounds delivery latency there; Kafka answers as soon as "
         "a message arrives. Default: 25 with the embedded Tansu, 500 with an external cluster.",
     )
-    consumer_fetch_wait_per_subscription_ms: int | None = Field(
-        None,
+    consumer_fetch_wait_per_subscription_ms: int = Field(
+        0,
         ge=0,
         le=60_000,
         description="When above 0, a consumer's fetch wait is this times the number of active subscriptions when "
-        "it starts, up to --consumer-fetch-wait-ms: on Tansu, few subscriptions get a short wait (low latency) "
-        "and many keep the broker's fetch load that of the longest wait. Default: 5 with the embedded Tansu, 0 "
-        "(off) with an external cluster.",
+        "it starts, up to --consumer-fetch-wait-ms. On Tansu, 5 halves one subscription's delivery latency, but "
+        "the short waits of the first few subscriptions raised a neighbour's latency 10-15x under load "
+        "(docs/benchmarks.md), so it is off (0) by default.",
     )
     consumer_read_ahead_messages: int = Field(
         200,
@@ -210,15 +210,9 @@ class Settings(BaseSettings):
             return self.consumer_fetch_wait_ms
         return 25 if self.embedded_broker else 500  # idle fetches cost an external cluster requests
 
-    @property
-    def fetch_wait_per_subscription_ms(self) -> int:
-        if self.consumer_fetch_wait_per_subscription_ms is not None:
-            return self.consumer_fetch_wait_per_subscription_ms
-        return 5 if self.embedded_broker else 0  # Kafka answers a fetch when data comes: a shorter wait buys nothing
-
     def fetch_wait_for(self, active_subscriptions: int) -> int:
         """The fetch wait of a consumer started while ``active_subscriptions`` are active in the process."""
-        per_subscription = self.fetch_wait_per_subscription_ms
+        per_subscription = self.consumer_fetch_wait_per_subscription_ms
         if per_subscription <= 0:
             return self.fetch_wait_ms
         return max(1, min(self.fetch_wait_ms, per_subscription * max(1, active_subscriptions)))

@@ -26,9 +26,9 @@ def test_secrets_do_not_print() -> None:
 
 def test_the_fetch_wait_grows_with_the_active_subscriptions_up_to_its_maximum(tmp_path: Path) -> None:
     embedded = load_settings({"data_dir": tmp_path})
-    assert [embedded.fetch_wait_for(n) for n in (0, 1, 2, 5, 100)] == [5, 5, 10, 25, 25]
-    fixed = load_settings({"data_dir": tmp_path, "consumer_fetch_wait_per_subscription_ms": 0})
-    assert fixed.fetch_wait_for(1) == 25
+    assert embedded.fetch_wait_for(1) == 25  # off by default
+    growing = load_settings({"data_dir": tmp_path, "consumer_fetch_wait_per_subscription_ms": 5})
+    assert [growing.fetch_wait_for(n) for n in (0, 1, 2, 5, 100)] == [5, 5, 10, 25, 25]
     external = load_settings({"data_dir": tmp_path, "kafka_bootstrap_servers": "kafka:9092"})
     assert external.fetch_wait_for(1) == 500
     tuned = load_settings(

@@ -86,7 +86,7 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
                 "",
                 f"One subscription draining a backlog of {d['messages']:,} messages published while it was suspended "
                 f"(the consumers process alone; a burst to one subscription is delivered as fast as it is published): "
-                f"**{_mmm(d['throughput'])}** deliveries/s, ratio to raw POST "
+                f"{_mmm(d['throughput'])} deliveries/s, ratio to raw POST "
                 f"**{d['throughput']['median'] / max(raw_post['median'], 1e-9):.2f}**, consumers CPU µs per delivery "
                 f"{_mmm(d['consumers_cpu_us'])}, missing {d['missing']}, duplicates {d['duplicates']}.",
             ]

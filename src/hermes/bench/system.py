@@ -110,8 +110,6 @@ class System:
                     "0.2",
                     "--consumer-fetch-wait-ms",  # the broker is Tansu: the embedded defaults, not the external ones
                     "25",
-                    "--consumer-fetch-wait-per-subscription-ms",
-                    "5",
                 ]
                 self.processes[role] = self._stack.enter_context(child(argv, self.ports[role]))
         except BaseException:
