@@ -18,11 +18,10 @@ from hermes.pipeline.runner import PipelineContext
 from tests.conftest import wait_until
 from tests.integration.test_publishing import read_topic
 from tests.support.hermes import HermesClient, InProcessHermes
-from tests.support.pipeline import pipeline_context
+from tests.support.pipeline import pipeline_context, retransmit_offline
 from tests.support.subscriber import SubscriberServer
 
 ARCHIVED = {"offlineStorage": {"enabled": True, "retentionTime": {"duration": 7}}}
-TASKS = "/offline-retransmission/tasks"
 
 
 @pytest.fixture(scope="module")
@@ -36,10 +35,6 @@ def retransmission(context: PipelineContext) -> Iterator[RetransmissionJob]:
     job.start()
     yield job
     job.stop()
-
-
-def iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat()
 
 
 def test_messages_no_longer_in_kafka_reach_a_live_subscription(
@@ -76,16 +71,8 @@ def test_messages_no_longer_in_kafka_reach_a_live_subscription(
 
     target = client.create_topic()
     client.create_subscription(target, subscriber.url, subscriptionPolicy={"requestTimeout": 10_000})
-    body = {"sourceTopic": source, "targetTopic": target, "startTimestamp": iso(start), "endTimestamp": iso(end)}
-    created = client.management.post(TASKS, json=body)
-    assert created.status_code == 201, created.text
-    task_id = created.json()["taskId"]
-
-    def task() -> dict[str, Any]:
-        return next(t for t in client.management.get(TASKS).json() if t["taskId"] == task_id)
-
-    wait_until(lambda: task()["status"] == "DONE", 120, 0.5)
-    assert task()["progress"] == {"republished": 3, "total": 3}
+    done = retransmit_offline(client, source, target, start, end)
+    assert done["progress"] == {"republished": 3, "total": 3}
     subscriber.wait_for(3, timeout=30)
     time.sleep(1.0)  # time for a message outside the range to arrive, if one was wrongly sent
     by_id = {r.message_id: r for r in subscriber.received}
@@ -102,16 +89,5 @@ def test_a_task_over_an_empty_range_is_done_at_once(
 ) -> None:
     source = client.create_topic(**ARCHIVED)
     target = client.create_topic()
-    body = {
-        "sourceTopic": source,
-        "targetTopic": target,
-        "startTimestamp": "2020-01-01T00:00:00Z",
-        "endTimestamp": "2020-01-01T01:00:00Z",
-    }
-    task_id = client.management.post(TASKS, json=body).json()["taskId"]
-
-    def task() -> dict[str, Any]:
-        return next(t for t in client.management.get(TASKS).json() if t["taskId"] == task_id)
-
-    wait_until(lambda: task()["status"] == "DONE", 60, 0.5)
-    assert task()["progress"] == {"republished": 0, "total": 0}
+    done = retransmit_offline(client, source, target, "2020-01-01T00:00:00Z", "2020-01-01T01:00:00Z", 60)
+    assert done["progress"] == {"republished": 0, "total": 0}

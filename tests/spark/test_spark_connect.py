@@ -7,7 +7,6 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -17,11 +16,10 @@ from hermes.pipeline.lake import Lake
 from hermes.pipeline.traces import TrackingStore, committed_files, tracking_root
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
-from tests.support.pipeline import PipelineCommand, lake_count
+from tests.support.pipeline import PipelineCommand, lake_count, retransmit_offline
 from tests.support.spark_connect import SparkConnectServer
 from tests.support.subscriber import SubscriberServer
 
-TASKS = "/offline-retransmission/tasks"
 FRONTEND = ["INFLIGHT", "SUCCESS"]  # a published message's trace before any subscription
 
 
@@ -41,10 +39,6 @@ def pipeline(
     )  # fmt: skip
     yield running
     running.stop()
-
-
-def iso(moment: datetime) -> str:
-    return moment.isoformat()
 
 
 def archived_ids(lake: Lake, topic: str) -> list[str]:
@@ -91,16 +85,8 @@ def test_the_pipeline_runs_every_job_through_spark_connect(
 
     # offline retransmission: a Spark batch job on the server republishes the range into a live subscription
     end = datetime.now(UTC)
-    body = {"sourceTopic": topic, "targetTopic": target, "startTimestamp": iso(start), "endTimestamp": iso(end)}
-    created = client.management.post(TASKS, json=body)
-    assert created.status_code == 201, created.text
-    task_id = created.json()["taskId"]
-
-    def task() -> dict[str, Any]:
-        return next(t for t in client.management.get(TASKS).json() if t["taskId"] == task_id)
-
-    wait_until(lambda: task()["status"] == "DONE", 120, 0.5)
-    assert task()["progress"] == {"republished": 30, "total": 30}
+    done = retransmit_offline(client, topic, target, start, end)
+    assert done["progress"] == {"republished": 30, "total": 30}
     subscriber.wait_for(30, timeout=60)
     assert sorted(r.message_id for r in subscriber.received) == sorted(published)
     assert pipeline.stop() == 0, "SIGTERM stops the pipeline and its queries cleanly"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -16,7 +17,9 @@ from hermes.pipeline.lake import Lake
 from hermes.pipeline.runner import PipelineContext
 from hermes.pipeline.traces import committed_files
 from tests.conftest import wait_until
-from tests.support.hermes import HermesProcess, InProcessHermes
+from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes
+
+RETRANSMISSION_TASKS = "/offline-retransmission/tasks"
 
 
 def pipeline_context(
@@ -107,3 +110,22 @@ class PipelineCommand:
         if self.process is not None and self.process.process is not None and self.process.process.poll() is None:
             return self.process.stop(signal.SIGTERM, timeout=60)
         return None
+
+
+def retransmit_offline(
+    client: HermesClient, source: str, target: str, start: datetime | str, end: datetime | str, timeout: float = 120
+) -> dict[str, Any]:
+    """Creates an offline retransmission task through the management API, waits until it is DONE and returns
+    its listing (status and progress)."""
+    span = [t if isinstance(t, str) else t.astimezone(UTC).isoformat() for t in (start, end)]
+    body = {"sourceTopic": source, "targetTopic": target, "startTimestamp": span[0], "endTimestamp": span[1]}
+    created = client.management.post(RETRANSMISSION_TASKS, json=body)
+    assert created.status_code == 201, created.text
+    task_id = created.json()["taskId"]
+
+    def task() -> dict[str, Any]:
+        listed: list[dict[str, Any]] = client.management.get(RETRANSMISSION_TASKS).json()
+        return next(t for t in listed if t["taskId"] == task_id)
+
+    wait_until(lambda: task()["status"] == "DONE", timeout, 0.5)
+    return task()
