@@ -4,11 +4,12 @@ fast one. Every accepted message is reconciled against what each subscription re
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from hermes.bench.load import Sent, Sink, closed_loop, json_body, open_loop, publish_count
+from hermes.bench.load import Sent, Sink, closed_loop, gc_paused, json_body, open_loop, publish_count
 from hermes.bench.stats import latency_ms, reconcile, summarize_runs
 from hermes.bench.system import Management, System, cpu_seconds, warm_up
 
@@ -29,11 +30,12 @@ async def delivered(
     for name in (*names, *reconciled_only):
         sink.arrivals[name] = []
     cpu_before = cpu_seconds(consumers_pid) if consumers_pid else 0.0
-    sent = await publish()
-    expected = len(sent.accepted)
-    deadline = time.monotonic() + drain_timeout
-    for name in (*names, *reconciled_only):
-        await sink.wait_for(name, expected, max(0.1, deadline - time.monotonic()))
+    with gc_paused():  # the sink records arrival times in this process
+        sent = await publish()
+        expected = len(sent.accepted)
+        deadline = time.monotonic() + drain_timeout
+        for name in (*names, *reconciled_only):
+            await sink.wait_for(name, expected, max(0.1, deadline - time.monotonic()))
     latencies: list[float] = []
     first, last = float("inf"), 0.0
     reconciliations = []
@@ -136,17 +138,19 @@ async def slow_beside_fast(
 ) -> dict[str, Any]:
     """The fast subscription's publish-to-delivery latency alone; beside a second fast subscription (the
     control: what any second subscription costs); and beside a subscription whose endpoint takes
-    ``slow_delay`` seconds per answer. Slowness must not move it: compare with the control."""
-    topic = await api.topic("benchs", "slowfast")
-    url = f"{system.frontend}/topics/{topic}"
+    ``slow_delay`` seconds per answer. Slowness must not move it: compare with the control.
+    Each phase has a topic of its own: on the embedded broker a fetch costs more the more batches its partition
+    holds, so phases sharing one topic would measure the order they ran in (see docs/benchmarks.md)."""
     drain = 60.0
     phases: dict[str, Any] = {}
-    await api.subscription(topic, "fast", sink.url("fast"))
     for phase, other, delay in (
         ("fast_alone", None, 0.0),
         ("fast_beside_fast", "control", 0.0),
         ("fast_beside_slow", "slow", slow_delay),
     ):
+        topic = await api.topic("benchs", f"slowfast-{phase}")
+        url = f"{system.frontend}/topics/{topic}"
+        await api.subscription(topic, "fast", sink.url("fast"))
         if other is not None:
             sink.delays[other] = delay
             await api.subscription(topic, other, sink.url(other), inflightSize=200)
@@ -154,14 +158,13 @@ async def slow_beside_fast(
             return {"error": f"{phase}: the subscriptions never started receiving", "void": True}
         others = (other,) if other else ()
         runs = [
-            await delivered(sink, ["fast"], lambda: _open(url, rate, seconds), drain, reconciled_only=others)
+            await delivered(sink, ["fast"], functools.partial(_open, url, rate, seconds), drain, reconciled_only=others)
             for _ in range(reps)
         ]
         phases[phase] = _fold(runs)
-        if other is not None:
-            sink.delays.pop(other, None)
-            await api.remove_subscription(topic, other)
-    await api.remove_subscription(topic, "fast")
+        for name in ("fast", *others):
+            await api.remove_subscription(topic, name)
+        sink.delays.pop(other or "", None)
 
     def p99(phase: str) -> float:
         return float(phases[phase]["latency_ms.p99"]["median"])
