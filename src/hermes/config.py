@@ -121,9 +121,10 @@ class Settings(BaseSettings):
         ge=0,
         le=60_000,
         description="When above 0, a consumer's fetch wait is this times the number of active subscriptions when "
-        "it starts, up to --consumer-fetch-wait-ms. On Tansu, 5 halves one subscription's delivery latency, but "
-        "the short waits of the first few subscriptions raised a neighbour's latency 10-15x under load "
-        "(docs/benchmarks.md), so it is off (0) by default.",
+        "it starts, up to --consumer-fetch-wait-ms. On Tansu, 5 nearly halves a new topic's delivery latency, but "
+        "each fetch that carries data costs Tansu time in proportion to the partition's history, and short waits "
+        "make more of them: under sustained load latency grows about three times as fast (docs/benchmarks.md), "
+        "so it is off (0) by default.",
     )
     consumer_read_ahead_messages: int = Field(
         200,
