@@ -150,7 +150,7 @@ def test_the_read_ahead_holds_at_most_its_bytes(
     wait_until(lambda: unfinished(consumer) >= 1 + READ_AHEAD_BYTES // size, timeout=30)
     samples = []
     for _ in range(20):
-        samples.append((unfinished(consumer), consumer._buffered_bytes))
+        samples.append((unfinished(consumer), READ_AHEAD_BYTES - consumer._read_ahead.byte_budget()))
         time.sleep(0.05)
     most = max(u for u, _ in samples)
     assert most <= 1 + READ_AHEAD_BYTES // size + 1, f"{most} messages read ahead of 16 KiB each: {samples}"

@@ -2,10 +2,8 @@
 message to the endpoint, committing only offsets below every message still in flight.
 
 The Kafka consumer lives on its own thread (librdkafka calls block); sending runs on the asyncio loop. The thread
-reads ahead into a bounded buffer on the loop (the read-ahead: ``--consumer-read-ahead-messages`` and
-``-bytes``), and a delivery that ends starts the next buffered message at once. Handing each freed slot back to
-the thread instead woke it once per delivery, each wake-up a GIL hand-off with the busy loop.
-Buffered messages count as unfinished, so their offsets are not committed before they are delivered.
+reads ahead into a bounded buffer on the loop (``read_ahead.py``; ``--consumer-read-ahead-messages`` and
+``-bytes``). Buffered messages count as unfinished, so their offsets are not committed before they are delivered.
 A retransmission moves the group to new offsets: it starts a new *generation*; deliveries of the old one are
 cancelled and can no longer touch the offset tracker.
 
@@ -21,7 +19,6 @@ import functools
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +30,7 @@ from hermes.consumers.filtering import MessageFilters
 from hermes.consumers.metrics import SNAPSHOT_NAMESPACE, UNDELIVERED_NAMESPACE, SubscriptionMetrics, UndeliveredMessage
 from hermes.consumers.offsets import OffsetTracker, Partition
 from hermes.consumers.rate import AdaptiveRateLimiter, RateMode, RateSettings
+from hermes.consumers.read_ahead import ReadAhead
 from hermes.consumers.recipients import Recipients
 from hermes.consumers.resolver import EndpointAddressResolver, EndpointItself
 from hermes.consumers.retry import Backoff
@@ -90,8 +88,7 @@ class SerialConsumer:
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: dict[asyncio.Task[None], int] = {}
-        self._buffer: deque[tuple[Message, int]] = deque()  # read ahead, not sent yet (with its generation)
-        self._buffered_bytes = 0
+        self._read_ahead = ReadAhead(context.read_ahead_messages, context.read_ahead_bytes)
         self._waiting: set[asyncio.Task[Any]] = set()  # deliveries waiting for a retry or a rate slot
         self._generation = 0
         self._seek_to: dict[Partition, int] | None = None
@@ -133,8 +130,7 @@ class SerialConsumer:
             await asyncio.wait(sending, timeout=0.05)  # short: a delivery may go from sending to waiting
         for task in list(self._tasks):
             task.cancel()
-        self._buffer.clear()  # unfinished, so never committed: they come again after a restart
-        self._buffered_bytes = 0
+        self._read_ahead.clear()  # unfinished, so never committed: they come again after a restart
         if self._thread is not None:
             await asyncio.to_thread(self._thread.join)
         if self._reporter is not None:
@@ -145,16 +141,7 @@ class SerialConsumer:
 
     def _capacity(self) -> int:
         """How many read messages may be unfinished (sending, waiting or buffered) before reading stops."""
-        return self.subscription.serial_policy.inflight_size + self._context.read_ahead_messages
-
-    def _refill_at(self) -> int:
-        """The room that must be free before the Kafka thread reads again: half the read-ahead, so that it
-        wakes up once per many finished deliveries, not once per delivery."""
-        return max(1, self._context.read_ahead_messages // 2)
-
-    def _byte_budget(self) -> int | None:
-        """Bytes the Kafka thread may still read ahead (None: no bound)."""
-        return self._context.read_ahead_bytes - self._buffered_bytes
+        return self.subscription.serial_policy.inflight_size + self._read_ahead.messages
 
     @property
     def _snapshot_key(self) -> str:
@@ -185,8 +172,8 @@ class SerialConsumer:
                 with self._lock:
                     room = self._capacity() - self._tracker.inflight()
                     generation = self._generation
-                budget = self._byte_budget()
-                full = room < min(self._refill_at(), self._capacity()) or (budget is not None and budget <= 0)
+                budget = self._read_ahead.byte_budget()
+                full = room < min(self._read_ahead.refill_at, self._capacity()) or budget <= 0
                 # A full in-flight budget first just stops taking messages: librdkafka keeps prefetching into
                 # its bounded queue. Pausing would drop that queue (a resume fetches from scratch, which cut
                 # throughput tenfold), so partitions are paused only in a long stall, to keep polling (and with
@@ -216,8 +203,7 @@ class SerialConsumer:
                             continue  # read before a retransmission moved the group: dropped
                         for message in messages:
                             self._tracker.read((message.topic, message.partition), message.offset)
-                        if budget is not None:  # counted here, before the loop gets them: the next poll's budget
-                            self._buffered_bytes += sum(m.size for m in messages)
+                    self._read_ahead.count(messages)
                     assert self._loop is not None
                     self._loop.call_soon_threadsafe(self._dispatch, messages, generation)
                 if time.monotonic() - last_commit >= self._context.commit_interval:
@@ -270,23 +256,18 @@ class SerialConsumer:
 
     def _dispatch(self, messages: list[Message], generation: int) -> None:
         if generation != self._generation:
-            self._unbuffer(messages)
+            self._read_ahead.uncount(messages)
             return
-        self._buffer.extend((message, generation) for message in messages)
+        self._read_ahead.add(messages, generation)
         self._start_deliveries()
-
-    def _unbuffer(self, messages: list[Message]) -> None:
-        with self._lock:
-            self._buffered_bytes -= sum(m.size for m in messages)
 
     def _start_deliveries(self) -> None:
         """Starts buffered messages while fewer than inflightSize deliveries run; wakes the Kafka thread when
         enough room is free. Messages of an older generation or of a revoked partition are dropped."""
         limit = self.subscription.serial_policy.inflight_size
-        while self._buffer and len(self._tasks) < limit and not self._stopping.is_set():
-            message, generation = self._buffer.popleft()
+        while len(self._tasks) < limit and not self._stopping.is_set() and (item := self._read_ahead.take()):
+            message, generation = item
             with self._lock:
-                self._buffered_bytes -= message.size
                 if generation != self._generation or not self._tracker.pending(
                     (message.topic, message.partition), message.offset
                 ):
@@ -294,10 +275,7 @@ class SerialConsumer:
             task = asyncio.create_task(self._deliver(message, generation))
             self._tasks[task] = generation
             task.add_done_callback(self._delivery_done)
-        if (
-            len(self._buffer) <= self._context.read_ahead_messages // 2
-            and self._buffered_bytes <= self._context.read_ahead_bytes // 2
-        ):
+        if self._read_ahead.low():
             self._finished.set()
 
     def _delivery_done(self, task: asyncio.Task[None]) -> None:
@@ -319,8 +297,7 @@ class SerialConsumer:
         for task, task_generation in list(self._tasks.items()):
             if task_generation < generation:
                 task.cancel()
-        self._unbuffer([m for m, g in self._buffer if g < generation])
-        self._buffer = deque(m for m in self._buffer if m[1] >= generation)
+        self._read_ahead.drop_older_than(generation)
 
     def _finish(self, message: Message, generation: int) -> None:
         with self._lock:

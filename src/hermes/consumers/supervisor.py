@@ -165,8 +165,10 @@ class ConsumersSupervisor:
             elif current is None and active and subscription is not None:
                 assert self._context is not None
                 kind = BatchConsumer if subscription.is_batch else SerialConsumer
-                active_count = sum(s.state is SubscriptionState.ACTIVE for s in self._cache.subscriptions.values())
-                context = dataclasses.replace(self._context, fetch_wait_ms=self._settings.fetch_wait_for(active_count))
+                context = self._context
+                if self._settings.consumer_fetch_wait_per_subscription_ms:
+                    active_count = sum(s.state is SubscriptionState.ACTIVE for s in self._cache.subscriptions.values())
+                    context = dataclasses.replace(context, fetch_wait_ms=self._settings.fetch_wait_for(active_count))
                 consumer = kind(subscription, context, self._crash_listener(key))
                 self._consumers[key] = consumer
                 await consumer.start()

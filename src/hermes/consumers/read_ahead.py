@@ -1,0 +1,74 @@
+"""A SERIAL consumer's read-ahead: messages read from Kafka beyond its inflightSize window, held on the event loop
+until a delivery ends, so that the next delivery starts at once.
+
+The Kafka thread is woken to read more only when the buffer is half empty: once per many finished deliveries,
+not once per delivery (each wake-up is a GIL hand-off with the busy loop). Bytes are counted from the moment the
+thread reads the messages, before the loop gets them, so that its next read already sees them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Iterable
+
+from hermes.domain.message import Message
+
+
+class ReadAhead:
+    def __init__(self, messages: int, max_bytes: int) -> None:
+        self.messages = messages
+        self.max_bytes = max_bytes
+        self._queue: deque[tuple[Message, int]] = deque()  # with the generation each was read in
+        self._bytes = 0
+        self._lock = threading.Lock()  # the Kafka thread counts, the loop uncounts
+
+    @property
+    def refill_at(self) -> int:
+        """Free room (in messages) at which the Kafka thread reads again."""
+        return max(1, self.messages // 2)
+
+    def byte_budget(self) -> int:
+        """Bytes the Kafka thread may still read."""
+        with self._lock:
+            return self.max_bytes - self._bytes
+
+    def count(self, messages: Iterable[Message]) -> None:
+        """Called by the Kafka thread for the messages it read, before handing them to the loop."""
+        size = sum(m.size for m in messages)
+        with self._lock:
+            self._bytes += size
+
+    def uncount(self, messages: Iterable[Message]) -> None:
+        size = sum(m.size for m in messages)
+        with self._lock:
+            self._bytes -= size
+
+    def add(self, messages: Iterable[Message], generation: int) -> None:
+        self._queue.extend((message, generation) for message in messages)
+
+    def take(self) -> tuple[Message, int] | None:
+        """The oldest buffered message and its generation (None when empty)."""
+        if not self._queue:
+            return None
+        message, generation = self._queue.popleft()
+        self.uncount((message,))
+        return message, generation
+
+    def low(self) -> bool:
+        """Half empty, by messages and by bytes: time to wake the Kafka thread."""
+        with self._lock:
+            low_on_bytes = self._bytes <= self.max_bytes // 2
+        return len(self._queue) <= self.refill_at and low_on_bytes
+
+    def drop_older_than(self, generation: int) -> None:
+        """Drops what was read before a retransmission moved the group."""
+        self.uncount(m for m, g in self._queue if g < generation)
+        self._queue = deque(item for item in self._queue if item[1] >= generation)
+
+    def clear(self) -> None:
+        self.uncount(m for m, _ in self._queue)
+        self._queue.clear()
+
+    def __len__(self) -> int:
+        return len(self._queue)
