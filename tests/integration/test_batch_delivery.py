@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import orjson
 import pytest
@@ -11,6 +12,13 @@ from tests.support.hermes import HermesClient
 from tests.support.subscriber import Reply, SubscriberServer
 
 pytestmark = pytest.mark.integration
+
+READ_AHEAD_BYTES = 64 * 1024  # the smallest allowed: the SERIAL read-ahead's byte bound must not apply to BATCH
+
+
+@pytest.fixture(scope="module")
+def hermes_overrides() -> dict[str, Any]:
+    return {"consumer_read_ahead_bytes": READ_AHEAD_BYTES}
 
 
 def batch_subscription(client: HermesClient, topic: str, url: str, **policy: int | bool) -> str:
@@ -29,6 +37,21 @@ def test_a_batch_is_sent_when_batch_size_is_reached(client: HermesClient, subscr
     assert orjson.loads(second.body) == [{"n": i} for i in range(5, 10)]
     assert first.headers["Hermes-Message-Ids"].split(",") == ids[:5]
     assert first.headers["Hermes-Batch-Id"] != second.headers["Hermes-Batch-Id"]
+
+
+def test_batches_carry_more_than_the_serial_read_ahead_bytes(
+    client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic()
+    batch_subscription(client, topic, subscriber.url, batchSize=20, batchTime=100)
+    body = '{"pad": "' + "x" * 1000 + '"}'
+    count = 3 * READ_AHEAD_BYTES // len(body)
+    for _ in range(count):
+        client.publish(topic, body)
+    deadline = time.monotonic() + 30
+    while sum(len(orjson.loads(r.body)) for r in subscriber.received) < count and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sum(len(orjson.loads(r.body)) for r in subscriber.received) == count
 
 
 def test_a_batch_is_sent_when_batch_time_passes(client: HermesClient, subscriber: SubscriberServer) -> None:

@@ -143,6 +143,14 @@ class SerialConsumer:
         """How many read messages may be unfinished (sending, waiting or buffered) before reading stops."""
         return self.subscription.serial_policy.inflight_size + self._read_ahead.messages
 
+    def _refill_at(self) -> int:
+        """The room that must be free before the Kafka thread reads again."""
+        return self._read_ahead.refill_at
+
+    def _byte_budget(self) -> int | None:
+        """Bytes the Kafka thread may still read (None: no bound)."""
+        return self._read_ahead.byte_budget()
+
     @property
     def _snapshot_key(self) -> str:
         return f"{self.name}/{self._context.node_id}"
@@ -172,8 +180,8 @@ class SerialConsumer:
                 with self._lock:
                     room = self._capacity() - self._tracker.inflight()
                     generation = self._generation
-                budget = self._read_ahead.byte_budget()
-                full = room < min(self._read_ahead.refill_at, self._capacity()) or budget <= 0
+                budget = self._byte_budget()
+                full = room < min(self._refill_at(), self._capacity()) or (budget is not None and budget <= 0)
                 # A full in-flight budget first just stops taking messages: librdkafka keeps prefetching into
                 # its bounded queue. Pausing would drop that queue (a resume fetches from scratch, which cut
                 # throughput tenfold), so partitions are paused only in a long stall, to keep polling (and with
@@ -203,7 +211,8 @@ class SerialConsumer:
                             continue  # read before a retransmission moved the group: dropped
                         for message in messages:
                             self._tracker.read((message.topic, message.partition), message.offset)
-                    self._read_ahead.count(messages)
+                    if budget is not None:  # the batch consumer keeps no read-ahead
+                        self._read_ahead.count(messages)
                     assert self._loop is not None
                     self._loop.call_soon_threadsafe(self._dispatch, messages, generation)
                 if time.monotonic() - last_commit >= self._context.commit_interval:
