@@ -58,6 +58,10 @@ class InProcessHermes:
         return self.hermes.frontend_url
 
 
+# The tests' broker is Tansu even when Hermes is given its address: its embedded default, 1 s group joins.
+TANSU_SESSION_TIMEOUT_MS = 2000
+
+
 def hermes_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "data_dir": data_dir,
@@ -65,6 +69,7 @@ def hermes_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> 
         "management_port": 0,
         "kafka_bootstrap_servers": bootstrap,
         "metadata_poll_interval": 0.05,
+        "consumer_session_timeout_ms": TANSU_SESSION_TIMEOUT_MS,
         "consumer_commit_interval": 0.2,
         "consumer_metrics_interval": 0.2,
         "pipeline": False,  # Spark takes 10+ s to start: only the tests that want the pipeline run it
@@ -107,7 +112,7 @@ class HermesProcess:
             *([] if pipeline or command != "run" else ["--no-pipeline"]),  # Spark takes 10+ s to start
             *args,
         ]
-        self.env = {**os.environ, **(env or {})}
+        self.env = {"HERMES_CONSUMER_SESSION_TIMEOUT_MS": str(TANSU_SESSION_TIMEOUT_MS), **os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
 
     @property

@@ -35,3 +35,13 @@ def test_the_fetch_wait_grows_with_the_active_subscriptions_up_to_its_maximum(tm
         {"data_dir": tmp_path, "consumer_fetch_wait_ms": 100, "consumer_fetch_wait_per_subscription_ms": 2}
     )
     assert [tuned.fetch_wait_for(n) for n in (1, 30, 60)] == [2, 60, 100]
+
+
+def test_the_session_timeout_suits_the_broker(tmp_path: Path) -> None:
+    assert load_settings({"data_dir": tmp_path}).session_timeout_ms == 2000  # Tansu: joins take half of it
+    external = load_settings({"data_dir": tmp_path, "kafka_bootstrap_servers": "kafka:9092"})
+    assert external.session_timeout_ms == 6000  # Kafka refuses less by default
+    chosen = load_settings(
+        {"data_dir": tmp_path, "kafka_bootstrap_servers": "k:9092", "consumer_session_timeout_ms": 9000}
+    )
+    assert chosen.session_timeout_ms == 9000

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hermes.bench.load import Sent, Sink, closed_loop, gc_paused, json_body, open_loop, publish_count
-from hermes.bench.stats import latency_ms, reconcile, summarize_runs
+from hermes.bench.stats import latency_ms, reconcile, summarize, summarize_runs
 from hermes.bench.system import Management, System, cpu_seconds, warm_up
 
 BODY = json_body(1024)
@@ -115,6 +115,26 @@ async def serial_fanout(
     for name in names:
         await api.remove_subscription(topic, name)
     return out
+
+
+async def subscription_start(system: System, sink: Sink, api: Management, reps: int) -> dict[str, Any]:
+    """Seconds from asking for a new subscription to its first delivery: one message is published as soon as
+    the subscription exists, and the consumer must be started and have joined its group to deliver it."""
+    topic = await api.topic("benchs", "start")
+    url = f"{system.frontend}/topics/{topic}"
+    seconds, missing = [], 0
+    for rep in range(reps):
+        name = f"start{rep}"
+        sink.arrivals[name] = []
+        began = time.monotonic()
+        await api.subscription(topic, name, sink.url(name))
+        sent = await publish_count(url, BODY, 1, 1)
+        if sent.accepted and await sink.wait_for(name, 1, 60.0):
+            seconds.append(sink.arrivals[name][0][1] - began)
+        else:
+            missing += 1
+        await api.remove_subscription(topic, name)
+    return {"seconds": summarize(seconds), "missing": missing, "void": missing > 0}
 
 
 async def _backlog(api: Management, topic: str, name: str, url: str, count: int) -> Sent:

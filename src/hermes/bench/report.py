@@ -90,6 +90,13 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
                 f"**{d['throughput']['median'] / max(raw_post['median'], 1e-9):.2f}**, consumers CPU µs per delivery "
                 f"{_mmm(d['consumers_cpu_us'])}, missing {d['missing']}, duplicates {d['duplicates']}.",
             ]
+    start = s.get("subscription_start")
+    if start:
+        lines += [
+            "",
+            "A new subscription's first delivery (from the request creating it to the arrival of a message "
+            f"published as soon as it exists): {_mmm(start['seconds'], 2)} s, missing {start['missing']}.",
+        ]
     sf = s["slow_beside_fast"]
     lines += ["", "### 4. A slow subscription beside a fast one", ""]
     if "error" in sf:

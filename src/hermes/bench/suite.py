@@ -110,6 +110,8 @@ async def _scenarios(system: System, plan: Plan, log: Any) -> dict[str, Any]:
             out["slow_beside_fast"] = await delivery.slow_beside_fast(
                 system, sink, api, plan.slow_rate, plan.seconds, plan.reps, plan.slow_delay
             )
+            log("a new subscription's first delivery")
+            out["subscription_start"] = await delivery.subscription_start(system, sink, api, plan.reps)
             fanouts = []
             for n in plan.fanouts:
                 log(f"SERIAL delivery to {n} subscription(s)")
@@ -168,7 +170,7 @@ def void_reasons(scenarios: dict[str, Any]) -> list[str]:
                 reasons.append(
                     f"serial x{fanout.get('subscriptions')} {part}: {fanout.get('error') or 'missing messages'}"
                 )
-    for name in ("slow_beside_fast", "large", "batch"):
+    for name in ("slow_beside_fast", "subscription_start", "large", "batch"):
         scenario = scenarios.get(name, {})
         if scenario.get("void"):
             reasons.append(f"{name}: {scenario.get('error') or 'missing messages'}")

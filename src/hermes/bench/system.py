@@ -110,6 +110,8 @@ class System:
                     "0.2",
                     "--consumer-fetch-wait-ms",  # the broker is Tansu: the embedded defaults, not the external ones
                     "25",
+                    "--consumer-session-timeout-ms",
+                    "2000",
                 ]
                 self.processes[role] = self._stack.enter_context(child(argv, self.ports[role]))
         except BaseException:

@@ -74,7 +74,7 @@ class ConsumersSupervisor:
             tracker=self._tracker,
             commit_interval=s.consumer_commit_interval,
             metrics_interval=s.consumer_metrics_interval,
-            session_timeout_ms=s.consumer_session_timeout_ms,
+            session_timeout_ms=s.session_timeout_ms,
             fetch_wait_ms=s.fetch_wait_ms,
             read_ahead_messages=s.consumer_read_ahead_messages,
             read_ahead_bytes=s.consumer_read_ahead_bytes,
