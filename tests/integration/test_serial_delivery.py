@@ -297,3 +297,30 @@ def test_inflight_size_one_sends_a_backlog_one_message_at_a_time_in_order(
     assert [r.body for r in received] == [f'{{"n": {i}}}'.encode() for i in range(12)]
     gaps = [b.at - a.at for a, b in itertools.pairwise(received)]
     assert min(gaps) >= 0.045, f"two messages were in flight at once: gaps {gaps}"
+
+
+def test_sending_delay_holds_a_first_attempt_until_that_long_after_publishing(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber = serve(scripted, lambda n, _r: Reply(500) if n == 0 else Reply(200))
+    topic = client.create_topic()
+    policy = {**FAST, "sendingDelay": 1000, "inflightSize": 1}
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=policy)
+    published = time.monotonic()
+    client.publish(topic, '{"first": 1}')
+    first, retry = subscriber.wait_for(2, timeout=20)
+    assert first.at - published >= 1.0
+    assert retry.at - first.at < 0.9, "a retry waits its backoff, not the sending delay again"
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None
+    state = f"/topics/{topic}/subscriptions/{name}/state"
+    json_header = {"Content-Type": "application/json"}
+    assert client.management.put(state, content='"SUSPENDED"', headers=json_header).status_code == 200
+    wait_until(lambda: (topic, name) not in supervisor.consumers, timeout=20)
+    for i in range(5):
+        assert client.publish(topic, f'{{"n": {i}}}').status_code == 201
+    time.sleep(1.0)  # the backlog is older than the delay
+    assert client.management.put(state, content='"ACTIVE"', headers=json_header).status_code == 200
+    wait_until(lambda: sum(b'"n"' in r.body for r in subscriber.received) >= 5, timeout=30)
+    backlog = [r.at for r in subscriber.received if b'"n"' in r.body]
+    assert backlog[-1] - backlog[0] < 1.0, "one message in flight: a delay per message would take 4 s"

@@ -328,8 +328,10 @@ class SerialConsumer:
             return
         self._trace(message, TraceStatus.INFLIGHT)
         deadline = time.monotonic() + sub.serial_policy.message_ttl
-        if sub.serial_policy.sending_delay:
-            await asyncio.sleep(sub.serial_policy.sending_delay / 1000)
+        if delay := sub.serial_policy.sending_delay / 1000:
+            # counted from publishing, so a backlog of older messages goes at once; never longer than the delay
+            # itself, whatever the publishing node's clock said
+            await asyncio.sleep(min(delay, message.publish_timestamp / 1000 + delay - time.time()))
         retries = 0
         recipients = Recipients(sub.mode)
         while True:
