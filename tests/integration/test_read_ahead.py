@@ -21,7 +21,6 @@ pytestmark = pytest.mark.integration
 READ_AHEAD = 20
 READ_AHEAD_BYTES = 64 * 1024
 FAST = {"messageBackoff": 100, "messageTtl": 60, "requestTimeout": 10_000}
-JSON = {"Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
@@ -63,11 +62,6 @@ def unfinished(consumer: SerialConsumer) -> int:
         return consumer._tracker.inflight()
 
 
-def set_state(client: HermesClient, topic: str, name: str, state: str) -> None:
-    path = f"/topics/{topic}/subscriptions/{name}/state"
-    assert client.management.put(path, content=json.dumps(state), headers=JSON).status_code == 200
-
-
 def numbered(received: list[Received]) -> list[int]:
     return [json.loads(r.body)["n"] for r in received if b'"n"' in r.body]
 
@@ -93,10 +87,7 @@ def backlog(
     consumer_of(hermes, topic, name)
     client.publish(topic, '{"warm": 1}')
     subscriber.wait_for(1, timeout=30)
-    set_state(client, topic, name, "SUSPENDED")
-    supervisor = hermes.hermes.supervisor
-    assert supervisor is not None
-    wait_until(lambda: (topic, name) not in supervisor.consumers, timeout=20)
+    hermes.suspend(client, topic, name)
     for i in range(count):
         body = json.dumps({"n": i, "pad": "x" * size})
         assert client.publish(topic, body, headers={"Partition-Key": "one"}).status_code in (201, 202)
@@ -109,7 +100,7 @@ def test_reads_ahead_of_the_window_but_sends_at_most_inflight_size(
     delay = 0.5
     subscriber = serve(servers, delay)
     topic, name = backlog(hermes, client, subscriber, 60, inflightSize=4)
-    set_state(client, topic, name, "ACTIVE")
+    client.set_state(topic, name, "ACTIVE")
     consumer = consumer_of(hermes, topic, name)
     wait_until(lambda: unfinished(consumer) == 4 + READ_AHEAD, timeout=30)  # the window and a full read-ahead
     samples = []
@@ -129,7 +120,7 @@ def test_a_freed_slot_takes_the_next_buffered_message_at_once(
     delay = 0.05
     subscriber = serve(servers, delay)
     topic, name = backlog(hermes, client, subscriber, 200, inflightSize=10)
-    set_state(client, topic, name, "ACTIVE")
+    client.set_state(topic, name, "ACTIVE")
     wait_until(lambda: len(numbered(subscriber.received)) >= 200, timeout=60)
     received = sorted((r for r in subscriber.received if b'"n"' in r.body), key=lambda r: r.at)
     span = received[-1].at - received[0].at
@@ -145,7 +136,7 @@ def test_the_read_ahead_holds_at_most_its_bytes(
     size = 16 * 1024
     subscriber = serve(servers, 2.0)
     topic, name = backlog(hermes, client, subscriber, 30, size=size, inflightSize=1)
-    set_state(client, topic, name, "ACTIVE")
+    client.set_state(topic, name, "ACTIVE")
     consumer = consumer_of(hermes, topic, name)
     wait_until(lambda: unfinished(consumer) >= 1 + READ_AHEAD_BYTES // size, timeout=30)
     samples = []
@@ -164,16 +155,13 @@ def test_buffered_messages_are_not_committed_before_they_are_delivered(
     message comes again after the restart."""
     subscriber = serve(servers, 0.3)
     topic, name = backlog(hermes, client, subscriber, 40, inflightSize=2)
-    set_state(client, topic, name, "ACTIVE")
+    client.set_state(topic, name, "ACTIVE")
     consumer = consumer_of(hermes, topic, name)
     wait_until(lambda: unfinished(consumer) == 2 + READ_AHEAD, timeout=30)
     wait_until(lambda: len(numbered(subscriber.received)) >= 4, timeout=30)
-    set_state(client, topic, name, "SUSPENDED")
-    supervisor = hermes.hermes.supervisor
-    assert supervisor is not None
-    wait_until(lambda: (topic, name) not in supervisor.consumers, timeout=20)
+    hermes.suspend(client, topic, name)
     before = set(numbered(subscriber.received))
     assert len(before) < 40
     subscriber.script = lambda _n, _r: Reply(200)
-    set_state(client, topic, name, "ACTIVE")
+    client.set_state(topic, name, "ACTIVE")
     wait_until(lambda: set(numbered(subscriber.received)) == set(range(40)), timeout=60)

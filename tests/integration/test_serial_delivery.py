@@ -283,15 +283,10 @@ def test_inflight_size_one_sends_a_backlog_one_message_at_a_time_in_order(
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy={**FAST, "inflightSize": 1})
     client.publish(topic, '{"warm": 1}')
     subscriber.wait_for(1, timeout=20)
-    supervisor = hermes.hermes.supervisor
-    assert supervisor is not None
-    state = f"/topics/{topic}/subscriptions/{name}/state"
-    json_header = {"Content-Type": "application/json"}
-    assert client.management.put(state, content='"SUSPENDED"', headers=json_header).status_code == 200
-    wait_until(lambda: (topic, name) not in supervisor.consumers, timeout=20)
+    hermes.suspend(client, topic, name)
     for i in range(12):  # a backlog on one partition: the next poll could take all of it at once
         assert client.publish(topic, f'{{"n": {i}}}', headers={"Partition-Key": "one"}).status_code == 201
-    assert client.management.put(state, content='"ACTIVE"', headers=json_header).status_code == 200
+    client.set_state(topic, name, "ACTIVE")
     wait_until(lambda: sum(b'"n"' in r.body for r in subscriber.received) >= 12, timeout=30)
     received = [r for r in subscriber.received if b'"n"' in r.body]  # the warm-up message may come again
     assert [r.body for r in received] == [f'{{"n": {i}}}'.encode() for i in range(12)]
@@ -311,16 +306,11 @@ def test_sending_delay_holds_a_first_attempt_until_that_long_after_publishing(
     first, retry = subscriber.wait_for(2, timeout=20)
     assert first.at - published >= 1.0
     assert retry.at - first.at < 0.9, "a retry waits its backoff, not the sending delay again"
-    supervisor = hermes.hermes.supervisor
-    assert supervisor is not None
-    state = f"/topics/{topic}/subscriptions/{name}/state"
-    json_header = {"Content-Type": "application/json"}
-    assert client.management.put(state, content='"SUSPENDED"', headers=json_header).status_code == 200
-    wait_until(lambda: (topic, name) not in supervisor.consumers, timeout=20)
+    hermes.suspend(client, topic, name)
     for i in range(5):
         assert client.publish(topic, f'{{"n": {i}}}').status_code == 201
     time.sleep(1.0)  # the backlog is older than the delay
-    assert client.management.put(state, content='"ACTIVE"', headers=json_header).status_code == 200
+    client.set_state(topic, name, "ACTIVE")
     wait_until(lambda: sum(b'"n"' in r.body for r in subscriber.received) >= 5, timeout=30)
     backlog = [r.at for r in subscriber.received if b'"n"' in r.body]
     assert backlog[-1] - backlog[0] < 1.0, "one message in flight: a delay per message would take 4 s"

@@ -49,6 +49,16 @@ class InProcessHermes:
             self._thread.join(10)
             self._loop.close()
 
+    def suspend(self, client: HermesClient, topic: str, name: str) -> None:
+        """Suspends the subscription and waits until its consumer has stopped (and committed)."""
+        client.set_state(topic, name, "SUSPENDED")
+        supervisor = self.hermes.supervisor
+        assert supervisor is not None
+        deadline = time.monotonic() + 20
+        while (topic, name) in supervisor.consumers:
+            assert time.monotonic() < deadline, f"the consumer of {topic}/{name} did not stop"
+            time.sleep(0.05)
+
     @property
     def management_url(self) -> str:
         return self.hermes.management_url
@@ -198,6 +208,11 @@ class HermesClient:
         response = self.management.post(f"/topics/{topic}/subscriptions", json=body)
         assert response.status_code == 201, response.text
         return name
+
+    def set_state(self, topic: str, name: str, state: str) -> None:
+        path = f"/topics/{topic}/subscriptions/{name}/state"
+        response = self.management.put(path, content=f'"{state}"', headers={"Content-Type": "application/json"})
+        assert response.status_code == 200, response.text
 
     def publish(self, topic: str, body: bytes | str, headers: dict[str, str] | None = None) -> httpx.Response:
         content = body.encode() if isinstance(body, str) else body
