@@ -71,6 +71,23 @@ def test_run_starts_and_stops_cleanly_twenty_times(tmp_path: Path) -> None:
                 s.bind(("127.0.0.1", port))  # the port is free again
 
 
+def test_ctrl_c_stops_hermes_before_its_broker(tmp_path: Path, subscriber: SubscriberServer) -> None:
+    """A terminal's Ctrl-C signals the whole process group; the embedded broker must not stop first, or the
+    consumers' last commits and the producers' last sends fail against a broker that is gone."""
+    hermes = HermesProcess(tmp_path).start(own_group=True)
+    client = HermesClient(hermes.management_url, hermes.frontend_url)
+    try:
+        topic = client.create_topic()
+        client.create_subscription(topic, subscriber.url)
+        assert client.publish(topic, '{"n": 1}').status_code == 201
+        subscriber.wait_for(1, timeout=30)
+    finally:
+        client.close()
+        assert hermes.interrupt() == 0
+    errors = [line for line in hermes.log().splitlines() if " ERROR " in line or "Traceback" in line]
+    assert errors == []
+
+
 def test_embedded_broker_dies_with_a_killed_hermes(tmp_path: Path) -> None:
     hermes = HermesProcess(tmp_path).start()
     assert hermes.process is not None

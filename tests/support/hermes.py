@@ -133,10 +133,13 @@ class HermesProcess:
     def frontend_url(self) -> str:
         return f"http://127.0.0.1:{self.frontend_port}"
 
-    def start(self, wait_for: str = "management", timeout: float = 30) -> HermesProcess:
+    def start(self, wait_for: str = "management", timeout: float = 30, own_group: bool = False) -> HermesProcess:
+        """``own_group``: in a process group of its own, as a shell runs a command (see ``interrupt``)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+            self.process = subprocess.Popen(
+                self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, process_group=0 if own_group else None
+            )
         if wait_for == "nothing":  # a role without an HTTP server: just make sure it did not exit at once
             time.sleep(1.0)
             if self.process.poll() is not None:
@@ -156,6 +159,12 @@ class HermesProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def interrupt(self, timeout: float = 30) -> int:
+        """Ctrl-C in a terminal: SIGINT to every process of the group (started with ``own_group``)."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGINT)
+        return self.process.wait(timeout)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
         assert self.process is not None

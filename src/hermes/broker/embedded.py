@@ -85,6 +85,9 @@ class EmbeddedBroker:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             preexec_fn=die_with_parent,  # noqa: PLW1509 - no threads that matter exist yet in the child
+            # out of the terminal's process group: Ctrl-C reaches Hermes alone, which drains and commits and
+            # then stops the broker (stopped first, it left every producer and consumer failing to reconnect)
+            process_group=0,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
