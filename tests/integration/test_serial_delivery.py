@@ -171,6 +171,20 @@ def test_the_rate_is_a_hard_maximum(client: HermesClient, scripted: list[Subscri
         assert eleventh.at - first.at >= 0.95, "more than 10 messages within one second"
 
 
+def test_a_new_subscription_gets_its_consumer_within_a_second(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber = serve(scripted, lambda n, _r: Reply(200))
+    topic = client.create_topic()
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
+    wait_until(lambda: (topic, name) in supervisor.consumers, timeout=1.0)
+    client.publish(topic, '{"n": 1}')  # published before the consumer joined its group: delivered all the same
+    [received] = subscriber.wait_for(1, timeout=20)
+    assert received.body == b'{"n": 1}'
+
+
 def test_suspended_subscriptions_resume_where_they_stopped(
     client: HermesClient, scripted: list[SubscriberServer]
 ) -> None:
