@@ -185,6 +185,24 @@ def test_a_new_subscription_gets_its_consumer_within_a_second(
     assert received.body == b'{"n": 1}'
 
 
+def test_a_subscription_suspended_while_its_consumer_joins_delivers_once_active_again(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    """The embedded broker leaves a group without a leader for good when a member leaves before its join has
+    completed: the consumer must finish joining before it leaves."""
+    subscriber = serve(scripted, lambda n, _r: Reply(200))
+    topic = client.create_topic()
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
+    wait_until(lambda: (topic, name) in supervisor.consumers, timeout=5)
+    hermes.suspend(client, topic, name)  # within the join, which takes the broker a second
+    client.set_state(topic, name, "ACTIVE")
+    assert client.publish(topic, '{"n": 1}').status_code == 201
+    [received] = subscriber.wait_for(1, timeout=15)
+    assert received.body == b'{"n": 1}'
+
+
 def test_suspended_subscriptions_resume_where_they_stopped(
     client: HermesClient, scripted: list[SubscriberServer]
 ) -> None:
