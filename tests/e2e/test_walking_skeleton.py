@@ -71,16 +71,20 @@ def test_run_starts_and_stops_cleanly_twenty_times(tmp_path: Path) -> None:
                 s.bind(("127.0.0.1", port))  # the port is free again
 
 
+def _delivers_one(client: HermesClient, subscriber: SubscriberServer) -> None:
+    topic = client.create_topic()
+    client.create_subscription(topic, subscriber.url)
+    assert client.publish(topic, '{"n": 1}').status_code == 201
+    subscriber.wait_for(1, timeout=30)
+
+
 def test_ctrl_c_stops_hermes_before_its_broker(tmp_path: Path, subscriber: SubscriberServer) -> None:
     """A terminal's Ctrl-C signals the whole process group; the embedded broker must not stop first, or the
     consumers' last commits and the producers' last sends fail against a broker that is gone."""
     hermes = HermesProcess(tmp_path).start(own_group=True)
     client = HermesClient(hermes.management_url, hermes.frontend_url)
     try:
-        topic = client.create_topic()
-        client.create_subscription(topic, subscriber.url)
-        assert client.publish(topic, '{"n": 1}').status_code == 201
-        subscriber.wait_for(1, timeout=30)
+        _delivers_one(client, subscriber)
     finally:
         client.close()
         assert hermes.interrupt() == 0
@@ -157,10 +161,7 @@ def test_an_external_kafka_is_used_instead_of_the_embedded_one(
     try:
         assert hermes.process is not None
         assert _children(hermes.process.pid) == [], "no embedded broker with an external cluster"
-        topic = client.create_topic()
-        client.create_subscription(topic, subscriber.url)
-        assert client.publish(topic, '{"a": 1}').status_code == 201
-        subscriber.wait_for(1, timeout=30)
+        _delivers_one(client, subscriber)
     finally:
         client.close()
         hermes.stop()

@@ -171,15 +171,24 @@ def test_the_rate_is_a_hard_maximum(client: HermesClient, scripted: list[Subscri
         assert eleventh.at - first.at >= 0.95, "more than 10 messages within one second"
 
 
-def test_a_new_subscription_gets_its_consumer_within_a_second(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
-) -> None:
+def started(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer], within: float
+) -> tuple[SubscriberServer, str, str]:
+    """A new subscription to a subscriber that always answers 200, once its consumer has started (which must
+    take less than ``within`` seconds): the subscriber, the topic and the subscription's name."""
     subscriber = serve(scripted, lambda n, _r: Reply(200))
     topic = client.create_topic()
     supervisor = hermes.hermes.supervisor
     assert supervisor is not None
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
-    wait_until(lambda: (topic, name) in supervisor.consumers, timeout=1.0)
+    wait_until(lambda: (topic, name) in supervisor.consumers, timeout=within)
+    return subscriber, topic, name
+
+
+def test_a_new_subscription_gets_its_consumer_within_a_second(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber, topic, _ = started(hermes, client, scripted, within=1.0)
     client.publish(topic, '{"n": 1}')  # published before the consumer joined its group: delivered all the same
     [received] = subscriber.wait_for(1, timeout=20)
     assert received.body == b'{"n": 1}'
@@ -190,12 +199,7 @@ def test_a_subscription_suspended_while_its_consumer_joins_delivers_once_active_
 ) -> None:
     """The embedded broker leaves a group without a leader for good when a member leaves before its join has
     completed: the consumer must finish joining before it leaves."""
-    subscriber = serve(scripted, lambda n, _r: Reply(200))
-    topic = client.create_topic()
-    supervisor = hermes.hermes.supervisor
-    assert supervisor is not None
-    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
-    wait_until(lambda: (topic, name) in supervisor.consumers, timeout=5)
+    subscriber, topic, name = started(hermes, client, scripted, within=5.0)
     hermes.suspend(client, topic, name)  # within the join, which takes the broker a second
     client.set_state(topic, name, "ACTIVE")
     assert client.publish(topic, '{"n": 1}').status_code == 201
