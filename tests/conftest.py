@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,10 @@ from hermes.broker.embedded import EmbeddedBroker
 from hermes.metadata.sqlite import SqliteMetadataRepository
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings
 from tests.support.subscriber import SubscriberServer
+from tests.support.waiting import wait_until
 from tests.support.zookeeper import ZookeeperServer
+
+__all__ = ["wait_until"]  # the tests import it from here
 
 
 @pytest.fixture(scope="session")
@@ -69,13 +71,3 @@ def client(hermes: InProcessHermes) -> Iterator[HermesClient]:
     api = HermesClient(hermes.management_url, hermes.frontend_url)
     yield api
     api.close()
-
-
-def wait_until(condition: object, timeout: float = 10.0, interval: float = 0.05) -> None:
-    """Polls ``condition()`` until it is truthy; fails the test when the time is up."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout} s")

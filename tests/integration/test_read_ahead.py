@@ -50,13 +50,6 @@ def serve(servers: list[SubscriberServer], delay: float) -> SubscriberServer:
     return server
 
 
-def consumer_of(hermes: InProcessHermes, topic: str, name: str) -> SerialConsumer:
-    supervisor = hermes.hermes.supervisor
-    assert supervisor is not None
-    wait_until(lambda: (topic, name) in supervisor.consumers, timeout=20)
-    return supervisor.consumers[(topic, name)]
-
-
 def unfinished(consumer: SerialConsumer) -> int:
     with consumer._lock:
         return consumer._tracker.inflight()
@@ -84,7 +77,7 @@ def backlog(
     """A subscription that joined its group, then ``count`` numbered messages published while it was suspended."""
     topic = client.create_topic()
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy={**FAST, **policy})
-    consumer_of(hermes, topic, name)
+    hermes.consumer(topic, name)
     client.publish(topic, '{"warm": 1}')
     subscriber.wait_for(1, timeout=30)
     hermes.suspend(client, topic, name)
@@ -101,7 +94,7 @@ def test_reads_ahead_of_the_window_but_sends_at_most_inflight_size(
     subscriber = serve(servers, delay)
     topic, name = backlog(hermes, client, subscriber, 60, inflightSize=4)
     client.set_state(topic, name, "ACTIVE")
-    consumer = consumer_of(hermes, topic, name)
+    consumer = hermes.consumer(topic, name)
     wait_until(lambda: unfinished(consumer) == 4 + READ_AHEAD, timeout=30)  # the window and a full read-ahead
     samples = []
     for _ in range(20):
@@ -137,7 +130,7 @@ def test_the_read_ahead_holds_at_most_its_bytes(
     subscriber = serve(servers, 2.0)
     topic, name = backlog(hermes, client, subscriber, 30, size=size, inflightSize=1)
     client.set_state(topic, name, "ACTIVE")
-    consumer = consumer_of(hermes, topic, name)
+    consumer = hermes.consumer(topic, name)
     wait_until(lambda: unfinished(consumer) >= 1 + READ_AHEAD_BYTES // size, timeout=30)
     samples = []
     for _ in range(20):
@@ -156,7 +149,7 @@ def test_buffered_messages_are_not_committed_before_they_are_delivered(
     subscriber = serve(servers, 0.3)
     topic, name = backlog(hermes, client, subscriber, 40, inflightSize=2)
     client.set_state(topic, name, "ACTIVE")
-    consumer = consumer_of(hermes, topic, name)
+    consumer = hermes.consumer(topic, name)
     wait_until(lambda: unfinished(consumer) == 2 + READ_AHEAD, timeout=30)
     wait_until(lambda: len(numbered(subscriber.received)) >= 4, timeout=30)
     hermes.suspend(client, topic, name)

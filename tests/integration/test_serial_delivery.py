@@ -178,10 +178,8 @@ def started(
     take less than ``within`` seconds): the subscriber, the topic and the subscription's name."""
     subscriber = serve(scripted, lambda n, _r: Reply(200))
     topic = client.create_topic()
-    supervisor = hermes.hermes.supervisor
-    assert supervisor is not None
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
-    wait_until(lambda: (topic, name) in supervisor.consumers, timeout=within)
+    hermes.consumer(topic, name, within)
     return subscriber, topic, name
 
 

@@ -18,7 +18,9 @@ import httpx
 
 from hermes.broker.embedded import free_port
 from hermes.config import Settings, load_settings
+from hermes.consumers.consumer import SerialConsumer
 from hermes.runtime import ALL_ROLES, Hermes, Role
+from tests.support.waiting import wait_until
 
 
 def unique(prefix: str = "t") -> str:
@@ -49,15 +51,19 @@ class InProcessHermes:
             self._thread.join(10)
             self._loop.close()
 
+    def consumer(self, topic: str, name: str, within: float = 20) -> SerialConsumer:
+        """The subscription's consumer, once started (which must take less than ``within`` seconds)."""
+        supervisor = self.hermes.supervisor
+        assert supervisor is not None
+        wait_until(lambda: (topic, name) in supervisor.consumers, timeout=within)
+        return supervisor.consumers[(topic, name)]
+
     def suspend(self, client: HermesClient, topic: str, name: str) -> None:
         """Suspends the subscription and waits until its consumer has stopped (and committed)."""
         client.set_state(topic, name, "SUSPENDED")
         supervisor = self.hermes.supervisor
         assert supervisor is not None
-        deadline = time.monotonic() + 20
-        while (topic, name) in supervisor.consumers:
-            assert time.monotonic() < deadline, f"the consumer of {topic}/{name} did not stop"
-            time.sleep(0.05)
+        wait_until(lambda: (topic, name) not in supervisor.consumers, timeout=20)
 
     @property
     def management_url(self) -> str:
