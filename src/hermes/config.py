@@ -21,6 +21,10 @@ from pydantic_settings import (
 )
 
 ENV_PREFIX = "HERMES_"
+# Consumer defaults for the embedded Tansu (docs/benchmarks.md): it answers a fetch only when its wait ends, and a
+# group join after half the session timeout. Also for whoever points Hermes at a Tansu of its own (tests, bench).
+TANSU_FETCH_WAIT_MS = 25
+TANSU_SESSION_TIMEOUT_MS = 2000
 
 
 class Settings(BaseSettings):
@@ -215,13 +219,13 @@ class Settings(BaseSettings):
     def fetch_wait_ms(self) -> int:
         if self.consumer_fetch_wait_ms is not None:
             return self.consumer_fetch_wait_ms
-        return 25 if self.embedded_broker else 500  # idle fetches cost an external cluster requests
+        return TANSU_FETCH_WAIT_MS if self.embedded_broker else 500  # idle fetches cost an external cluster requests
 
     @property
     def session_timeout_ms(self) -> int:
         if self.consumer_session_timeout_ms is not None:
             return self.consumer_session_timeout_ms
-        return 2000 if self.embedded_broker else 6000
+        return TANSU_SESSION_TIMEOUT_MS if self.embedded_broker else 6000
 
     def fetch_wait_for(self, active_subscriptions: int) -> int:
         """The fetch wait of a consumer started while ``active_subscriptions`` are active in the process."""

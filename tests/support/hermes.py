@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from hermes.broker.embedded import free_port
-from hermes.config import Settings, load_settings
+from hermes.config import TANSU_SESSION_TIMEOUT_MS, Settings, load_settings
 from hermes.consumers.consumer import SerialConsumer
 from hermes.runtime import ALL_ROLES, Hermes, Role
 from tests.support.waiting import wait_until
@@ -74,10 +74,6 @@ class InProcessHermes:
         return self.hermes.frontend_url
 
 
-# The tests' broker is Tansu even when Hermes is given its address: its embedded default, 1 s group joins.
-TANSU_SESSION_TIMEOUT_MS = 2000
-
-
 def hermes_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "data_dir": data_dir,
@@ -85,7 +81,7 @@ def hermes_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> 
         "management_port": 0,
         "kafka_bootstrap_servers": bootstrap,
         "metadata_poll_interval": 0.05,
-        "consumer_session_timeout_ms": TANSU_SESSION_TIMEOUT_MS,
+        "consumer_session_timeout_ms": TANSU_SESSION_TIMEOUT_MS,  # the tests' broker is Tansu, given by address
         "consumer_commit_interval": 0.2,
         "consumer_metrics_interval": 0.2,
         "pipeline": False,  # Spark takes 10+ s to start: only the tests that want the pipeline run it

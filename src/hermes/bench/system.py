@@ -17,6 +17,7 @@ from typing import Any
 import aiohttp
 
 from hermes.broker.embedded import EmbeddedBroker, free_port
+from hermes.config import TANSU_FETCH_WAIT_MS, TANSU_SESSION_TIMEOUT_MS
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes] | None = None, timeout: float = 90.0) -> None:
@@ -109,9 +110,9 @@ class System:
                     "--metadata-poll-interval",
                     "0.2",
                     "--consumer-fetch-wait-ms",  # the broker is Tansu: the embedded defaults, not the external ones
-                    "25",
+                    str(TANSU_FETCH_WAIT_MS),
                     "--consumer-session-timeout-ms",
-                    "2000",
+                    str(TANSU_SESSION_TIMEOUT_MS),
                 ]
                 self.processes[role] = self._stack.enter_context(child(argv, self.ports[role]))
         except BaseException:
