@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Installs everything Hermes needs on a fresh Debian machine: the Debian packages (ZooKeeper for the
-# ZooKeeper metadata repository and its tests, Java for ZooKeeper and Spark) and a virtualenv in .venv
-# with the package and its extras. Safe to run again: every step is idempotent.
+# ZooKeeper metadata repository and its tests, Java for Kafka, ZooKeeper and Spark, Maven to fetch jars), a
+# virtualenv in .venv with the package and its extras, and the pinned jars of jars/*.pom.xml (the embedded
+# Apache Kafka broker, Spark's Kafka connector) in .venv/share/hermes/jars. Safe to run again: every step is
+# idempotent, and nothing is downloaded at run time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need_apt=()
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need_apt+=(zookeeper)
-command -v java >/dev/null 2>&1 || need_apt+=(default-jre-headless)
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -27,4 +30,18 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+
+# Each jars/NAME.pom.xml becomes .venv/share/hermes/jars/NAME/*.jar, through a Maven cache inside .venv.
+for pom in jars/*.pom.xml; do
+  name="$(basename "$pom" .pom.xml)"
+  target=".venv/share/hermes/jars/$name"
+  jar_stamp="$target/.fetched-$(sha1sum "$pom" | cut -c1-12)"
+  if [ ! -f "$jar_stamp" ]; then
+    echo "setup: fetching the $name jars with Maven"
+    rm -rf "$target"
+    mvn -q -B -Dstyle.color=never -f "$pom" -Dmaven.repo.local="$PWD/.venv/share/hermes/maven" \
+      dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$PWD/$target"
+    touch "$jar_stamp"
+  fi
+done
 echo "setup: ready"

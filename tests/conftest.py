@@ -1,4 +1,4 @@
-"""Shared fixtures: one real Tansu broker per test session, real subscribers, Hermes in-process."""
+"""Shared fixtures: one real Apache Kafka broker per test session, real subscribers, Hermes in-process."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ __all__ = ["wait_until"]  # the tests import it from here
 
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    """The real Kafka-protocol broker (Tansu), shared by the session's tests: use unique topic names."""
-    broker = EmbeddedBroker(log_dir=tmp_path_factory.mktemp("tansu"))
+    """The embedded Apache Kafka broker, shared by the session's tests: use unique topic names."""
+    broker = EmbeddedBroker(tmp_path_factory.mktemp("kafka"))
     broker.start()
     yield broker
     broker.stop()

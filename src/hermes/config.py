@@ -21,10 +21,6 @@ from pydantic_settings import (
 )
 
 ENV_PREFIX = "HERMES_"
-# Consumer defaults for the embedded Tansu (docs/benchmarks.md): it answers a fetch only when its wait ends, and a
-# group join after half the session timeout. Also for whoever points Hermes at a Tansu of its own (tests, bench).
-TANSU_FETCH_WAIT_MS = 25
-TANSU_SESSION_TIMEOUT_MS = 2000
 
 
 class Settings(BaseSettings):
@@ -52,7 +48,9 @@ class Settings(BaseSettings):
 
     # --- Kafka ---
     kafka_bootstrap_servers: str | None = Field(
-        None, description="External Kafka cluster (host:port,...). When unset the embedded Tansu broker is started."
+        None,
+        description="External Kafka cluster (host:port,...). When unset, `hermes run` starts the embedded Apache "
+        "Kafka broker and the role subcommands use the one it started.",
     )
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
         "PLAINTEXT", description="librdkafka security.protocol for the external cluster."
@@ -64,7 +62,12 @@ class Settings(BaseSettings):
     kafka_connect_timeout: float = Field(
         15.0, gt=0, description="Seconds to wait for the Kafka cluster to answer at start-up."
     )
-    embedded_broker_port: int = Field(0, ge=0, le=65535, description="Port of the embedded Tansu (0 = free).")
+    embedded_broker_port: int = Field(
+        9092, ge=0, le=65535, description="Port of the embedded Kafka broker on --host (0 = any free)."
+    )
+    embedded_broker_heap_mb: int = Field(
+        1024, ge=128, le=65536, description="Largest Java heap of the embedded Kafka broker, in MiB."
+    )
     topic_partitions: int = Field(2, ge=1, le=1000, description="Partitions of each new Kafka topic.")
 
     # --- metadata ---
@@ -109,32 +112,20 @@ class Settings(BaseSettings):
     node_id: str = Field(
         default_factory=socket.gethostname, description="Name of this node in metrics (default: the host name)."
     )
-    consumer_session_timeout_ms: int | None = Field(
-        None,
+    consumer_session_timeout_ms: int = Field(
+        6000,
         ge=1000,
         le=300_000,
-        description="Kafka consumer group session timeout. Tansu answers a group join after half of it, so it sets "
-        "how long a new subscription's consumer, or a rebalance, takes to start there (the librdkafka default of "
-        "45 s means 23 s joins). Default: 2000 with the embedded Tansu (1 s joins, a dead member replaced in 3 s), "
-        "6000 with an external cluster (Kafka's smallest allowed).",
+        description="Kafka consumer group session timeout: how soon a crashed consumer node's partitions go to "
+        "another (a node that stops leaves its groups at once). Kafka's default smallest allowed is 6000; the "
+        "embedded broker allows 1000.",
     )
-    consumer_fetch_wait_ms: int | None = Field(
-        None,
+    consumer_fetch_wait_ms: int = Field(
+        500,
         ge=1,
         le=60_000,
-        description="Longest wait of a consumer's fetch for new messages (librdkafka fetch.wait.max.ms). Tansu "
-        "answers a fetch only when this wait ends, so it bounds delivery latency there; Kafka answers as soon as "
-        "a message arrives. Default: 25 with the embedded Tansu, 500 with an external cluster.",
-    )
-    consumer_fetch_wait_per_subscription_ms: int = Field(
-        0,
-        ge=0,
-        le=60_000,
-        description="When above 0, a consumer's fetch wait is this times the number of active subscriptions when "
-        "it starts, up to --consumer-fetch-wait-ms. On Tansu, 5 nearly halves a new topic's delivery latency, but "
-        "each fetch that carries data costs Tansu time in proportion to the partition's history, and short waits "
-        "make more of them: under sustained load latency grows about three times as fast (docs/benchmarks.md), "
-        "so it is off (0) by default.",
+        description="Longest wait of a consumer's fetch for new messages (librdkafka fetch.wait.max.ms). Kafka "
+        "answers as soon as a message arrives, so this bounds idle fetches, not delivery latency.",
     )
     consumer_read_ahead_messages: int = Field(
         200,
@@ -210,29 +201,6 @@ class Settings(BaseSettings):
     pipeline_retransmission_poll: float = Field(
         2.0, gt=0, description="Seconds between looks for new offline retransmission tasks."
     )
-
-    @property
-    def embedded_broker(self) -> bool:
-        return self.kafka_bootstrap_servers is None
-
-    @property
-    def fetch_wait_ms(self) -> int:
-        if self.consumer_fetch_wait_ms is not None:
-            return self.consumer_fetch_wait_ms
-        return TANSU_FETCH_WAIT_MS if self.embedded_broker else 500  # idle fetches cost an external cluster requests
-
-    @property
-    def session_timeout_ms(self) -> int:
-        if self.consumer_session_timeout_ms is not None:
-            return self.consumer_session_timeout_ms
-        return TANSU_SESSION_TIMEOUT_MS if self.embedded_broker else 6000
-
-    def fetch_wait_for(self, active_subscriptions: int) -> int:
-        """The fetch wait of a consumer started while ``active_subscriptions`` are active in the process."""
-        per_subscription = self.consumer_fetch_wait_per_subscription_ms
-        if per_subscription <= 0:
-            return self.fetch_wait_ms
-        return max(1, min(self.fetch_wait_ms, per_subscription * max(1, active_subscriptions)))
 
 
 def load_settings(overrides: dict[str, Any] | None = None, config_file: Path | None = None) -> Settings:

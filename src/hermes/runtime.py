@@ -10,6 +10,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import tempfile
 import time
 from enum import StrEnum
@@ -92,9 +93,17 @@ class Hermes:
             ensure_port_free(settings.host, settings.consumers_port, "consumers")
 
         bootstrap = settings.kafka_bootstrap_servers
-        if bootstrap is None:
-            self.broker = EmbeddedBroker(settings.embedded_broker_port, settings.data_dir / "logs")
-            bootstrap = await asyncio.to_thread(self.broker.start)
+        if bootstrap is None and self.roles == ALL_ROLES:
+            self.broker = EmbeddedBroker(
+                settings.data_dir / "kafka",
+                settings.embedded_broker_port,
+                settings.host,
+                settings.embedded_broker_heap_mb,
+            )
+            self.broker.launch()  # from this thread: the broker dies with the thread that started it
+            await asyncio.to_thread(self.broker.wait_until_ready)
+            bootstrap = self.broker.bootstrap_servers
+        bootstrap = bootstrap or self._running_embedded_broker()
         self.connection = KafkaConnection.from_settings(settings, bootstrap)
         admin = BrokerAdmin(self.connection)
         await asyncio.to_thread(admin.wait_until_reachable, settings.kafka_connect_timeout)
@@ -160,6 +169,19 @@ class Hermes:
             await self._serve(Role.FRONTEND, frontend_app(publisher, self.cache, published), settings.frontend_port)
             reporter = asyncio.create_task(self._report_published(published), name="published-metrics")
             self._stoppers.append(lambda: _cancel(reporter))
+
+    def _running_embedded_broker(self) -> str:
+        """A role started alone, without --kafka-bootstrap-servers, uses the broker a `hermes run` started."""
+        host, port = self.settings.host, self.settings.embedded_broker_port
+        address = f"{host}:{port}"
+        try:
+            socket.create_connection((host, port), timeout=1).close()
+        except OSError:
+            raise StartupError(
+                f"no Kafka broker at {address}: start `hermes run` first (its embedded broker listens there), "
+                "or give --kafka-bootstrap-servers"
+            ) from None
+        return address
 
     async def _start_pipeline(self, bootstrap: str) -> None:
         import importlib.util

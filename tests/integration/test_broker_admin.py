@@ -1,4 +1,4 @@
-"""Offset look-ups against the real broker, including its quirks."""
+"""Offset look-ups against the real broker."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_end_offsets_count_every_message_of_a_multi_record_batch(kafka: EmbeddedBroker) -> None:
-    """Tansu lists the end as the last record batch's base offset plus one (1 after 25 records in one batch)."""
+    """The end counts every record of a batch, and a time look-up finds the first record at or after it."""
     admin = BrokerAdmin(KafkaConnection(kafka.bootstrap_servers))
     topic = unique("admin")
     admin.create_topic(topic, 1)

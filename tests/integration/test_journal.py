@@ -41,7 +41,7 @@ class _Outage:
 
     def __init__(self, tmp_path: Path) -> None:
         self.tmp_path = tmp_path
-        self.broker = EmbeddedBroker(log_dir=tmp_path / "tansu")
+        self.broker = EmbeddedBroker(tmp_path / "kafka")
         self.broker.start()
         self.management = InProcessHermes(
             hermes_settings(tmp_path, self.broker.bootstrap_servers), frozenset({Role.MANAGEMENT})

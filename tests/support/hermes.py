@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from hermes.broker.embedded import free_port
-from hermes.config import TANSU_SESSION_TIMEOUT_MS, Settings, load_settings
+from hermes.config import Settings, load_settings
 from hermes.consumers.consumer import SerialConsumer
 from hermes.runtime import ALL_ROLES, Hermes, Role
 from tests.support.waiting import wait_until
@@ -74,6 +74,10 @@ class InProcessHermes:
         return self.hermes.frontend_url
 
 
+# A crashed consumer node's partitions move on after this (the embedded broker allows down to 1000).
+SESSION_TIMEOUT_MS = 2000
+
+
 def hermes_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "data_dir": data_dir,
@@ -81,7 +85,7 @@ def hermes_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> 
         "management_port": 0,
         "kafka_bootstrap_servers": bootstrap,
         "metadata_poll_interval": 0.05,
-        "consumer_session_timeout_ms": TANSU_SESSION_TIMEOUT_MS,  # the tests' broker is Tansu, given by address
+        "consumer_session_timeout_ms": SESSION_TIMEOUT_MS,
         "consumer_commit_interval": 0.2,
         "consumer_metrics_interval": 0.2,
         "pipeline": False,  # Spark takes 10+ s to start: only the tests that want the pipeline run it
@@ -122,9 +126,10 @@ class HermesProcess:
             "--consumers-port",
             str(free_port()),
             *([] if pipeline or command != "run" else ["--no-pipeline"]),  # Spark takes 10+ s to start
+            *(["--embedded-broker-port", str(free_port())] if command == "run" else []),
             *args,
         ]
-        self.env = {"HERMES_CONSUMER_SESSION_TIMEOUT_MS": str(TANSU_SESSION_TIMEOUT_MS), **os.environ, **(env or {})}
+        self.env = {"HERMES_CONSUMER_SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS), **os.environ, **(env or {})}
         self.process: subprocess.Popen[bytes] | None = None
 
     @property

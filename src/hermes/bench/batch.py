@@ -214,7 +214,7 @@ def main() -> None:
     """The embedded broker, one ``hermes run`` and the scenario; prints the result as JSON."""
     messages = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
     data_dir = Path(tempfile.mkdtemp(prefix="hermes-bench-batch-"))
-    broker = EmbeddedBroker(log_dir=data_dir / "tansu")
+    broker = EmbeddedBroker(data_dir / "kafka")
     broker.start()
     frontend, management = free_port(), free_port()
     argv = [sys.executable, "-m", "hermes", "run", "--data-dir", str(data_dir), "--kafka-bootstrap-servers"]

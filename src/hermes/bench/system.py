@@ -17,7 +17,6 @@ from typing import Any
 import aiohttp
 
 from hermes.broker.embedded import EmbeddedBroker, free_port
-from hermes.config import TANSU_FETCH_WAIT_MS, TANSU_SESSION_TIMEOUT_MS
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes] | None = None, timeout: float = 90.0) -> None:
@@ -76,7 +75,7 @@ class System:
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
-        self.broker = EmbeddedBroker(log_dir=data_dir / "tansu")
+        self.broker = EmbeddedBroker(data_dir / "kafka")
         self.ports = {role: free_port() for role in ("management", "frontend", "consumers")}
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._stack = contextlib.ExitStack()
@@ -109,10 +108,6 @@ class System:
                     "WARNING",
                     "--metadata-poll-interval",
                     "0.2",
-                    "--consumer-fetch-wait-ms",  # the broker is Tansu: the embedded defaults, not the external ones
-                    str(TANSU_FETCH_WAIT_MS),
-                    "--consumer-session-timeout-ms",
-                    str(TANSU_SESSION_TIMEOUT_MS),
                 ]
                 self.processes[role] = self._stack.enter_context(child(argv, self.ports[role]))
         except BaseException:

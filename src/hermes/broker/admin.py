@@ -98,52 +98,19 @@ class BrokerAdmin:
     # --- offsets (through a short-lived consumer: the admin client has no watermark call) ---
 
     def _offset_consumer(self, group_id: str = "hermes-offsets") -> Any:
-        return Consumer(
-            self._connection.config(
-                **{
-                    "group.id": group_id,
-                    "enable.auto.commit": False,
-                    "enable.partition.eof": True,  # how _true_end sees the end
-                    "fetch.wait.max.ms": 10,  # Tansu answers a fetch only when its wait ends
-                }
-            )
-        )
+        return Consumer(self._connection.config(**{"group.id": group_id, "enable.auto.commit": False}))
 
     def _watermarks(self, topic: str, consumer: Any = None) -> dict[int, tuple[int, int]]:
         own = consumer is None
         consumer = self._offset_consumer() if own else consumer
         try:
-            marks = {}
-            for p in self.partitions(topic):
-                low, listed = consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=self._timeout, cached=False
-                )
-                marks[p] = (low, self._true_end(consumer, topic, p, low, listed))
-            return marks
+            return {
+                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self._timeout, cached=False)
+                for p in self.partitions(topic)
+            }
         finally:
             if own:
                 consumer.close()
-
-    def _true_end(self, consumer: Any, topic: str, partition: int, low: int, listed: int) -> int:
-        """Some brokers (Tansu) answer a ListOffsets for the end with the base offset of the last record batch
-        plus one: 1 after 25 messages produced in one batch. Reading from there reaches the true end."""
-        if listed <= low:
-            return listed
-        end = listed
-        consumer.assign([TopicPartition(topic, partition, listed - 1)])
-        deadline = time.monotonic() + self._timeout
-        try:
-            while time.monotonic() < deadline:
-                for record in consumer.consume(num_messages=500, timeout=0.1):
-                    error = record.error()
-                    if error is None:
-                        end = max(end, record.offset() + 1)
-                    elif error.code() == KafkaError._PARTITION_EOF:
-                        return max(end, int(record.offset()))
-            log.warning("the end of %s[%d] could not be confirmed; using %d", topic, partition, end)
-            return end
-        finally:
-            consumer.unassign()
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         return {p: high for p, (_, high) in self._watermarks(topic).items()}
@@ -153,37 +120,16 @@ class BrokerAdmin:
 
     def offsets_for_time(self, topic: str, timestamp_ms: int) -> dict[int, int]:
         """Per partition, the first offset whose timestamp is at or after ``timestamp_ms`` (the end offset when
-        there is none). The broker's answer is checked by reading forward from it: some brokers (Tansu) answer
-        with an earlier offset, and a retransmission must never replay messages from before its date."""
+        there is none)."""
         consumer = self._offset_consumer()
         try:
             watermarks = self._watermarks(topic, consumer)
             found = consumer.offsets_for_times(
                 [TopicPartition(topic, p, timestamp_ms) for p in watermarks], timeout=self._timeout
             )
-            out = {}
-            for tp in found:
-                low, high = watermarks[tp.partition]
-                start = max(tp.offset, low) if tp.offset >= 0 else high
-                out[tp.partition] = self._first_at_or_after(consumer, topic, tp.partition, start, high, timestamp_ms)
-            return out
+            return {tp.partition: tp.offset if tp.offset >= 0 else watermarks[tp.partition][1] for tp in found}
         finally:
             consumer.close()
-
-    def _first_at_or_after(
-        self, consumer: Any, topic: str, partition: int, start: int, end: int, timestamp_ms: int
-    ) -> int:
-        offset = start
-        deadline = time.monotonic() + self._timeout
-        consumer.assign([TopicPartition(topic, partition, start)])
-        while offset < end and time.monotonic() < deadline:
-            for record in consumer.consume(num_messages=500, timeout=0.5):
-                if record.error() is not None or record.partition() != partition:
-                    continue
-                if record.timestamp()[1] >= timestamp_ms:
-                    return int(record.offset())
-                offset = record.offset() + 1
-        return min(offset, end)
 
     def committed_offsets(self, group_id: str, topic: str) -> dict[int, int]:
         consumer = self._offset_consumer(group_id)

