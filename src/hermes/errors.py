@@ -35,7 +35,7 @@ class ValidationError(HermesError):
 class FormattingError(ValidationError):
     """The body could not be parsed at all (bad JSON, wrong shape)."""
 
-    code = "FORMATTING_ERROR"
+    code = "FORMAT_ERROR"
 
 
 class NotFoundError(HermesError):
@@ -53,6 +53,7 @@ class TopicNotFound(NotFoundError):
 
 class SubscriptionNotFound(NotFoundError):
     code = "SUBSCRIPTION_NOT_EXISTS"
+    status = 400  # Hermes' ErrorCode answers an unknown subscription with 400, and its clients expect it
 
 
 class OAuthProviderNotFound(NotFoundError):
@@ -65,7 +66,7 @@ class SchemaNotFound(NotFoundError):
 
 class AlreadyExistsError(HermesError):
     code = "ALREADY_EXISTS"
-    status = 409
+    status = 400  # as Hermes' ErrorCode: its clients test for 400
 
 
 class GroupAlreadyExists(AlreadyExistsError):
@@ -85,10 +86,11 @@ class OAuthProviderAlreadyExists(AlreadyExistsError):
 
 
 class ConflictError(HermesError):
-    """The operation contradicts the current state (e.g. deleting a group that still has topics)."""
+    """The operation contradicts the current state (e.g. deleting a group that still has topics). Hermes
+    answers these 403."""
 
     code = "CONFLICT"
-    status = 409
+    status = 403
 
 
 class GroupNotEmpty(ConflictError):
@@ -97,6 +99,14 @@ class GroupNotEmpty(ConflictError):
 
 class TopicNotEmpty(ConflictError):
     code = "TOPIC_NOT_EMPTY"
+
+
+class OperationDisabled(HermesError):
+    """What this installation does not allow (as Hermes' ``OPERATION_DISABLED``: removing a schema, or any
+    change while the management API is read-only)."""
+
+    code = "OPERATION_DISABLED"
+    status = 406
 
 
 class PayloadTooLarge(HermesError):

@@ -78,7 +78,7 @@ def test_defaults_of_a_minimal_subscription(client: HermesClient) -> None:
     assert sub["subscriptionPolicy"] == {
         "rate": 400,
         "messageTtl": 3600,
-        "messageBackoff": 1000,
+        "messageBackoff": 100,
         "retryClientErrors": False,
         "requestTimeout": 1000,
         "socketTimeout": 0,
@@ -96,7 +96,7 @@ def test_defaults_of_a_minimal_subscription(client: HermesClient) -> None:
     batch = client.create_subscription(topic, "http://my-service", deliveryType="BATCH")
     policy = client.management.get(f"/topics/{topic}/subscriptions/{batch}").json()["subscriptionPolicy"]
     assert policy == {
-        "messageTtl": 3600,
+        "messageTtl": 60,
         "messageBackoff": 500,
         "retryClientErrors": False,
         "requestTimeout": 30000,
@@ -158,18 +158,18 @@ def test_errors_have_one_shape_and_the_right_status(client: HermesClient) -> Non
     topic = client.create_topic()
     group = topic.rpartition(".")[0]
     _error(client.management.get(f"/topics/{group}.missing"), 404, "TOPIC_NOT_EXISTS")
-    _error(client.management.get(f"/topics/{topic}/subscriptions/missing"), 404, "SUBSCRIPTION_NOT_EXISTS")
-    _error(client.management.post("/groups", json={"groupName": group}), 409, "GROUP_ALREADY_EXISTS")
-    _error(client.management.post("/topics", json={"name": topic}), 409, "TOPIC_ALREADY_EXISTS")
-    _error(client.management.delete(f"/groups/{group}"), 409, "GROUP_NOT_EMPTY")
+    _error(client.management.get(f"/topics/{topic}/subscriptions/missing"), 400, "SUBSCRIPTION_NOT_EXISTS")
+    _error(client.management.post("/groups", json={"groupName": group}), 400, "GROUP_ALREADY_EXISTS")
+    _error(client.management.post("/topics", json={"name": topic}), 400, "TOPIC_ALREADY_EXISTS")
+    _error(client.management.delete(f"/groups/{group}"), 403, "GROUP_NOT_EMPTY")
     name = client.create_subscription(topic, "http://my-service")
     _error(
         client.management.post(f"/topics/{topic}/subscriptions", json={"name": name, "endpoint": "http://x"}),
-        409,
+        400,
         "SUBSCRIPTION_ALREADY_EXISTS",
     )
-    _error(client.management.delete(f"/topics/{topic}"), 409, "TOPIC_NOT_EMPTY")
-    _error(client.management.post("/topics", content="{not json", headers=JSON), 400, "FORMATTING_ERROR")
+    _error(client.management.delete(f"/topics/{topic}"), 403, "TOPIC_NOT_EMPTY")
+    _error(client.management.post("/topics", content="{not json", headers=JSON), 400, "FORMAT_ERROR")
     bad = client.management.post(
         f"/topics/{topic}/subscriptions", json={"name": "s", "endpoint": "http://x", "subscriptionPolicy": {"rate": 0}}
     )

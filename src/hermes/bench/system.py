@@ -132,7 +132,8 @@ class Management:
     async def _call(self, method: str, path: str, body: Any = None) -> None:
         async with self._session.request(method, self._url + path, json=body) as response:
             text = await response.text()
-            if response.status >= 300 and not (method == "POST" and response.status == 409):
+            exists = method == "POST" and response.status == 400 and "ALREADY_EXISTS" in text
+            if response.status >= 300 and not exists:
                 raise RuntimeError(f"{method} {path}: {response.status} {text}")
 
     async def topic(self, group: str, name: str, **fields: Any) -> str:

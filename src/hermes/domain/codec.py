@@ -22,8 +22,11 @@ from hermes.domain.subscription import (
     Header,
     MatchingStrategy,
     MessageFilterSpecification,
+    MessageProcessingMetrics,
+    MonitoringDetails,
     OAuthPolicy,
     SerialSubscriptionPolicy,
+    Severity,
     Subscription,
     SubscriptionContentType,
     SubscriptionMode,
@@ -32,10 +35,14 @@ from hermes.domain.subscription import (
 )
 from hermes.domain.topic import (
     Ack,
+    ChaosMode,
+    ChaosPolicy,
     ContentType,
     OfflineRetentionTime,
     OfflineStorage,
     Owner,
+    PublishingAuth,
+    PublishingChaosPolicy,
     RetentionTime,
     RetentionUnit,
     Topic,
@@ -124,6 +131,29 @@ def _enum(data: Mapping[str, Any], key: str, enum: type[E], default: E, field: s
         raise ValidationError(f"must be one of: {allowed}", field) from None
 
 
+def _timestamp(data: Mapping[str, Any], key: str) -> int:
+    """Epoch millis from Hermes' wire form, decimal epoch seconds (Jackson's ``Instant``). Records stored
+    before the wire form was seconds hold millis; no date of this century is below 10**11 in millis."""
+    value = data.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValidationError("must be epoch seconds", key)
+    return int(value) if value >= 10**11 else round(value * 1000)
+
+
+def _seconds(millis: int) -> float | int:
+    return millis // 1000 if millis % 1000 == 0 else millis / 1000
+
+
+def _strings(value: Any, field: str) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValidationError("must be an array of strings", field)
+    return tuple(value)
+
+
 # --- owners, groups --------------------------------------------------------------------------------------
 
 
@@ -167,9 +197,66 @@ def topic_from_json(data: Any, *, topic_partitions_limit: int | None = None) -> 
             ),
         ),
         subscribing_restricted=_bool(body, "subscribingRestricted", False),
-        created_at=_int(body, "createdAt", 0, "createdAt", 0),
-        modified_at=_int(body, "modifiedAt", 0, "modifiedAt", 0),
+        auth=_publishing_auth(body.get("auth")),
+        json_to_avro_dry_run=_bool(body, "jsonToAvroDryRun", False),
+        migrated_from_json_type=_bool(body, "migratedFromJsonType", False),
+        fallback_to_remote_datacenter_enabled=_bool(body, "fallbackToRemoteDatacenterEnabled", False),
+        chaos=_chaos(body.get("chaos")),
+        created_at=_timestamp(body, "createdAt"),
+        modified_at=_timestamp(body, "modifiedAt"),
     )
+
+
+def _publishing_auth(value: Any) -> PublishingAuth:
+    data = _obj(value, "auth")
+    return PublishingAuth(
+        publishers=_strings(data.get("publishers"), "auth.publishers"),
+        enabled=_bool(data, "enabled", False, "auth.enabled"),
+        unauthenticated_access_enabled=_bool(
+            data, "unauthenticatedAccessEnabled", True, "auth.unauthenticatedAccessEnabled"
+        ),
+    )
+
+
+def _chaos_policy(value: Any, field: str) -> ChaosPolicy:
+    data = _obj(value, field)
+    delay_from = _int(data, "delayFrom", 0, f"{field}.delayFrom", 0)
+    return ChaosPolicy(
+        probability=_int(data, "probability", 0, f"{field}.probability", 0, 100),
+        delay_from=delay_from,
+        delay_to=_int(data, "delayTo", delay_from, f"{field}.delayTo", delay_from),
+        complete_with_error=_bool(data, "completeWithError", False, f"{field}.completeWithError"),
+    )
+
+
+def _chaos(value: Any) -> PublishingChaosPolicy:
+    data = _obj(value, "chaos")
+    policies = _obj(data.get("datacenterPolicies"), "chaos.datacenterPolicies")
+    glob = data.get("globalPolicy")
+    return PublishingChaosPolicy(
+        mode=_enum(data, "mode", ChaosMode, ChaosMode.DISABLED, "chaos.mode"),
+        global_policy=None if glob is None else _chaos_policy(glob, "chaos.globalPolicy"),
+        datacenter_policies=tuple(
+            (dc, _chaos_policy(p, f"chaos.datacenterPolicies.{dc}")) for dc, p in sorted(policies.items())
+        ),
+    )
+
+
+def _chaos_policy_to_json(policy: ChaosPolicy) -> Json:
+    return {
+        "probability": policy.probability,
+        "delayFrom": policy.delay_from,
+        "delayTo": policy.delay_to,
+        "completeWithError": policy.complete_with_error,
+    }
+
+
+def _chaos_to_json(chaos: PublishingChaosPolicy) -> Json:
+    out: Json = {"mode": chaos.mode.value}
+    if chaos.global_policy is not None:
+        out["globalPolicy"] = _chaos_policy_to_json(chaos.global_policy)
+    out["datacenterPolicies"] = {dc: _chaos_policy_to_json(p) for dc, p in chaos.datacenter_policies}
+    return out
 
 
 def topic_to_json(topic: Topic) -> Json:
@@ -190,8 +277,17 @@ def topic_to_json(topic: Topic) -> Json:
             },
         },
         "subscribingRestricted": topic.subscribing_restricted,
-        "createdAt": topic.created_at,
-        "modifiedAt": topic.modified_at,
+        "auth": {
+            "publishers": list(topic.auth.publishers),
+            "enabled": topic.auth.enabled,
+            "unauthenticatedAccessEnabled": topic.auth.unauthenticated_access_enabled,
+        },
+        "jsonToAvroDryRun": topic.json_to_avro_dry_run,
+        "migratedFromJsonType": topic.migrated_from_json_type,
+        "fallbackToRemoteDatacenterEnabled": topic.fallback_to_remote_datacenter_enabled,
+        "chaos": _chaos_to_json(topic.chaos),
+        "createdAt": _seconds(topic.created_at),
+        "modifiedAt": _seconds(topic.modified_at),
     }
 
 
@@ -346,9 +442,34 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
         oauth_policy=_oauth_policy(body.get("oAuthPolicy")),
         http2_enabled=_bool(body, "http2Enabled", False),
         auto_delete_with_topic_enabled=_bool(body, "autoDeleteWithTopicEnabled", False),
-        created_at=_int(body, "createdAt", 0, "createdAt", 0),
-        modified_at=_int(body, "modifiedAt", 0, "modifiedAt", 0),
+        monitoring_details=_monitoring_details(body.get("monitoringDetails")),
+        profiling_enabled=_bool(body, "profilingEnabled", False),
+        profiling_threshold_ms=_int(body, "profilingThresholdMs", 0, "profilingThresholdMs", 0),
+        metrics_config=_metrics_config(body.get("metricsConfig")),
+        created_at=_timestamp(body, "createdAt"),
+        modified_at=_timestamp(body, "modifiedAt"),
     )
+
+
+def _monitoring_details(value: Any) -> MonitoringDetails:
+    data = _obj(value, "monitoringDetails")
+    return MonitoringDetails(
+        severity=_enum(data, "severity", Severity, Severity.NON_IMPORTANT, "monitoringDetails.severity"),
+        reaction=_str(data, "reaction", "", "monitoringDetails.reaction"),
+    )
+
+
+def _metrics_config(value: Any) -> MessageProcessingMetrics:
+    field = "metricsConfig.messageProcessing"
+    data = _obj(_obj(value, "metricsConfig").get("messageProcessing"), field)
+    thresholds = data.get("thresholdsMilliseconds") or []
+    if (
+        not isinstance(thresholds, list)
+        or len(thresholds) > 10
+        or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in thresholds)
+    ):
+        raise ValidationError("must be at most 10 positive integers", f"{field}.thresholdsMilliseconds")
+    return MessageProcessingMetrics(_bool(data, "enabled", False, f"{field}.enabled"), tuple(thresholds))
 
 
 def _policy_to_json(sub: Subscription) -> Json:
@@ -388,15 +509,7 @@ def _filter_to_json(f: MessageFilterSpecification) -> Json:
 
 
 def subscription_to_json(sub: Subscription, *, mask_secrets: bool = True) -> Json:
-    oauth: Json | None = None
-    if sub.oauth_policy is not None:
-        p = sub.oauth_policy
-        oauth = {"grantType": p.grant_type, "providerName": p.provider_name, "scope": p.scope}
-        if p.username is not None:
-            oauth["username"] = p.username
-        if p.password is not None:
-            oauth["password"] = SECRET_MASK if mask_secrets else p.password
-    return {
+    out: Json = {
         "topicName": sub.topic_name.qualified,
         "name": sub.name,
         "endpoint": sub.endpoint.masked if mask_secrets else sub.endpoint.raw,
@@ -414,12 +527,34 @@ def subscription_to_json(sub: Subscription, *, mask_secrets: bool = True) -> Jso
         "subscriptionIdentityHeadersEnabled": sub.subscription_identity_headers_enabled,
         "trackingMode": sub.tracking_mode.value,
         "trackingEnabled": sub.tracking_enabled,
-        "oAuthPolicy": oauth,
         "http2Enabled": sub.http2_enabled,
         "autoDeleteWithTopicEnabled": sub.auto_delete_with_topic_enabled,
-        "createdAt": sub.created_at,
-        "modifiedAt": sub.modified_at,
+        "monitoringDetails": {
+            "severity": sub.monitoring_details.severity.value,
+            "reaction": sub.monitoring_details.reaction,
+        },
+        "profilingEnabled": sub.profiling_enabled,
+        "profilingThresholdMs": sub.profiling_threshold_ms,
+        "metricsConfig": {
+            "messageProcessing": {
+                "thresholdsMilliseconds": list(sub.metrics_config.thresholds_milliseconds),
+                "enabled": sub.metrics_config.enabled,
+            }
+        },
+        "createdAt": _seconds(sub.created_at),
+        "modifiedAt": _seconds(sub.modified_at),
     }
+    if sub.oauth_policy is not None:  # like Hermes, absent rather than null
+        p = sub.oauth_policy
+        oauth: Json = {"grantType": p.grant_type, "providerName": p.provider_name}
+        if p.scope is not None:
+            oauth["scope"] = p.scope
+        if p.username is not None:
+            oauth["username"] = p.username
+        if p.password is not None:
+            oauth["password"] = SECRET_MASK if mask_secrets else p.password
+        out["oAuthPolicy"] = oauth
+    return out
 
 
 # --- OAuth providers ---------------------------------------------------------------------------------

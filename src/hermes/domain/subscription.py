@@ -35,6 +35,28 @@ class TrackingMode(StrEnum):
     TRACKING_OFF = "trackingOff"
 
 
+class Severity(StrEnum):
+    CRITICAL = "CRITICAL"
+    IMPORTANT = "IMPORTANT"
+    NON_IMPORTANT = "NON_IMPORTANT"
+
+
+@dataclass(frozen=True)
+class MonitoringDetails:
+    """How much an unhealthy subscription matters (``/unhealthy`` filters on it) and what to do about it."""
+
+    severity: Severity = Severity.NON_IMPORTANT
+    reaction: str = ""
+
+
+@dataclass(frozen=True)
+class MessageProcessingMetrics:
+    """Hermes' opt-in histogram of processing durations (``metricsConfig.messageProcessing``): stored."""
+
+    enabled: bool = False
+    thresholds_milliseconds: tuple[int, ...] = ()
+
+
 class SubscriptionContentType(StrEnum):
     JSON = "JSON"
     AVRO = "AVRO"
@@ -46,7 +68,7 @@ class SerialSubscriptionPolicy:
 
     rate: int = 400  # messages per second, a hard maximum
     message_ttl: int = 3600  # seconds a message may stay inflight
-    message_backoff: int = 1000
+    message_backoff: int = 100
     retry_client_errors: bool = False
     request_timeout: int = 1000
     socket_timeout: int = 0  # 0 = no limit
@@ -58,7 +80,7 @@ class SerialSubscriptionPolicy:
 
 @dataclass(frozen=True)
 class BatchSubscriptionPolicy:
-    message_ttl: int = 3600
+    message_ttl: int = 60
     message_backoff: int = 500
     retry_client_errors: bool = False
     request_timeout: int = 30000
@@ -120,6 +142,10 @@ class Subscription:
     oauth_policy: OAuthPolicy | None = None
     http2_enabled: bool = False
     auto_delete_with_topic_enabled: bool = False
+    monitoring_details: MonitoringDetails = field(default_factory=MonitoringDetails)
+    profiling_enabled: bool = False
+    profiling_threshold_ms: int = 0
+    metrics_config: MessageProcessingMetrics = field(default_factory=MessageProcessingMetrics)
     created_at: int = 0
     modified_at: int = 0
 

@@ -18,6 +18,12 @@ class Ack(StrEnum):
     ALL = "ALL"
 
 
+class ChaosMode(StrEnum):
+    DISABLED = "DISABLED"
+    GLOBAL = "GLOBAL"
+    DATACENTER = "DATACENTER"
+
+
 class RetentionUnit(StrEnum):
     SECONDS = "SECONDS"
     MINUTES = "MINUTES"
@@ -64,6 +70,32 @@ class OfflineStorage:
 
 
 @dataclass(frozen=True)
+class PublishingAuth:
+    """Who may publish: stored and returned; enforced once management and publishing have authentication."""
+
+    publishers: tuple[str, ...] = ()
+    enabled: bool = False
+    unauthenticated_access_enabled: bool = True
+
+
+@dataclass(frozen=True)
+class ChaosPolicy:
+    """Hermes' publishing fault injection for one datacenter (or all): stored and returned, not applied."""
+
+    probability: int = 0
+    delay_from: int = 0
+    delay_to: int = 0
+    complete_with_error: bool = False
+
+
+@dataclass(frozen=True)
+class PublishingChaosPolicy:
+    mode: ChaosMode = ChaosMode.DISABLED
+    global_policy: ChaosPolicy | None = None
+    datacenter_policies: tuple[tuple[str, ChaosPolicy], ...] = ()
+
+
+@dataclass(frozen=True)
 class Group:
     name: str
 
@@ -83,6 +115,11 @@ class Topic:
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     offline_storage: OfflineStorage = field(default_factory=OfflineStorage)
     subscribing_restricted: bool = False
+    auth: PublishingAuth = field(default_factory=PublishingAuth)
+    json_to_avro_dry_run: bool = False
+    migrated_from_json_type: bool = False
+    fallback_to_remote_datacenter_enabled: bool = False
+    chaos: PublishingChaosPolicy = field(default_factory=PublishingChaosPolicy)
     created_at: int = 0  # epoch millis, set by the repository
     modified_at: int = 0
 

@@ -85,7 +85,7 @@ def _refusal(kind: type[web.HTTPMethodNotAllowed] | type[web.HTTPNotFound], meth
 
 
 async def read_json(request: web.Request) -> Any:
-    """The request body as JSON; a body that is not JSON is a 400 FORMATTING_ERROR."""
+    """The request body as JSON; a body that is not JSON is a 400 FORMAT_ERROR."""
     raw = await request.read()
     try:
         return orjson.loads(raw) if raw else None

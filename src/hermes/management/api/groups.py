@@ -1,4 +1,4 @@
-"""``/groups``: create, list, get, delete."""
+"""``/groups``: create, list, get, update, delete."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import asyncio
 from aiohttp import web
 
 from hermes.domain.names import validate_group_name
-from hermes.errors import FormattingError
-from hermes.http.server import json_response, read_json
+from hermes.errors import ValidationError
+from hermes.http.server import json_response
+from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.context import SERVICE
 
 
@@ -16,6 +17,7 @@ def register(router: web.UrlDispatcher) -> None:
     router.add_get("/groups", list_groups)
     router.add_post("/groups", create_group)
     router.add_get("/groups/{group}", get_group)
+    router.add_put("/groups/{group}", update_group)
     router.add_delete("/groups/{group}", delete_group)
 
 
@@ -26,18 +28,26 @@ async def list_groups(request: web.Request) -> web.Response:
 
 
 async def create_group(request: web.Request) -> web.Response:
-    body = await read_json(request)
-    if not isinstance(body, dict):
-        raise FormattingError('the body must be a JSON object like {"groupName": "..."}')
+    body = await read_object(request)
     name = validate_group_name(body.get("groupName"))  # type: ignore[arg-type]
     group = await request.app[SERVICE].create_group(name)
-    return json_response({"groupName": group.name}, status=201)
+    return json_response({"groupName": group.name}, status=201, headers=ignored_fields_header(request, body, "Group"))
 
 
 async def get_group(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     group = await asyncio.to_thread(service.repository.get_group, request.match_info["group"])
     return json_response({"groupName": group.name})
+
+
+async def update_group(request: web.Request) -> web.Response:
+    """A group has nothing but its name, which cannot change: Hermes' 204 once the group is found."""
+    body = await read_object(request)
+    name = request.match_info["group"]
+    await asyncio.to_thread(request.app[SERVICE].repository.get_group, name)
+    if body.get("groupName", name) != name:
+        raise ValidationError("a group cannot be renamed", "groupName")
+    return web.Response(status=204, headers=ignored_fields_header(request, body, "Group"))
 
 
 async def delete_group(request: web.Request) -> web.Response:

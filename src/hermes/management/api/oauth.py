@@ -9,8 +9,8 @@ from aiohttp import web
 
 from hermes.domain import codec
 from hermes.domain.oauth import OAuthProvider
-from hermes.errors import FormattingError
-from hermes.http.server import json_response, read_json
+from hermes.http.server import json_response
+from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.context import SERVICE
 
 
@@ -28,9 +28,11 @@ async def list_providers(request: web.Request) -> web.Response:
 
 
 async def create_provider(request: web.Request) -> web.Response:
-    provider = codec.oauth_provider_from_json(await read_json(request))
+    body = await read_object(request)
+    provider = codec.oauth_provider_from_json(body)
     created = await asyncio.to_thread(request.app[SERVICE].repository.create_oauth_provider, provider)
-    return json_response(codec.oauth_provider_to_json(created), status=201)
+    headers = ignored_fields_header(request, body, "OAuthProvider")
+    return json_response(codec.oauth_provider_to_json(created), status=201, headers=headers)
 
 
 async def get_provider(request: web.Request) -> web.Response:
@@ -40,9 +42,8 @@ async def get_provider(request: web.Request) -> web.Response:
 
 
 async def update_provider(request: web.Request) -> web.Response:
-    patch = await read_json(request)
-    if not isinstance(patch, dict):
-        raise FormattingError("the body must be a JSON object")
+    patch = await read_object(request)
+    headers = ignored_fields_header(request, patch, "OAuthProvider")
     name = request.match_info["provider"]
     if patch.get("clientSecret") == codec.SECRET_MASK:
         patch = {k: v for k, v in patch.items() if k != "clientSecret"}  # the mask means "unchanged"
@@ -52,7 +53,7 @@ async def update_provider(request: web.Request) -> web.Response:
         return dataclasses.replace(codec.oauth_provider_from_json(merged), name=name)
 
     updated = await asyncio.to_thread(request.app[SERVICE].repository.update_oauth_provider, name, change)
-    return json_response(codec.oauth_provider_to_json(updated))
+    return json_response(codec.oauth_provider_to_json(updated), headers=headers)
 
 
 async def delete_provider(request: web.Request) -> web.Response:

@@ -7,11 +7,14 @@ import asyncio
 from aiohttp import web
 
 from hermes.domain import codec
-from hermes.domain.subscription import SubscriptionState
-from hermes.errors import FormattingError, ValidationError
+from hermes.domain.subscription import Subscription, SubscriptionState
+from hermes.errors import ValidationError
 from hermes.http.server import json_response, read_json
+from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
+from hermes.management.openapi.paths import SCHEMAS
+from hermes.management.openapi.schemas import BATCH_POLICY, SERIAL_POLICY, Schema
 
 
 def register(router: web.UrlDispatcher) -> None:
@@ -26,19 +29,29 @@ def register(router: web.UrlDispatcher) -> None:
     router.add_get(base + "/{subscription}/state", get_state)
 
 
+def request_schema(sub: Subscription) -> Schema:
+    """The subscription schema with the policy fields of the subscription's delivery type only: a BATCH
+    field sent for a SERIAL subscription is ignored, and named."""
+    schema = SCHEMAS["Subscription"]
+    policy = BATCH_POLICY if sub.is_batch else SERIAL_POLICY
+    return {**schema, "properties": {**schema["properties"], "subscriptionPolicy": policy}}
+
+
 async def list_subscriptions(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     topic = topic_name(request)
     await asyncio.to_thread(service.repository.get_topic, topic)
     subs = await asyncio.to_thread(service.repository.list_subscriptions, topic)
-    return json_response([s.name for s in subs])
+    tracked = request.query.get("tracked", "false") == "true"
+    return json_response([s.name for s in subs if s.tracking_enabled or not tracked])
 
 
 async def create_subscription(request: web.Request) -> web.Response:
     topic = topic_name(request)
-    subscription = codec.subscription_from_json(await read_json(request), topic)
-    created = await request.app[SERVICE].create_subscription(subscription)
-    return json_response(codec.subscription_to_json(created), status=201)
+    body = await read_object(request)
+    created = await request.app[SERVICE].create_subscription(codec.subscription_from_json(body, topic))
+    headers = ignored_fields_header(request, body, request_schema(created))
+    return json_response(codec.subscription_to_json(created), status=201, headers=headers)
 
 
 async def get_subscription(request: web.Request) -> web.Response:
@@ -50,13 +63,12 @@ async def get_subscription(request: web.Request) -> web.Response:
 
 
 async def update_subscription(request: web.Request) -> web.Response:
-    patch = await read_json(request)
-    if not isinstance(patch, dict):
-        raise FormattingError("the body must be a JSON object")
+    patch = await read_object(request)
     updated = await request.app[SERVICE].update_subscription(
         topic_name(request), request.match_info["subscription"], patch
     )
-    return json_response(codec.subscription_to_json(updated))
+    headers = ignored_fields_header(request, patch, request_schema(updated))
+    return json_response(codec.subscription_to_json(updated), headers=headers)
 
 
 async def delete_subscription(request: web.Request) -> web.Response:

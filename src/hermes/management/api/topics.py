@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import orjson
@@ -11,10 +12,12 @@ from aiohttp import web
 from hermes.domain import codec
 from hermes.domain.avro import parse_schema
 from hermes.domain.names import TopicName
-from hermes.domain.topic import ContentType
-from hermes.errors import FormattingError, ValidationError
+from hermes.domain.topic import ContentType, Topic
+from hermes.errors import OperationDisabled, SchemaNotFound, ValidationError
 from hermes.http.server import json_response, read_json
+from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.context import SERVICE
+from hermes.metadata.repository import MetadataRepository
 
 
 def register(router: web.UrlDispatcher) -> None:
@@ -26,7 +29,9 @@ def register(router: web.UrlDispatcher) -> None:
     router.add_get("/topics/{topic}/schema", get_schema)
     router.add_get("/topics/{topic}/schema/versions", list_schema_versions)
     router.add_get("/topics/{topic}/schema/versions/{version}", get_schema)
+    router.add_get("/topics/{topic}/schema/ids/{id}", get_schema)
     router.add_post("/topics/{topic}/schema", save_schema)
+    router.add_delete("/topics/{topic}/schema", delete_schema)
 
 
 def topic_name(request: web.Request) -> TopicName:
@@ -35,8 +40,18 @@ def topic_name(request: web.Request) -> TopicName:
 
 async def list_topics(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    topics = await asyncio.to_thread(service.repository.list_topics, request.query.get("groupName"))
-    return json_response([t.qualified_name for t in topics])
+    topics = await asyncio.to_thread(service.repository.list_topics, request.query.get("groupName") or None)
+    tracked = request.query.get("tracked", "false") == "true"
+    return json_response([t.qualified_name for t in topics if t.tracking_enabled or not tracked])
+
+
+def topic_with_schema(repository: MetadataRepository, topic: Topic) -> dict[str, Any]:
+    """Hermes' ``TopicWithSchema``: the topic, and the latest schema (a string) of an AVRO topic that has one."""
+    body = codec.topic_to_json(topic)
+    if topic.content_type is ContentType.AVRO:
+        with contextlib.suppress(SchemaNotFound):
+            body["schema"] = repository.get_schema(topic.name)[1]
+    return body
 
 
 def _schema_text(value: Any, field: str = "schema") -> str:
@@ -47,9 +62,9 @@ def _schema_text(value: Any, field: str = "schema") -> str:
 
 
 async def create_topic(request: web.Request) -> web.Response:
-    body = await read_json(request)
+    body = await read_object(request)
     topic = codec.topic_from_json(body)
-    schema = body.get("schema") if isinstance(body, dict) else None
+    schema = body.get("schema")
     if schema is not None and topic.content_type is not ContentType.AVRO:
         raise ValidationError("is only for AVRO topics", "schema")
     text = _schema_text(schema) if schema is not None else None
@@ -57,18 +72,33 @@ async def create_topic(request: web.Request) -> web.Response:
     created = await service.create_topic(topic)
     if text is not None:
         await asyncio.to_thread(service.repository.save_schema, created.name, text)
-    return json_response(codec.topic_to_json(created), status=201)
+    shown = await asyncio.to_thread(topic_with_schema, service.repository, created)
+    return json_response(shown, status=201, headers=ignored_fields_header(request, body, "Topic"))
 
 
 async def get_schema(request: web.Request) -> web.Response:
-    version_text = request.match_info.get("version")
+    """A schema version (a schema's id is its version: this registry numbers schemas per topic); like
+    Hermes, 204 without a body when there is none."""
+    field = "id" if "id" in request.match_info else "version"
+    version_text = request.match_info.get(field)
     if version_text is not None and not version_text.isdigit():
-        raise ValidationError("must be a number", "version")
+        raise ValidationError("must be a number", field)
     repository = request.app[SERVICE].repository
-    version, schema = await asyncio.to_thread(
-        repository.get_schema, topic_name(request), int(version_text) if version_text else None
-    )
+    name = topic_name(request)
+    await asyncio.to_thread(repository.get_topic, name)
+    try:
+        version, schema = await asyncio.to_thread(
+            repository.get_schema, name, int(version_text) if version_text else None
+        )
+    except SchemaNotFound:
+        return web.Response(status=204)
     return web.Response(body=schema.encode(), content_type="application/json", headers={"Schema-Version": str(version)})
+
+
+async def delete_schema(request: web.Request) -> web.Response:
+    """Hermes refuses by default (``schema.removeSchema``): an AVRO topic without a schema cannot publish."""
+    await asyncio.to_thread(request.app[SERVICE].repository.get_topic, topic_name(request))
+    raise OperationDisabled("Removing schema is disabled.")
 
 
 async def list_schema_versions(request: web.Request) -> web.Response:
@@ -89,15 +119,29 @@ async def save_schema(request: web.Request) -> web.Response:
 async def get_topic(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     topic = await asyncio.to_thread(service.repository.get_topic, topic_name(request))
-    return json_response(codec.topic_to_json(topic))
+    return json_response(await asyncio.to_thread(topic_with_schema, service.repository, topic))
 
 
 async def update_topic(request: web.Request) -> web.Response:
-    patch = await read_json(request)
-    if not isinstance(patch, dict):
-        raise FormattingError("the body must be a JSON object")
-    updated = await request.app[SERVICE].update_topic(topic_name(request), patch)
-    return json_response(codec.topic_to_json(updated))
+    """Changes the fields sent; a ``schema`` different from the latest adds a schema version, as in Hermes."""
+    patch = await read_object(request)
+    service = request.app[SERVICE]
+    name = topic_name(request)
+    schema = patch.pop("schema", None)
+    if schema is not None:
+        topic = await asyncio.to_thread(service.repository.get_topic, name)
+        if topic.content_type is not ContentType.AVRO:
+            raise ValidationError("is only for AVRO topics", "schema")
+        text = _schema_text(schema)
+        try:
+            latest = (await asyncio.to_thread(service.repository.get_schema, name))[1]
+        except SchemaNotFound:
+            latest = None
+        if latest is None or orjson.loads(latest) != orjson.loads(text):
+            await asyncio.to_thread(service.repository.save_schema, name, text)
+    updated = await service.update_topic(name, patch)
+    shown = await asyncio.to_thread(topic_with_schema, service.repository, updated)
+    return json_response(shown, headers=ignored_fields_header(request, patch, "Topic"))
 
 
 async def delete_topic(request: web.Request) -> web.Response:

@@ -1,0 +1,271 @@
+"""Every operation of the management API, and the schemas of the bodies that are not entities."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermes.management.openapi.schemas import (
+    ANY,
+    BOOL,
+    ENTITIES,
+    INT,
+    NAMES,
+    NULLABLE_INT,
+    NUM,
+    STR,
+    Schema,
+    array,
+    obj,
+    ref,
+)
+
+SCHEMAS: dict[str, Schema] = {
+    **ENTITIES,
+    "SubscriptionMetrics": obj(
+        {
+            "delivered": INT,
+            "discarded": INT,
+            "inflight": INT,
+            "timeouts": NUM,
+            "otherErrors": NUM,
+            "codes2xx": NUM,
+            "codes4xx": NUM,
+            "codes5xx": NUM,
+            "rate": NUM,
+            "maxRate": NUM,
+            "lag": INT,
+            "totals": {"type": "object", "additionalProperties": INT},
+        }
+    ),
+    "TopicMetrics": obj(
+        {
+            "published": INT,
+            "rate": NUM,
+            "subscriptions": INT,
+            "delivered": INT,
+            "discarded": INT,
+            "deliveryRate": NUM,
+        }
+    ),
+    "Health": obj(
+        {
+            "status": {"enum": ["HEALTHY", "UNHEALTHY"]},
+            "problems": {"type": "array", "items": obj({"code": STR, "description": STR})},
+        }
+    ),
+    "Unhealthy": {
+        "type": "array",
+        "items": obj({"name": STR, "qualifiedTopicName": STR, "problems": {"type": "array"}}),
+    },
+    "UndeliveredMessage": obj(
+        {
+            "timestamp": INT,
+            "subscription": STR,
+            "topicName": STR,
+            "status": STR,
+            "reason": STR,
+            "message": STR,
+            "partition": INT,
+            "offset": INT,
+            "cluster": STR,
+        }
+    ),
+    "RetransmissionSummary": obj(
+        {
+            "partitionOffsetListPerBrokerName": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "array",
+                    "items": obj({"partition": INT, "offset": INT, "oldestAvailable": BOOL}),
+                },
+            }
+        }
+    ),
+    "TraceEvent": obj(
+        {
+            "messageId": STR,
+            "timestamp": INT,
+            "subscription": STR,
+            "topicName": STR,
+            "status": {"enum": ["INFLIGHT", "SUCCESS", "FAILED", "DISCARDED"]},
+            "reason": STR,
+            "partition": INT,
+            "offset": INT,
+            "cluster": STR,
+            "publishTimestamp": INT,
+        },
+        ["messageId", "timestamp", "topicName", "status", "cluster"],
+    ),
+    "DeliveryStatistics": obj(
+        {
+            "minute": INT,
+            "delivered": INT,
+            "discarded": INT,
+            "failedAttempts": INT,
+            "latency": obj({"p50": NULLABLE_INT, "p90": NULLABLE_INT, "p99": NULLABLE_INT, "max": NULLABLE_INT}),
+        }
+    ),
+    "OfflineRetransmissionTask": obj(
+        {
+            "taskId": STR,
+            "type": {"const": "TOPIC"},
+            "sourceTopic": STR,
+            "targetTopic": STR,
+            "startTimestamp": STR,
+            "endTimestamp": STR,
+            "createdAt": STR,
+            "status": {"enum": ["PENDING", "RUNNING", "DONE", "FAILED"]},
+            "progress": obj({"republished": INT, "total": NULLABLE_INT}),
+            "error": STR,
+        },
+        [
+            "taskId",
+            "type",
+            "sourceTopic",
+            "targetTopic",
+            "startTimestamp",
+            "endTimestamp",
+            "createdAt",
+            "status",
+            "progress",
+        ],
+    ),
+    "SchemaVersion": obj({"version": INT}),
+    "Status": obj({"status": STR}),
+}
+
+
+_IGNORED = {
+    "Hermes-Ignored-Fields": {
+        "description": "Request fields that were ignored (unknown to this API), as comma-separated JSON paths",
+        "schema": STR,
+    }
+}
+
+
+def _op(
+    summary: str,
+    ok: int = 200,
+    body: Schema | None = None,
+    request: Schema | None = None,
+    errors: tuple[int, ...] = (400, 404, 503),
+    empty: tuple[int, ...] = (),
+    query: dict[str, Schema] | None = None,
+) -> Schema:
+    """An operation answering ``ok`` (with ``body``), the ``empty`` statuses without a body, or an error.
+    An operation with a JSON object ``request`` names ignored request fields in a response header."""
+    success: dict[str, Any] = {"description": "OK"}
+    if body is not None:
+        success["content"] = {"application/json": {"schema": body}}
+    if request is not None and request is not STR:
+        success["headers"] = _IGNORED
+    responses: dict[str, Any] = {str(ok): success}
+    for status in empty:
+        responses[str(status)] = {"description": "No content"}
+    for status in errors:
+        responses[str(status)] = {"description": "Error", "content": {"application/json": {"schema": ref("Error")}}}
+    op: Schema = {"summary": summary, "responses": responses}
+    if query:
+        op["parameters"] = [{"name": n, "in": "query", "required": False, "schema": s} for n, s in query.items()]
+    if request is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": request}}}
+    return op
+
+
+_T = "/topics/{topic}"
+_S = "/topics/{topic}/subscriptions/{subscription}"
+_TRACKED = {"tracked": BOOL}
+_DELETE_ERRORS = (400, 403, 404, 503)
+
+PATHS: dict[str, dict[str, Schema]] = {
+    "/status/health": {"get": _op("Health", body=ref("Status"), errors=())},
+    "/status/ready": {"get": _op("Readiness", body=ref("Status"), errors=())},
+    "/status/prometheus": {"get": _op("Prometheus metrics", errors=())},
+    "/openapi.json": {"get": _op("This document", errors=())},
+    "/groups": {
+        "get": _op("List groups", body=NAMES),
+        "post": _op("Create a group", 201, ref("Group"), ref("Group")),
+    },
+    "/groups/{group}": {
+        "get": _op("Get a group", body=ref("Group")),
+        "put": _op("Update a group (its name cannot change)", 204, request=ref("Group")),
+        "delete": _op("Delete a group without topics", errors=_DELETE_ERRORS),
+    },
+    "/topics": {
+        "get": _op("List topics", body=NAMES, query={"groupName": STR, **_TRACKED}),
+        "post": _op("Create a topic (AVRO topics may carry a schema)", 201, ref("Topic"), ref("Topic")),
+    },
+    _T: {
+        "get": _op("Get a topic, with the latest schema of an AVRO topic", body=ref("Topic")),
+        "put": _op("Update the fields sent", body=ref("Topic"), request=ref("Topic")),
+        "delete": _op("Delete a topic without subscriptions", errors=_DELETE_ERRORS),
+    },
+    _T + "/metrics": {"get": _op("Topic metrics", body=ref("TopicMetrics"))},
+    _T + "/schema": {
+        "get": _op("Latest Avro schema (204 when none)", body=ANY, empty=(204,)),
+        "post": _op("Add a schema version", 201, ref("SchemaVersion"), ANY),
+        "delete": _op("Remove the schemas: disabled, as Hermes' default", errors=(400, 404, 406)),
+    },
+    _T + "/schema/versions": {"get": _op("Schema versions", body={"type": "array", "items": INT})},
+    _T + "/schema/versions/{version}": {"get": _op("One schema version (204 when none)", body=ANY, empty=(204,))},
+    _T + "/schema/ids/{id}": {
+        "get": _op("A schema by id: ids are versions here (204 when none)", body=ANY, empty=(204,))
+    },
+    _T + "/subscriptions": {
+        "get": _op("List subscriptions", body=NAMES, query=_TRACKED),
+        "post": _op("Create a subscription", 201, ref("Subscription"), ref("Subscription")),
+    },
+    _S: {
+        "get": _op("Get a subscription", body=ref("Subscription")),
+        "put": _op("Update the fields sent", body=ref("Subscription"), request=ref("Subscription")),
+        "delete": _op("Delete a subscription"),
+    },
+    _S + "/state": {
+        "get": _op("State", body=STR),
+        "put": _op('Set "ACTIVE" or "SUSPENDED"', request=STR),
+        "post": _op('Set "ACTIVE" or "SUSPENDED" (older form)', request=STR),
+    },
+    _S + "/metrics": {"get": _op("Subscription metrics", body=ref("SubscriptionMetrics"))},
+    _S + "/health": {"get": _op("Subscription health", body=ref("Health"))},
+    _S + "/undelivered/last": {"get": _op("Last undelivered message", body=ref("UndeliveredMessage"))},
+    _S + "/retransmission": {
+        "put": _op(
+            "Retransmit from a date", body=ref("RetransmissionSummary"), request=obj({"retransmissionDate": STR})
+        ),
+        "post": _op("Retransmit from an ISO date or -6h (older form)", body=ref("RetransmissionSummary"), request=ANY),
+    },
+    _S + "/events/{messageId}/trace": {
+        "get": _op("The message's trace events in time order (tracking)", body=array(ref("TraceEvent")))
+    },
+    _S + "/undelivered": {
+        "get": _op("The last 100 undelivered messages, newest first (tracking)", body=array(ref("TraceEvent")))
+    },
+    _S + "/statistics": {
+        "get": _op(
+            "Per-minute delivery statistics of the last ?minutes= (default 60; tracking; an addition)",
+            body=array(ref("DeliveryStatistics")),
+        )
+    },
+    "/unhealthy": {"get": _op("Unhealthy subscriptions", body=ref("Unhealthy"))},
+    "/offline-retransmission/tasks": {
+        "get": _op(
+            "Offline retransmission tasks with status and progress", body=array(ref("OfflineRetransmissionTask"))
+        ),
+        "post": _op(
+            "Republish a time range of a topic's offline storage to a topic",
+            201,
+            ref("OfflineRetransmissionTask"),
+            obj({"sourceTopic": STR, "targetTopic": STR, "startTimestamp": STR, "endTimestamp": STR}),
+        ),
+    },
+    "/offline-retransmission/tasks/{taskId}": {"delete": _op("Delete a task (a running one stops)")},
+    "/oauth/providers": {
+        "get": _op("List OAuth providers", body=NAMES),
+        "post": _op("Register an OAuth provider", 201, ref("OAuthProvider"), ref("OAuthProvider")),
+    },
+    "/oauth/providers/{provider}": {
+        "get": _op("Get a provider", body=ref("OAuthProvider")),
+        "put": _op("Update the fields sent", body=ref("OAuthProvider"), request=ref("OAuthProvider")),
+        "delete": _op("Delete a provider"),
+    },
+}

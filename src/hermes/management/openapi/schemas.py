@@ -1,0 +1,200 @@
+"""JSON schemas of the management API's bodies, with the constraints ``hermes.domain.codec`` enforces.
+
+Request bodies use the same schemas as responses: Hermes' clients send back what they read. Properties that
+are not listed here are ignored by the API (and named in ``Hermes-Ignored-Fields``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hermes.domain.codec import MAX_MAX_MESSAGE_SIZE, MIN_MAX_MESSAGE_SIZE
+from hermes.domain.subscription import MAX_MESSAGE_TTL_SECONDS
+
+Schema = dict[str, Any]
+
+STR: Schema = {"type": "string"}
+INT: Schema = {"type": "integer"}
+NUM: Schema = {"type": "number"}
+BOOL: Schema = {"type": "boolean"}
+NULLABLE_INT: Schema = {"type": ["integer", "null"]}
+NAMES: Schema = {"type": "array", "items": STR}
+ANY: Schema = {}
+GROUP_NAME: Schema = {"type": "string", "pattern": r"^[a-zA-Z0-9_-][a-zA-Z0-9_.-]{0,198}[a-zA-Z0-9_-]$|^[a-zA-Z0-9_-]$"}
+SIMPLE_NAME: Schema = {"type": "string", "pattern": r"^[a-zA-Z0-9_-]{1,200}$"}
+TOPIC_NAME: Schema = {"type": "string", "pattern": r"^[a-zA-Z0-9_-][a-zA-Z0-9_.-]*\.[a-zA-Z0-9_-]{1,200}$"}
+EPOCH_SECONDS: Schema = {"type": "number", "minimum": 0}
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def array(items: Schema) -> Schema:
+    return {"type": "array", "items": items}
+
+
+def obj(properties: dict[str, Schema], required: list[str] | None = None) -> Schema:
+    """An object with these properties; all of them required unless ``required`` says otherwise."""
+    return {"type": "object", "properties": properties, "required": list(properties) if required is None else required}
+
+
+def enum(*values: str) -> Schema:
+    return {"type": "string", "enum": list(values)}
+
+
+def ranged(lo: int, hi: int | None = None) -> Schema:
+    return {"type": "integer", "minimum": lo, **({"maximum": hi} if hi is not None else {})}
+
+
+OWNER = obj({"source": STR, "id": STR})
+_CHAOS_POLICY = obj(
+    {"probability": ranged(0, 100), "delayFrom": ranged(0), "delayTo": ranged(0), "completeWithError": BOOL}, []
+)
+
+SERIAL_POLICY = obj(
+    {
+        "rate": ranged(1, 1_000_000),
+        "messageTtl": ranged(0, MAX_MESSAGE_TTL_SECONDS),
+        "messageBackoff": ranged(0, 3_600_000),
+        "retryClientErrors": BOOL,
+        "requestTimeout": ranged(100, 300_000),
+        "socketTimeout": ranged(0, 300_000),
+        "inflightSize": ranged(1, 10_000),
+        "sendingDelay": ranged(0, 5000),
+        "backoffMultiplier": {"type": "number", "minimum": 1, "maximum": 10},
+        "backoffMaxIntervalInSec": ranged(1, 600),
+    },
+    [],
+)
+BATCH_POLICY = obj(
+    {
+        "messageTtl": ranged(0, MAX_MESSAGE_TTL_SECONDS),
+        "messageBackoff": ranged(0, 3_600_000),
+        "retryClientErrors": BOOL,
+        "requestTimeout": ranged(100, 300_000),
+        "batchSize": ranged(1, 1_000_000),
+        "batchTime": ranged(1, 3_600_000),
+        "batchVolume": ranged(1, 64 * 1024 * 1024),
+    },
+    [],
+)
+
+_FILTER = obj(
+    {
+        "type": enum("jsonpath", "avropath", "header"),
+        "path": STR,
+        "header": STR,
+        "matcher": STR,
+        "matchingStrategy": enum("all", "any"),
+    },
+    ["type", "matcher"],
+)
+
+ENTITIES: dict[str, Schema] = {
+    "Error": obj({"message": STR, "code": STR}),
+    "Group": obj({"groupName": GROUP_NAME}),
+    "Topic": obj(
+        {
+            "name": TOPIC_NAME,
+            "description": STR,
+            "owner": OWNER,
+            "contentType": enum("JSON", "AVRO"),
+            "ack": enum("LEADER", "ALL"),
+            "retentionTime": obj(
+                {
+                    "duration": ranged(1, 10**6),
+                    "retentionUnit": enum("SECONDS", "MINUTES", "HOURS", "DAYS"),
+                },
+                [],
+            ),
+            "trackingEnabled": BOOL,
+            "maxMessageSize": ranged(MIN_MAX_MESSAGE_SIZE, MAX_MAX_MESSAGE_SIZE),
+            "offlineStorage": obj(
+                {"enabled": BOOL, "retentionTime": obj({"duration": ranged(1), "infinite": BOOL}, [])}, []
+            ),
+            "subscribingRestricted": BOOL,
+            "auth": obj({"publishers": NAMES, "enabled": BOOL, "unauthenticatedAccessEnabled": BOOL}, []),
+            "jsonToAvroDryRun": BOOL,
+            "migratedFromJsonType": BOOL,
+            "fallbackToRemoteDatacenterEnabled": BOOL,
+            "chaos": obj(
+                {
+                    "mode": enum("DISABLED", "GLOBAL", "DATACENTER"),
+                    "globalPolicy": _CHAOS_POLICY,
+                    "datacenterPolicies": {"type": "object", "additionalProperties": _CHAOS_POLICY},
+                },
+                [],
+            ),
+            "schema": {"description": "AVRO topics: the latest Avro schema (an object, or a string holding one)"},
+            "createdAt": EPOCH_SECONDS,
+            "modifiedAt": EPOCH_SECONDS,
+        },
+        ["name"],
+    ),
+    "Subscription": obj(
+        {
+            "topicName": TOPIC_NAME,
+            "name": SIMPLE_NAME,
+            "endpoint": {"type": "string", "format": "uri", "pattern": "^https?://"},
+            "description": STR,
+            "owner": OWNER,
+            "supportTeam": {"type": "string", "description": "older request shape: the owner's id"},
+            "contact": STR,
+            "state": enum("PENDING", "ACTIVE", "SUSPENDED"),
+            "contentType": enum("JSON", "AVRO"),
+            "deliveryType": enum("SERIAL", "BATCH"),
+            "subscriptionPolicy": {"anyOf": [SERIAL_POLICY, BATCH_POLICY]},
+            "mode": enum("ANYCAST", "BROADCAST"),
+            "headers": array(obj({"name": STR, "value": STR})),
+            "filters": array(_FILTER),
+            "endpointAddressResolverMetadata": {"type": "object"},
+            "subscriptionIdentityHeadersEnabled": BOOL,
+            "trackingMode": enum("trackingAll", "discardedOnly", "trackingOff"),
+            "trackingEnabled": BOOL,
+            "oAuthPolicy": obj(
+                {
+                    "grantType": enum("clientCredentials", "password"),
+                    "providerName": STR,
+                    "scope": STR,
+                    "username": STR,
+                    "password": STR,
+                },
+                ["grantType", "providerName"],
+            ),
+            "http2Enabled": BOOL,
+            "autoDeleteWithTopicEnabled": BOOL,
+            "monitoringDetails": obj({"severity": enum("CRITICAL", "IMPORTANT", "NON_IMPORTANT"), "reaction": STR}, []),
+            "profilingEnabled": BOOL,
+            "profilingThresholdMs": ranged(0),
+            "metricsConfig": obj(
+                {
+                    "messageProcessing": obj(
+                        {
+                            "thresholdsMilliseconds": {**array(ranged(1)), "maxItems": 10},
+                            "enabled": BOOL,
+                        },
+                        [],
+                    )
+                },
+                [],
+            ),
+            "createdAt": EPOCH_SECONDS,
+            "modifiedAt": EPOCH_SECONDS,
+        },
+        ["name", "endpoint"],
+    ),
+    "OAuthProvider": obj(
+        {
+            "name": SIMPLE_NAME,
+            "tokenEndpoint": {"type": "string", "format": "uri"},
+            "clientId": STR,
+            "clientSecret": {"type": "string", "description": "answered as ******"},
+            "tokenRequestInitialDelay": ranged(1, 3_600_000),
+            "tokenRequestMaxDelay": ranged(1, 3_600_000),
+            "requestTimeout": ranged(1, 300_000),
+            "socketTimeout": ranged(0, 300_000),
+        },
+        ["name", "tokenEndpoint", "clientId", "clientSecret"],
+    ),
+}
