@@ -68,7 +68,19 @@ class Settings(BaseSettings):
     embedded_broker_heap_mb: int = Field(
         1024, ge=128, le=65536, description="Largest Java heap of the embedded Kafka broker, in MiB."
     )
-    topic_partitions: int = Field(2, ge=1, le=1000, description="Partitions of each new Kafka topic.")
+    topic_partitions: int = Field(
+        2,
+        ge=1,
+        le=1000,
+        description="Partitions of each new Kafka topic; raising it grows a topic's partitions at its next update.",
+    )
+    topic_reconcile_interval: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="Seconds between checks that every topic of the metadata store exists in Kafka (a missing one "
+        "is created again with its settings).",
+    )
 
     # --- metadata ---
     metadata_store: Literal["sqlite", "zookeeper"] = Field("sqlite", description="Metadata repository.")

@@ -20,6 +20,7 @@ from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker, ensure_port_free
 from hermes.broker.producer import BrokerProducer
+from hermes.broker.topics import KafkaTopics, TopicReconciler
 from hermes.config import Settings
 from hermes.consumers.supervisor import ConsumersSupervisor
 from hermes.errors import StartupError
@@ -111,6 +112,10 @@ class Hermes:
             await asyncio.to_thread(admin.create_topic, TRACKING_TOPIC, settings.topic_partitions)
 
         self.repository = await asyncio.to_thread(open_repository, settings)
+        kafka_topics = KafkaTopics(admin, settings.topic_partitions)
+        reconciler = TopicReconciler(kafka_topics, self.repository.list_topics, settings.topic_reconcile_interval)
+        await reconciler.start()
+        self._stoppers.append(reconciler.stop)
         if self.roles == ALL_ROLES and settings.pipeline:
             await self._start_pipeline(bootstrap)
         if Role.FRONTEND in self.roles or Role.CONSUMERS in self.roles:
@@ -130,6 +135,7 @@ class Hermes:
             tracker = Tracker(self.tracking_producer, settings.cluster_name)
             self.supervisor = ConsumersSupervisor(settings, self.connection, self.cache, self.repository, tracker)
             await self.supervisor.start()
+            reconciler.on_recreated(self.supervisor.topic_recreated)
             self._stoppers.append(self.supervisor.stop)
             if not self.roles & {Role.FRONTEND, Role.MANAGEMENT}:  # alone: serve health and Prometheus itself
                 from hermes.http.status import status_app

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -13,6 +14,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     NewTopic,
 )
 
@@ -87,7 +89,39 @@ class BrokerAdmin:
                 raise _to_error(exc, f"deleting Kafka topic {name}") from exc
 
     def topic_exists(self, name: str) -> bool:
-        return name in self._admin.list_topics(timeout=self._timeout).topics
+        return name in self.topic_names()
+
+    def topic_names(self) -> set[str]:
+        try:
+            return set(self._admin.list_topics(timeout=self._timeout).topics)
+        except KafkaException as exc:
+            raise _to_error(exc, "listing Kafka topics") from exc
+
+    def topic_config(self, name: str) -> dict[str, str]:
+        futures = self._admin.describe_configs([ConfigResource("topic", name)], request_timeout=self._timeout)
+        try:
+            [entries] = [future.result(timeout=self._timeout) for future in futures.values()]
+        except KafkaException as exc:
+            raise _to_error(exc, f"describing Kafka topic {name}") from exc
+        return {key: entry.value for key, entry in entries.items()}
+
+    def add_partitions(self, name: str, total: int) -> None:
+        futures = self._admin.create_partitions([NewPartitions(name, total)], request_timeout=self._timeout)
+        try:
+            futures[name].result(timeout=self._timeout)
+        except KafkaException as exc:
+            raise _to_error(exc, f"adding partitions to Kafka topic {name}") from exc
+
+    def delete_records(self, name: str, before: Mapping[int, int]) -> None:
+        """Deletes every record of partition ``p`` below offset ``before[p]`` (Kafka's DeleteRecords)."""
+        futures = self._admin.delete_records(
+            [TopicPartition(name, p, o) for p, o in before.items()], request_timeout=self._timeout
+        )
+        try:
+            for future in futures.values():
+                future.result(timeout=self._timeout)
+        except KafkaException as exc:
+            raise _to_error(exc, f"deleting records of Kafka topic {name}") from exc
 
     def partitions(self, topic: str) -> list[int]:
         metadata = self._admin.list_topics(topic, timeout=self._timeout).topics.get(topic)
@@ -150,6 +184,38 @@ class BrokerAdmin:
             raise _to_error(exc, f"committing offsets of {group_id}") from exc
         finally:
             consumer.close()
+
+    def describe_group(self, group_id: str) -> GroupDescription:
+        """The consumer group's state and members, each with the partitions assigned to it."""
+        futures = self._admin.describe_consumer_groups([group_id], request_timeout=self._timeout)
+        try:
+            found = futures[group_id].result(timeout=self._timeout)
+        except KafkaException as exc:
+            raise _to_error(exc, f"describing consumer group {group_id}") from exc
+        members = tuple(
+            GroupMember(
+                m.member_id,
+                m.client_id,
+                m.host,
+                tuple((tp.topic, tp.partition) for tp in m.assignment.topic_partitions),
+            )
+            for m in found.members
+        )
+        return GroupDescription(found.state.name, members)
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    member_id: str
+    client_id: str
+    host: str
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class GroupDescription:
+    state: str  # Kafka's: STABLE, EMPTY, PREPARING_REBALANCING, ...
+    members: tuple[GroupMember, ...]
 
 
 def _to_error(exc: KafkaException, doing: str) -> Exception:

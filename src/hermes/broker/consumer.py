@@ -75,7 +75,7 @@ class BrokerConsumer:
         *,
         session_timeout_ms: int = 6000,
         fetch_wait_ms: int = 500,
-        auto_offset_reset: str = "latest",
+        auto_offset_reset: str = "earliest",  # no committed offset (a new partition, a wiped cluster): from the start
         on_assign: AssignmentListener | None = None,
         on_revoke: AssignmentListener | None = None,
         **overrides: Any,
@@ -92,6 +92,8 @@ class BrokerConsumer:
                     "enable.partition.eof": False,
                     "fetch.wait.max.ms": fetch_wait_ms,
                     "queued.max.messages.kbytes": 8192,  # the prefetch bound per consumer (librdkafka: 64 MiB)
+                    # a topic created again after the broker lost it is seen within seconds, not librdkafka's 5 min
+                    "topic.metadata.refresh.interval.ms": 5000,
                     **overrides,
                 }
             )

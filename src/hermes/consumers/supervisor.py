@@ -13,6 +13,7 @@ import time
 
 import aiohttp
 
+from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
 from hermes.config import Settings
 from hermes.consumers.batch import BatchConsumer
@@ -24,6 +25,7 @@ from hermes.consumers.sender.http import HttpSender
 from hermes.consumers.sender.oauth import OAuthTokens, TokenClient
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
+from hermes.errors import HermesError
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.repository import MetadataRepository
 from hermes.tracking import Tracker
@@ -140,6 +142,24 @@ class ConsumersSupervisor:
         await self._apply(TopicName.parse(topic), name, self._cache.subscriptions.get(key))
 
     async def _on_change(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
+    async def topic_recreated(self, topic: str) -> None:
+        """The broker lost ``topic`` and it was created again. The committed offsets of its subscriptions count
+        messages of the old topic (offset 3 there would skip offsets 0-2 of the new one), so every subscription
+        of it starts again from the beginning of the new topic: duplicates at worst, never a gap."""
+        async with self._lock:
+            stopped = [key for key in self._consumers if key[0] == topic]
+            for key in stopped:
+                await self._consumers.pop(key).stop()
+        admin = BrokerAdmin(self._connection)
+        beginning = await asyncio.to_thread(admin.beginning_offsets, topic)
+        for subscription in [s for s in self._cache.subscriptions.values() if s.topic_name.qualified == topic]:
+            try:
+                await asyncio.to_thread(admin.commit_offsets, subscription.consumer_group_id, topic, beginning)
+            except HermesError as exc:  # a member on another node still holds the group: it reads on from there
+                log.warning("could not rewind %s after its topic was created again: %s", subscription, exc.message)
+        for key in stopped:
+            await self._apply(TopicName.parse(topic), key[1], self._cache.subscriptions.get(key))
+
         await self._apply(topic, name, subscription)
 
     async def _apply(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:

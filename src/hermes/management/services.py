@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 from hermes.broker.admin import BrokerAdmin
+from hermes.broker.topics import KafkaTopics
 from hermes.config import Settings
 from hermes.domain import codec
 from hermes.domain.names import TopicName
@@ -33,6 +34,7 @@ class ManagementService:
         self.settings = settings
         self.repository = repository
         self.admin = admin
+        self.kafka_topics = KafkaTopics(admin, settings.topic_partitions)
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.to_thread(fn, *args)
@@ -51,14 +53,7 @@ class ManagementService:
             raise TopicAlreadyExists(f"Topic {topic.qualified_name} already exists")
         except TopicNotFound:
             pass
-        await self._run(
-            lambda: self.admin.create_topic(
-                topic.qualified_name,
-                self.settings.topic_partitions,
-                retention_ms=topic.retention_time.seconds * 1000,
-                max_message_bytes=topic.max_message_size,
-            )
-        )
+        await self._run(self.kafka_topics.create, topic)
         return await self._run(self.repository.create_topic, topic)  # type: ignore[no-any-return]
 
     async def update_topic(self, name: TopicName, patch: dict[str, Any]) -> Topic:
@@ -70,13 +65,7 @@ class ManagementService:
             return updated
 
         updated: Topic = await self._run(self.repository.update_topic, name, change)
-        await self._run(
-            lambda: self.admin.alter_topic(
-                name.qualified,
-                retention_ms=updated.retention_time.seconds * 1000,
-                max_message_bytes=updated.max_message_size,
-            )
-        )
+        await self._run(self.kafka_topics.update, updated)
         return updated
 
     async def delete_topic(self, name: TopicName) -> None:

@@ -1,0 +1,104 @@
+"""The Kafka topic behind each Hermes topic: created, altered and, when the broker lost it, created again with the
+topic's settings. Kafka's automatic topic creation is off on the embedded broker and never relied on."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+
+from hermes.broker.admin import BrokerAdmin
+from hermes.domain.topic import Topic
+from hermes.errors import HermesError
+
+log = logging.getLogger(__name__)
+
+
+class KafkaTopics:
+    def __init__(self, admin: BrokerAdmin, partitions: int) -> None:
+        self._admin = admin
+        self._partitions = partitions
+
+    def create(self, topic: Topic) -> None:
+        self._admin.create_topic(
+            topic.qualified_name,
+            self._partitions,
+            retention_ms=topic.retention_time.seconds * 1000,
+            max_message_bytes=topic.max_message_size,
+        )
+
+    def update(self, topic: Topic) -> None:
+        """Applies the topic's retention and size limit, and grows its partitions to --topic-partitions when that
+        was raised since (Kafka never shrinks a topic's partitions)."""
+        name = topic.qualified_name
+        self._admin.alter_topic(
+            name, retention_ms=topic.retention_time.seconds * 1000, max_message_bytes=topic.max_message_size
+        )
+        current = len(self._admin.partitions(name))
+        if 0 < current < self._partitions:
+            self._admin.add_partitions(name, self._partitions)
+            log.info("Kafka topic %s grown from %d to %d partitions", name, current, self._partitions)
+
+    def reconcile(self, topics: Iterable[Topic]) -> list[str]:
+        """Creates the Kafka topics that the metadata store has and the broker lacks; returns their names (also
+        those another process created first, after this one found them missing)."""
+        present = self._admin.topic_names()
+        created = []
+        for topic in topics:
+            if topic.qualified_name not in present:
+                self.create(topic)
+                created.append(topic.qualified_name)
+                log.warning(
+                    "Kafka topic %s was missing in the broker (a new or wiped cluster?): created it with %d "
+                    "partitions, retention %d s, max.message.bytes %d",
+                    topic.qualified_name,
+                    self._partitions,
+                    topic.retention_time.seconds,
+                    topic.max_message_size,
+                )
+        return created
+
+
+class TopicReconciler:
+    """Reconciles at start and then every ``interval`` seconds, so that a topic the broker lost comes back within
+    seconds and its publishers (whose messages wait in the journal) and consumers carry on."""
+
+    def __init__(self, topics: KafkaTopics, source: Callable[[], list[Topic]], interval: float) -> None:
+        self._topics = topics
+        self._source = source
+        self._interval = interval
+        self._task: asyncio.Task[None] | None = None
+        self._listeners: list[Callable[[str], Awaitable[None]]] = []
+
+    def on_recreated(self, listener: Callable[[str], Awaitable[None]]) -> None:
+        """``listener(topic)`` runs after a topic was found missing in the broker and created again."""
+        self._listeners.append(listener)
+
+    async def start(self) -> None:
+        created = await asyncio.to_thread(self._reconcile)
+        if created:
+            log.warning("re-created %d Kafka topics missing in the broker: %s", len(created), ", ".join(created))
+        self._task = asyncio.create_task(self._loop(), name="topic-reconciler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def _reconcile(self) -> list[str]:
+        return self._topics.reconcile(self._source())
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                created = await asyncio.to_thread(self._reconcile)
+            except HermesError as exc:
+                log.warning("reconciling Kafka topics failed: %s", exc.message)
+                continue
+            for topic in created:
+                for listener in self._listeners:
+                    await listener(topic)

@@ -1,0 +1,68 @@
+"""A topic the broker lost (a new or wiped cluster, a deleted Kafka topic) is created again with its settings, and
+nothing published to it meanwhile is lost."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hermes.broker.admin import BrokerAdmin
+from hermes.broker.connection import KafkaConnection
+from hermes.broker.embedded import EmbeddedBroker
+from hermes.broker.topics import KafkaTopics
+from hermes.domain.names import TopicName
+from hermes.domain.topic import RetentionTime, RetentionUnit, Topic
+from tests.conftest import wait_until
+from tests.support.hermes import HermesClient, unique
+from tests.support.subscriber import SubscriberServer
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def hermes_overrides() -> dict[str, Any]:
+    return {"topic_reconcile_interval": 0.5, "topic_partitions": 3}
+
+
+def test_a_lost_kafka_topic_is_created_again_and_no_accepted_message_is_lost(
+    kafka: EmbeddedBroker, client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    admin = BrokerAdmin(KafkaConnection(kafka.bootstrap_servers))
+    topic = client.create_topic()
+    client.create_subscription(topic, subscriber.url)
+    assert client.publish(topic, '{"n": 0}').status_code in (201, 202)
+    subscriber.wait_for(1)
+
+    admin.delete_topic(topic)
+    accepted = []
+    for n in range(1, 6):
+        response = client.publish(topic, f'{{"n": {n}}}')
+        assert response.status_code in (201, 202), response.text
+        accepted.append(response.headers["Hermes-Message-Id"])
+
+    delivered = lambda: {r.message_id for r in subscriber.received}  # noqa: E731
+    wait_until(lambda: set(accepted) <= delivered(), timeout=60)
+    assert len(admin.partitions(topic)) == 3, "created again with Hermes' partitions, not auto-created"
+
+
+def test_reconciling_creates_only_what_is_missing_with_the_topic_settings(kafka: EmbeddedBroker) -> None:
+    admin = BrokerAdmin(KafkaConnection(kafka.bootstrap_servers))
+    present, missing = (
+        Topic(TopicName("reconcile", unique("t")), retention_time=RetentionTime(2, RetentionUnit.HOURS))
+        for _ in range(2)
+    )
+    topics = KafkaTopics(admin, partitions=2)
+    topics.create(present)
+    assert topics.reconcile([present, missing]) == [missing.qualified_name]
+    assert len(admin.partitions(missing.qualified_name)) == 2
+    assert admin.topic_config(missing.qualified_name)["retention.ms"] == str(2 * 3600 * 1000)
+    assert topics.reconcile([present, missing]) == []
+
+
+def test_an_update_grows_the_partitions_to_the_configured_count(kafka: EmbeddedBroker) -> None:
+    admin = BrokerAdmin(KafkaConnection(kafka.bootstrap_servers))
+    topic = Topic(TopicName("reconcile", unique("t")))
+    KafkaTopics(admin, partitions=1).create(topic)
+    KafkaTopics(admin, partitions=4).update(topic)
+    assert len(admin.partitions(topic.qualified_name)) == 4
