@@ -115,6 +115,7 @@ class EmbeddedBroker:
         self._process: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
         self._lock: IO[str] | None = None
+        self._log_start = 0  # where this start's lines begin in kafka.log
 
     @property
     def bootstrap_servers(self) -> str:
@@ -140,25 +141,30 @@ class EmbeddedBroker:
         classpath = jars_classpath("kafka")
         self.directory.mkdir(parents=True, exist_ok=True)
         self._lock_directory()
-        ensure_port_free(self.host, self.port, "embedded Kafka broker")
-        if self.port == 0:
-            self.port = free_port(self.host)
-        config = self._write_config()
-        jvm = [java, f"-Xms{min(256, self.heap_mb)}m", f"-Xmx{self.heap_mb}m", *_JVM_OPTIONS]
-        jvm += [f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}", "-cp", classpath]
-        if not (self.directory / "log" / "meta.properties").exists():
-            self._format(jvm, config)
-        self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self._process = subprocess.Popen(
-            [*jvm, "kafka.Kafka", str(config)],
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,  # noqa: PLW1509 - no threads that matter exist yet in the child
-            # out of the terminal's process group: Ctrl-C reaches Hermes alone, which drains and commits and
-            # then stops the broker (stopped first, it left every producer and consumer failing to reconnect)
-            process_group=0,
-        )
+        try:
+            ensure_port_free(self.host, self.port, "embedded Kafka broker")
+            if self.port == 0:
+                self.port = free_port(self.host)
+            config = self._write_config()
+            jvm = [java, f"-Xms{min(256, self.heap_mb)}m", f"-Xmx{self.heap_mb}m", *_JVM_OPTIONS]
+            jvm += [f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}", "-cp", classpath]
+            if not (self.directory / "log" / "meta.properties").exists():
+                self._format(jvm, config)
+            self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+            self._log_start = self._log_file.tell()
+            self._process = subprocess.Popen(
+                [*jvm, "kafka.Kafka", str(config)],
+                stdout=self._log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_parent,  # noqa: PLW1509 - no threads that matter exist yet in the child
+                # out of the terminal's process group: Ctrl-C reaches Hermes alone, which drains and commits and
+                # then stops the broker (stopped first, it left every producer and consumer failing to reconnect)
+                process_group=0,
+            )
+        except BaseException:
+            self.stop()  # releases the directory
+            raise
 
     def wait_until_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
@@ -267,7 +273,9 @@ class EmbeddedBroker:
         if self._log_file is not None:
             self._log_file.flush()
         try:
-            lines = self.log_path.read_text(errors="replace").splitlines()[-400:]
+            with open(self.log_path, "rb") as log_file:
+                log_file.seek(self._log_start)
+                lines = log_file.read().decode(errors="replace").splitlines()
         except OSError:
             return f"see {self.log_path}"
         errors = [line for line in lines if " ERROR " in line or "Exception" in line]

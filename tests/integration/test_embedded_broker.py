@@ -1,0 +1,37 @@
+"""The embedded Apache Kafka broker's start-up errors speak to the user: each names the cause and the way out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hermes.broker.embedded import EmbeddedBroker
+from hermes.errors import StartupError
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_directory_in_use_and_a_taken_port_are_refused(kafka: EmbeddedBroker) -> None:
+    with pytest.raises(StartupError, match=r"directory .* is in use by process \d+"):
+        EmbeddedBroker(kafka.directory).start()
+    with pytest.raises(StartupError, match=f"port 127.0.0.1:{kafka.port} is not available"):
+        EmbeddedBroker(kafka.directory.parent / "another", port=kafka.port).start()
+
+
+def test_a_damaged_log_directory_is_named_with_the_broker_s_own_words(tmp_path: Path) -> None:
+    log_dir = tmp_path / "log"
+    log_dir.mkdir()
+    (log_dir / "meta.properties").write_text("version=1\nnode.id=7\n")  # no cluster.id: not one of ours
+    with pytest.raises(StartupError, match=r"exited at start-up: its log directory .* looks damaged: .*meta\.properties"):
+        EmbeddedBroker(tmp_path).start()
+
+
+def test_missing_jars_and_a_missing_java_say_run_make_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HERMES_JARS_DIR", str(tmp_path / "nothing"))
+    with pytest.raises(StartupError, match="kafka jars are missing .*run `make setup`"):
+        EmbeddedBroker(tmp_path / "a").start()
+    monkeypatch.delenv("HERMES_JARS_DIR")
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
+    with pytest.raises(StartupError, match="needs Java 17 or later.*run `make setup`"):
+        EmbeddedBroker(tmp_path / "b").start()
