@@ -1,4 +1,4 @@
-"""The whole broker as users run it: the real ``hermes run`` process, the real Tansu broker it starts,
+"""The whole broker as users run it: the real ``hermes run`` process, the Apache Kafka broker it starts,
 and a real subscriber HTTP server."""
 
 from __future__ import annotations

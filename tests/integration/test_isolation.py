@@ -76,8 +76,6 @@ def hermes_process(kafka: EmbeddedBroker, tmp_path: Path) -> Iterator[HermesClie
         "0.05",
         "--consumer-commit-interval",
         "0.2",
-        "--consumer-fetch-wait-ms",
-        "25",  # the session's Tansu is an external cluster to this Hermes: ask for its low-latency wait
     ).start()
     client = HermesClient(process.management_url, process.frontend_url)
     yield client

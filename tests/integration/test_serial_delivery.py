@@ -195,10 +195,10 @@ def test_a_new_subscription_gets_its_consumer_within_a_second(
 def test_a_subscription_suspended_while_its_consumer_joins_delivers_once_active_again(
     hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
 ) -> None:
-    """The embedded broker leaves a group without a leader for good when a member leaves before its join has
-    completed: the consumer must finish joining before it leaves."""
+    """A member that leaves its group while the group is still forming must not leave the group unusable for
+    the next member."""
     subscriber, topic, name = started(hermes, client, scripted, within=5.0)
-    hermes.suspend(client, topic, name)  # within the join, which takes the broker a second
+    hermes.suspend(client, topic, name)  # at once: the group may still be forming
     client.set_state(topic, name, "ACTIVE")
     assert client.publish(topic, '{"n": 1}').status_code == 201
     [received] = subscriber.wait_for(1, timeout=15)
