@@ -138,13 +138,25 @@ class BrokerAdmin:
         own = consumer is None
         consumer = self._offset_consumer() if own else consumer
         try:
-            return {
-                p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=self._timeout, cached=False)
-                for p in self.partitions(topic)
-            }
+            return {p: self._watermark(consumer, topic, p) for p in self.partitions(topic)}
         finally:
             if own:
                 consumer.close()
+
+    def _watermark(self, consumer: Any, topic: str, partition: int) -> tuple[int, int]:
+        """A partition's low and high watermarks. A topic created a moment ago may not have its leader yet
+        (NOT_LEADER_FOR_PARTITION): asked again until the request timeout."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(topic, partition), timeout=self._timeout, cached=False
+                )
+                return low, high
+            except KafkaException as exc:
+                if exc.args[0].code() not in _NO_LEADER_YET or time.monotonic() > deadline:
+                    raise _to_error(exc, f"reading the offsets of {topic}/{partition}") from exc
+                time.sleep(0.05)
 
     def end_offsets(self, topic: str) -> dict[int, int]:
         return {p: high for p, (_, high) in self._watermarks(topic).items()}
@@ -216,6 +228,13 @@ class GroupMember:
 class GroupDescription:
     state: str  # Kafka's: STABLE, EMPTY, PREPARING_REBALANCING, ...
     members: tuple[GroupMember, ...]
+
+
+_NO_LEADER_YET = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+)
 
 
 def _to_error(exc: KafkaException, doing: str) -> Exception:
