@@ -38,6 +38,12 @@ class FormattingError(ValidationError):
     code = "FORMAT_ERROR"
 
 
+class InvalidQuery(ValidationError):
+    """A query of Hermes' query language that cannot be parsed."""
+
+    code = "INVALID_QUERY"
+
+
 class NotFoundError(HermesError):
     code = "NOT_FOUND"
     status = 404
@@ -62,6 +68,10 @@ class OAuthProviderNotFound(NotFoundError):
 
 class SchemaNotFound(NotFoundError):
     code = "SCHEMA_NOT_EXISTS"
+
+
+class OwnerSourceNotFound(NotFoundError):
+    code = "OWNER_SOURCE_NOT_FOUND"
 
 
 class AlreadyExistsError(HermesError):
@@ -162,6 +172,13 @@ class StartupError(HermesError):
     """A process cannot start (port taken, data directory not writable, ...). Printed without a traceback."""
 
     code = "STARTUP_ERROR"
+
+
+class UsageError(HermesError):
+    """The command line, a setting or the config file is wrong: an unknown flag, a value out of range, a missing
+    file. The message names the flag, environment variable or file key, one line per problem; exit code 2."""
+
+    code = "USAGE_ERROR"
 
 
 class EndpointProtocolError(HermesError):

@@ -7,7 +7,17 @@ from aiohttp import web
 from hermes.http import status as status_routes
 from hermes.http.server import error_middleware, json_response
 from hermes.management import openapi
-from hermes.management.api import groups, oauth, offline_retransmission, operations, subscriptions, topics, tracking
+from hermes.management.api import (
+    groups,
+    oauth,
+    offline_retransmission,
+    operations,
+    owners,
+    queries,
+    subscriptions,
+    topics,
+    tracking,
+)
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
 
@@ -23,6 +33,8 @@ def create_app(service: ManagementService) -> web.Application:
     oauth.register(app.router)
     tracking.register(app.router)
     offline_retransmission.register(app.router)
+    queries.register(app.router)
+    owners.register(app.router)
     app.router.add_get("/openapi.json", _openapi)
     return app
 

@@ -59,6 +59,36 @@ def subscription_metrics(
     }
 
 
+def decimal(value: float) -> str:
+    """Hermes' ``MetricDecimalValue``: a per-second figure as a decimal string."""
+    return str(round(float(value), 3))
+
+
+# Hermes' MetricDecimalValue for a figure this installation does not measure (bytes delivered, so far)
+UNAVAILABLE = "unavailable"
+
+
+def hermes_subscription_metrics(metrics: dict[str, Any], subscription: Subscription) -> dict[str, Any]:
+    """Hermes' ``SubscriptionMetrics`` (decimal strings, ``lag`` a string, ``volume`` bytes: not measured, 0),
+    plus our ``inflight``, ``maxRate`` and lifetime ``totals``."""
+    failed = sum(metrics[name] for name in ATTEMPT_OUTCOMES if name != "codes2xx")
+    return {
+        "delivered": metrics["delivered"],
+        "discarded": metrics["discarded"],
+        "volume": 0,
+        **{name: decimal(metrics[name]) for name in ("timeouts", "otherErrors", "codes2xx", "codes4xx", "codes5xx")},
+        "retries": decimal(failed),
+        "lag": str(metrics["lag"]),
+        "state": subscription.state.value,
+        "rate": decimal(metrics["rate"]),
+        "throughput": UNAVAILABLE,
+        "batchRate": decimal(metrics["rate"] if subscription.is_batch else 0.0),
+        "inflight": metrics["inflight"],
+        "maxRate": metrics["maxRate"],
+        "totals": metrics["totals"],
+    }
+
+
 def subscription_lag(admin: BrokerAdmin, subscription: Subscription) -> int:
     topic = subscription.topic_name.qualified
     end = admin.end_offsets(topic)
@@ -119,9 +149,15 @@ def parse_retransmission_date(body: Any, field: str = "retransmissionDate") -> d
 
 
 def retransmit(
-    repository: MetadataRepository, admin: BrokerAdmin, subscription: Subscription, moment: datetime, cluster: str
+    repository: MetadataRepository,
+    admin: BrokerAdmin,
+    subscription: Subscription,
+    moment: datetime,
+    cluster: str,
+    dry_run: bool = False,
 ) -> dict[str, Any]:
-    """Moves every partition of the subscription to the first offset at or after ``moment``.
+    """Moves every partition of the subscription to the first offset at or after ``moment``; a dry run only
+    answers which offsets those are.
 
     A running consumer picks the request up from the repository and seeks; a suspended subscription gets
     the offsets committed to its consumer group, effective on activation.
@@ -130,6 +166,12 @@ def retransmit(
     timestamp = int(moment.timestamp() * 1000)
     offsets = admin.offsets_for_time(topic, timestamp)
     oldest = admin.beginning_offsets(topic)
+    partitions = [
+        {"partition": p, "offset": o, "oldestAvailable": o == oldest.get(p, 0)} for p, o in sorted(offsets.items())
+    ]
+    summary = {"partitionOffsetListPerBrokerName": {cluster: partitions}}
+    if dry_run:
+        return summary
     if subscription.state is not SubscriptionState.ACTIVE:
         admin.commit_offsets(subscription.consumer_group_id, topic, offsets)
     repository.put_document(
@@ -141,7 +183,4 @@ def retransmit(
             "retransmissionDate": moment.isoformat(),
         },
     )
-    partitions = [
-        {"partition": p, "offset": o, "oldestAvailable": o == oldest.get(p, 0)} for p, o in sorted(offsets.items())
-    ]
-    return {"partitionOffsetListPerBrokerName": {cluster: partitions}}
+    return summary

@@ -1,7 +1,8 @@
 """Request bodies: JSON objects whose unknown fields are accepted, as Hermes accepts them, but named.
 
 A misspelt field (``"subscriptionPolicy": {"rat": 5}``) would otherwise be dropped without a trace; the
-answer names every ignored field in ``Hermes-Ignored-Fields`` (comma-separated JSON paths) and the
+answer names every ignored field in ``Hermes-Ignored-Fields`` (comma-separated JSON paths, percent-encoded
+beyond letters, digits and ``_.-~[]$``) and the
 management log records them at INFO.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -59,5 +61,6 @@ def ignored_fields_header(request: web.Request, body: Any, schema: str | Schema)
     ignored = ignored_fields(body, ref(schema) if isinstance(schema, str) else schema)
     if not ignored:
         return {}
-    log.info("%s %s: ignored unknown fields %s", request.method, request.path, ", ".join(ignored))
-    return {IGNORED_FIELDS_HEADER: ",".join(ignored)}
+    log.info("%s %s: ignored unknown fields %r", request.method, request.path, ignored)
+    # Field names are the client's: percent-encoded, no comma or control character reaches the header.
+    return {IGNORED_FIELDS_HEADER: ",".join(quote(p, safe="[].$") for p in ignored)}

@@ -15,9 +15,12 @@ from hermes.management.openapi.schemas import (
     STR,
     Schema,
     array,
+    enum,
     obj,
     ref,
 )
+
+DECIMAL: Schema = {"type": "string", "pattern": "^-?[0-9]+(\\.[0-9]+)?$|^unavailable$"}
 
 SCHEMAS: dict[str, Schema] = {
     **ENTITIES,
@@ -25,38 +28,104 @@ SCHEMAS: dict[str, Schema] = {
         {
             "delivered": INT,
             "discarded": INT,
+            "volume": INT,
+            "timeouts": DECIMAL,
+            "otherErrors": DECIMAL,
+            "codes2xx": DECIMAL,
+            "codes4xx": DECIMAL,
+            "codes5xx": DECIMAL,
+            "retries": DECIMAL,
+            "lag": {"type": "string", "pattern": "^-?[0-9]+$|^unavailable$"},
+            "state": enum("PENDING", "ACTIVE", "SUSPENDED"),
+            "rate": DECIMAL,
+            "throughput": DECIMAL,
+            "batchRate": DECIMAL,
             "inflight": INT,
-            "timeouts": NUM,
-            "otherErrors": NUM,
-            "codes2xx": NUM,
-            "codes4xx": NUM,
-            "codes5xx": NUM,
-            "rate": NUM,
             "maxRate": NUM,
-            "lag": INT,
             "totals": {"type": "object", "additionalProperties": INT},
         }
     ),
+    "PersistentSubscriptionMetrics": obj({"delivered": INT, "discarded": INT, "volume": INT}),
     "TopicMetrics": obj(
         {
             "published": INT,
-            "rate": NUM,
+            "volume": INT,
+            "rate": DECIMAL,
+            "deliveryRate": DECIMAL,
             "subscriptions": INT,
+            "throughput": DECIMAL,
             "delivered": INT,
             "discarded": INT,
-            "deliveryRate": NUM,
+        }
+    ),
+    "TopicNameWithMetrics": obj(
+        {
+            "name": STR,
+            "published": INT,
+            "volume": INT,
+            "rate": DECIMAL,
+            "deliveryRate": DECIMAL,
+            "subscriptions": INT,
+            "throughput": DECIMAL,
+        }
+    ),
+    "SubscriptionNameWithMetrics": obj(
+        {
+            "topicName": STR,
+            "name": STR,
+            "delivered": INT,
+            "discarded": INT,
+            "volume": INT,
+            "timeouts": DECIMAL,
+            "lag": STR,
+            "rate": DECIMAL,
+            "throughput": DECIMAL,
         }
     ),
     "Health": obj(
         {
-            "status": {"enum": ["HEALTHY", "UNHEALTHY"]},
-            "problems": {"type": "array", "items": obj({"code": STR, "description": STR})},
+            "status": enum("HEALTHY", "UNHEALTHY", "NO_DATA"),
+            "problems": array(obj({"code": STR, "description": STR})),
         }
     ),
-    "Unhealthy": {
-        "type": "array",
-        "items": obj({"name": STR, "qualifiedTopicName": STR, "problems": {"type": "array"}}),
-    },
+    "Unhealthy": array(
+        obj(
+            {
+                "name": STR,
+                "topicName": STR,
+                "severity": enum("CRITICAL", "IMPORTANT", "NON_IMPORTANT"),
+                "problems": array(obj({"code": STR, "description": STR})),
+            }
+        )
+    ),
+    "ConsumerGroup": obj(
+        {
+            "clusterName": STR,
+            "groupId": STR,
+            "state": STR,
+            "members": array(
+                obj(
+                    {
+                        "consumerId": STR,
+                        "clientId": STR,
+                        "host": STR,
+                        "partitions": array(
+                            obj(
+                                {
+                                    "partition": INT,
+                                    "topic": STR,
+                                    "currentOffset": INT,
+                                    "logEndOffset": INT,
+                                    "offsetMetadata": STR,
+                                    "contentType": enum("JSON", "AVRO"),
+                                }
+                            )
+                        ),
+                    }
+                )
+            ),
+        }
+    ),
     "UndeliveredMessage": obj(
         {
             "timestamp": INT,
@@ -131,6 +200,32 @@ SCHEMAS: dict[str, Schema] = {
         ],
     ),
     "SchemaVersion": obj({"version": INT}),
+    "Query": obj(
+        {"query": {"type": "object", "description": "conditions: eq, ne, like, in, gt, lt, not, and, or"}},
+    ),
+    "SearchResults": obj(
+        {
+            "results": array(
+                obj(
+                    {"type": enum("TOPIC", "SUBSCRIPTION"), "name": STR, "topic": ANY, "subscription": ANY},
+                    ["type", "name"],
+                )
+            ),
+            "totalCount": INT,
+        }
+    ),
+    "Stats": obj(
+        {
+            "topicStats": obj(
+                {"topicCount": INT, "ackAllTopicCount": INT, "trackingEnabledTopicCount": INT, "avroTopicCount": INT}
+            ),
+            "subscriptionStats": obj(
+                {"subscriptionCount": INT, "trackingEnabledSubscriptionCount": INT, "avroSubscriptionCount": INT}
+            ),
+        }
+    ),
+    "OwnerSource": obj({"name": STR, "autocomplete": BOOL, "deprecated": BOOL}),
+    "Owner": obj({"id": STR, "name": STR}),
     "Status": obj({"status": STR}),
 }
 
@@ -176,6 +271,18 @@ _T = "/topics/{topic}"
 _S = "/topics/{topic}/subscriptions/{subscription}"
 _TRACKED = {"tracked": BOOL}
 _DELETE_ERRORS = (400, 403, 404, 503)
+
+_UNHEALTHY = _op(
+    "Unhealthy subscriptions (JSON, or text/plain lines)",
+    body=ref("Unhealthy"),
+    query={
+        "respectMonitoringSeverity": BOOL,
+        "ownerSourceName": STR,
+        "ownerId": STR,
+        "subscriptionNames": array(STR),
+        "qualifiedTopicNames": array(STR),
+    },
+)
 
 PATHS: dict[str, dict[str, Schema]] = {
     "/status/health": {"get": _op("Health", body=ref("Status"), errors=())},
@@ -226,11 +333,20 @@ PATHS: dict[str, dict[str, Schema]] = {
         "post": _op('Set "ACTIVE" or "SUSPENDED" (older form)', request=STR),
     },
     _S + "/metrics": {"get": _op("Subscription metrics", body=ref("SubscriptionMetrics"))},
+    _S + "/metrics/persistent": {
+        "get": _op("Lifetime counts of the subscription", body=ref("PersistentSubscriptionMetrics"))
+    },
+    _S + "/consumer-groups": {
+        "get": _op("The subscription's Kafka consumer group and its members", body=array(ref("ConsumerGroup")))
+    },
     _S + "/health": {"get": _op("Subscription health", body=ref("Health"))},
     _S + "/undelivered/last": {"get": _op("Last undelivered message", body=ref("UndeliveredMessage"))},
     _S + "/retransmission": {
         "put": _op(
-            "Retransmit from a date", body=ref("RetransmissionSummary"), request=obj({"retransmissionDate": STR})
+            "Retransmit from a date (?dryRun=true: only answer the offsets)",
+            body=ref("RetransmissionSummary"),
+            request=obj({"retransmissionDate": {"type": "string", "format": "date-time"}}),
+            query={"dryRun": BOOL},
         ),
         "post": _op("Retransmit from an ISO date or -6h (older form)", body=ref("RetransmissionSummary"), request=ANY),
     },
@@ -246,7 +362,18 @@ PATHS: dict[str, dict[str, Schema]] = {
             body=array(ref("DeliveryStatistics")),
         )
     },
-    "/unhealthy": {"get": _op("Unhealthy subscriptions", body=ref("Unhealthy"))},
+    "/unhealthy": {"get": _UNHEALTHY},
+    "/unhealthy/": {"get": _UNHEALTHY},
+    "/query/topics/metrics": {
+        "post": _op("Topic metrics matching a query", body=array(ref("TopicNameWithMetrics")), request=ref("Query"))
+    },
+    "/query/subscriptions/metrics": {
+        "post": _op(
+            "Subscription metrics matching a query",
+            body=array(ref("SubscriptionNameWithMetrics")),
+            request=ref("Query"),
+        )
+    },
     "/offline-retransmission/tasks": {
         "get": _op(
             "Offline retransmission tasks with status and progress", body=array(ref("OfflineRetransmissionTask"))
@@ -267,5 +394,36 @@ PATHS: dict[str, dict[str, Schema]] = {
         "get": _op("Get a provider", body=ref("OAuthProvider")),
         "put": _op("Update the fields sent", body=ref("OAuthProvider"), request=ref("OAuthProvider")),
         "delete": _op("Delete a provider"),
+    },
+    "/query/groups": {"post": _op("Groups matching a query", body=array(ref("Group")), request=ref("Query"))},
+    "/query/topics": {"post": _op("Topics matching a query", body=array(ref("Topic")), request=ref("Query"))},
+    "/query/subscriptions": {
+        "post": _op("Subscriptions matching a query", body=array(ref("Subscription")), request=ref("Query"))
+    },
+    "/topics/query": {
+        "post": _op("Names of the topics matching a query", body=NAMES, request=ref("Query"), query={"groupName": STR})
+    },
+    _T + "/subscriptions/query": {
+        "post": _op("Names of the topic's subscriptions matching a query", body=NAMES, request=ref("Query"))
+    },
+    "/search/query": {
+        "get": _op(
+            "Topics and subscriptions whose name, owner or endpoint contains q",
+            body=ref("SearchResults"),
+            query={"q": STR},
+        )
+    },
+    "/stats": {"get": _op("Topic and subscription counts", body=ref("Stats"))},
+    "/owners/sources": {"get": _op("Owner sources (Plaintext)", body=array(ref("OwnerSource")))},
+    "/owners/sources/{source}": {
+        "get": _op("Owners whose id contains search", body=array(ref("Owner")), query={"search": STR})
+    },
+    "/owners/sources/{source}/{id}": {"get": _op("An owner", body=ref("Owner"))},
+    "/topics/owner/{source}/{id}": {"get": _op("The owner's topics", body=array(ref("Topic")))},
+    "/subscriptions/owner/{source}/{id}": {"get": _op("The owner's subscriptions", body=array(ref("Subscription")))},
+    "/roles": {"get": _op("The caller's roles", body=NAMES)},
+    "/roles/topics/{topic}": {"get": _op("The caller's roles on a topic", body=NAMES)},
+    "/roles/topics/{topic}/subscriptions/{subscription}": {
+        "get": _op("The caller's roles on a subscription", body=NAMES)
     },
 }

@@ -1,0 +1,89 @@
+"""Owners and roles. Owners come from one source, Hermes' ``Plaintext``: an owner is any id, and searching
+it suggests the ids topics and subscriptions already name. Roles: every caller may do everything until the
+management API authenticates callers, so each answer lists every role Hermes asks about."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiohttp import web
+
+from hermes.domain import codec
+from hermes.domain.topic import Owner
+from hermes.errors import OwnerSourceNotFound
+from hermes.http.server import json_response
+from hermes.management.api.topics import topic_name
+from hermes.management.context import SERVICE
+
+PLAINTEXT = "Plaintext"
+
+
+def register(router: web.UrlDispatcher) -> None:
+    router.add_get("/owners/sources", list_sources)
+    router.add_get("/owners/sources/{source}", search_owners)
+    router.add_get("/owners/sources/{source}/{id}", get_owner)
+    router.add_get("/topics/owner/{source}/{id}", topics_of_owner)
+    router.add_get("/subscriptions/owner/{source}/{id}", subscriptions_of_owner)
+    router.add_get("/roles", roles)
+    router.add_get("/roles/topics/{topic}", topic_roles)
+    router.add_get("/roles/topics/{topic}/subscriptions/{subscription}", subscription_roles)
+
+
+def _owner(request: web.Request) -> Owner:
+    source = request.match_info["source"]
+    if source != PLAINTEXT:
+        raise OwnerSourceNotFound(f"Owner source {source} not found (the one source is {PLAINTEXT})")
+    return Owner(source, request.match_info.get("id", ""))
+
+
+def _owner_json(owner_id: str) -> dict[str, str]:
+    return {"id": owner_id, "name": owner_id}
+
+
+async def list_sources(_: web.Request) -> web.Response:
+    return json_response([{"name": PLAINTEXT, "autocomplete": True, "deprecated": False}])
+
+
+async def search_owners(request: web.Request) -> web.Response:
+    _owner(request)
+    text = request.query.get("search", "").lower()
+    repository = request.app[SERVICE].repository
+
+    def known() -> set[str]:
+        return {t.owner.id for t in repository.list_topics()} | {s.owner.id for s in repository.list_subscriptions()}
+
+    ids = sorted(i for i in await asyncio.to_thread(known) if i and text in i.lower())
+    return json_response([_owner_json(i) for i in ids])
+
+
+async def get_owner(request: web.Request) -> web.Response:
+    return json_response(_owner_json(_owner(request).id))
+
+
+async def topics_of_owner(request: web.Request) -> web.Response:
+    owner = _owner(request)
+    topics = await asyncio.to_thread(request.app[SERVICE].repository.list_topics)
+    return json_response([codec.topic_to_json(t) for t in topics if t.owner == owner])
+
+
+async def subscriptions_of_owner(request: web.Request) -> web.Response:
+    owner = _owner(request)
+    subs = await asyncio.to_thread(request.app[SERVICE].repository.list_subscriptions)
+    return json_response([codec.subscription_to_json(s) for s in subs if s.owner == owner])
+
+
+_ROLES = ["admin", "any"]
+
+
+async def roles(_: web.Request) -> web.Response:
+    return json_response(_ROLES)
+
+
+async def topic_roles(request: web.Request) -> web.Response:
+    topic_name(request)
+    return json_response([*_ROLES, "topicOwner"])
+
+
+async def subscription_roles(request: web.Request) -> web.Response:
+    topic_name(request)
+    return json_response([*_ROLES, "topicOwner", "subscriptionOwner"])
