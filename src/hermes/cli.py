@@ -1,23 +1,23 @@
-"""The ``hermes`` command. Every setting is a flag (see ``hermes.config`` for the precedence)."""
+"""The ``hermes`` command. Every setting is a flag of the commands that use it (``hermes.config.SECTIONS``); usage
+errors are one line and exit code 2."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
-import logging
 import sys
 import types
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
-from pydantic import ValidationError as SettingsError
-
-from hermes.config import ENV_PREFIX, Settings, load_settings
-from hermes.errors import HermesError
+from hermes import __version__
+from hermes.config import ENV_PREFIX, Settings, commands_of, flag, load_settings, sections_of
+from hermes.errors import HermesError, UsageError
+from hermes.logs import configure_logging, log_path
 from hermes.runtime import ALL_ROLES, Role, serve
 
 Command = Callable[[Settings, argparse.Namespace], int]
@@ -111,79 +111,116 @@ def _bench(_settings: Settings, args: argparse.Namespace) -> int:
     return 1 if results["void"] else 0
 
 
-def _add_setting(
-    parser: argparse.ArgumentParser, name: str, annotation: Any, description: str | None, default: Any
-) -> None:
-    flag = "--" + name.replace("_", "-")
-    env = ENV_PREFIX + name.upper()
-    shown = default.get_secret_value() and "****" if isinstance(default, SecretStr) else default
-    help_ = f"{description or ''} [env {env}; default {shown}]"
-    args: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_}
-    base = annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        base = next(a for a in typing.get_args(annotation) if a is not type(None))
+def _add_setting(group: argparse._ArgumentGroup, name: str) -> None:
+    field = Settings.model_fields[name]
+    hints = [f"env {ENV_PREFIX}{name.upper()}"]
+    if field.default_factory is None and field.default is not None:  # a computed or empty default: nothing to show
+        hints.append(f"default {str(field.default).lower() if isinstance(field.default, bool) else field.default}")
+    args: dict[str, Any] = {
+        "dest": name,
+        "default": argparse.SUPPRESS,
+        "help": f"{field.description} [{'; '.join(hints)}]",
+    }
+    base = field.annotation
+    if typing.get_origin(base) in (typing.Union, types.UnionType):
+        base = next(a for a in typing.get_args(base) if a is not type(None))
     if base is bool:
-        parser.add_argument(flag, action=argparse.BooleanOptionalAction, **args)
+        group.add_argument(flag(name), action=argparse.BooleanOptionalAction, **args)
         return
-    if typing.get_origin(base) is typing.Literal:
-        args["choices"] = typing.get_args(base)
-    elif base in (int, float):
-        args["type"] = base
-    parser.add_argument(
-        flag, metavar=name.rsplit("_", maxsplit=1)[-1].upper() if "choices" not in args else None, **args
-    )
+    # values stay strings here: the settings validate them and name the flag in any error
+    choices = typing.get_args(base) if typing.get_origin(base) is typing.Literal else ()
+    metavar = "{" + ",".join(choices) + "}" if choices else name.rsplit("_", maxsplit=1)[-1].upper()
+    group.add_argument(flag(name), metavar=metavar, **args)
 
 
-def settings_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(add_help=False)
-    group = parser.add_argument_group("settings (flags > HERMES_* environment > --config file > defaults)")
-    group.add_argument(
-        "--config",
-        dest="config",
-        type=Path,
-        default=argparse.SUPPRESS,
-        help="TOML file with settings (keys as the flags, with underscores) [env HERMES_CONFIG]",
-    )
-    for name, field in Settings.model_fields.items():
-        _add_setting(group, name, field.annotation, field.description, field.default)  # type: ignore[arg-type]
-    return parser
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> typing.NoReturn:
+        raise UsageError(message.removeprefix("argument "))  # one line, not argparse's usage dump
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = settings_parser()
-    parser = argparse.ArgumentParser(
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The top-level parser (commands, --version) and each command's parser, with the settings it uses."""
+    top = _Parser(
         prog="hermes",
-        description="Hermes for Python: publish over HTTP, store in Kafka, push to HTTP subscribers.",
-        parents=[common],
+        description="Hermes for Python: publish over HTTP, store in Kafka, push to HTTP subscribers. "
+        "`hermes COMMAND --help` lists a command's settings.",
+        allow_abbrev=False,
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    top.add_argument("--version", action="version", version=f"hermes {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND")
+    parsers: dict[str, argparse.ArgumentParser] = {}
     for name, (help_, _) in COMMANDS.items():
-        command_parser = sub.add_parser(name, help=help_, description=help_, parents=[common])
+        parser = sub.add_parser(name, help=help_, description=help_, usage="%(prog)s [flags]", allow_abbrev=False)
+        sections = sections_of(name)
+        if sections:
+            config = parser.add_argument_group(
+                "config",
+                "Precedence, highest first: flags, HERMES_* environment variables, the --config file, defaults.",
+            )
+            config.add_argument(
+                "--config",
+                type=Path,
+                default=argparse.SUPPRESS,
+                help="TOML file with settings (keys as the flags, with underscores) [env HERMES_CONFIG]",
+            )
+        for section in sections:
+            group = parser.add_argument_group(f"settings: {section.title}")
+            for name_ in section.fields:
+                _add_setting(group, name_)
         if name in ARGUMENTS:
-            ARGUMENTS[name](command_parser)
-    return parser
+            ARGUMENTS[name](parser)
+        parsers[name] = parser
+    return top, parsers
+
+
+def _suggestion(word: str, known: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word, list(known), n=1)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _unknown(command: str, parser: argparse.ArgumentParser, argument: str) -> str:
+    if not argument.startswith("-"):
+        return f"unexpected argument {argument} (see hermes {command} --help)"
+    option = argument.split("=", 1)[0]
+    name = option.removeprefix("--").replace("-", "_")
+    name = name if name in Settings.model_fields else name.removeprefix("no_")  # --no-pipeline
+    if name in Settings.model_fields:
+        return f"unknown flag {option} for hermes {command} (a setting of: {', '.join(commands_of(name))})"
+    known = parser._option_string_actions  # argparse keeps no public list of a parser's flags
+    return f"unknown flag {option}" + (_suggestion(option, known) or f" (see hermes {command} --help)")
+
+
+def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
+    top, parsers = build_parser()
+    if not argv or argv[0] not in parsers:
+        if argv and not argv[0].startswith("-"):
+            raise UsageError(f"unknown command {argv[0]}" + _suggestion(argv[0], parsers))
+        if argv[0] in ("-h", "--help", "--version"):
+            top.parse_args(argv[:1])  # prints and exits
+        raise UsageError(f"{argv[0]}: the command comes first: hermes COMMAND [flags] (see hermes --help)")
+    command = argv[0]
+    args, extra = parsers[command].parse_known_args(argv[1:])
+    if extra:
+        raise UsageError(_unknown(command, parsers[command], extra[0]))
+    return command, args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "command", None):
-        parser.print_help()
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv:
+        build_parser()[0].print_help()
         return 2
-    values = {k: v for k, v in vars(args).items() if k in Settings.model_fields}
-    config_file = getattr(args, "config", None)
-    name = args.command
     try:
-        settings = load_settings(values, config_file)
-    except SettingsError as exc:
-        print(f"hermes: invalid settings: {exc}", file=sys.stderr)
+        command, args = parse(argv)
+        values = {k: v for k, v in vars(args).items() if k in Settings.model_fields}
+        settings = load_settings(values, getattr(args, "config", None))
+    except UsageError as exc:
+        for line in exc.message.splitlines():
+            print(f"hermes: {line}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    configure_logging(settings.log_level, log_path(settings.data_dir, command) if sections_of(command) else None)
     try:
-        return COMMANDS[name][1](settings, args)
+        return COMMANDS[command][1](settings, args)
     except HermesError as exc:
         print(f"hermes: {exc.message}", file=sys.stderr)
         return 1

@@ -1,24 +1,24 @@
 """Configuration: one settings object for every process.
 
 Precedence, highest first: command-line flags, ``HERMES_*`` environment variables, the TOML config file
-(``--config`` or ``HERMES_CONFIG``), then the defaults below. Every field becomes a ``--flag`` of the CLI with
-its description as help, so ``hermes --help`` documents all of them.
+(``--config`` or ``HERMES_CONFIG``), then the defaults below. Every field becomes a ``--flag`` of the commands
+that use it (``SECTIONS``), with its description as help, so each command's ``--help`` documents its settings.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    TomlConfigSettingsSource,
-)
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from hermes.config_errors import problem, read_config_file
+from hermes.errors import UsageError
 
 ENV_PREFIX = "HERMES_"
 
@@ -215,9 +215,135 @@ class Settings(BaseSettings):
     )
 
 
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class Section:
+    """Settings used by the same commands, shown together in those commands' ``--help``."""
+
+    title: str
+    commands: tuple[str, ...]
+    fields: tuple[str, ...]
+
+
+EVERY_PROCESS = ("run", "frontend", "consumers", "management", "pipeline")
+SERVERS = ("run", "frontend", "consumers", "management")
+
+# Every field belongs to one section (a unit test checks); a field missing here is shown by every command.
+SECTIONS = (
+    Section("process", EVERY_PROCESS, ("data_dir", "host", "log_level")),
+    Section(
+        "Kafka cluster",
+        EVERY_PROCESS,
+        (
+            "kafka_bootstrap_servers",
+            "kafka_security_protocol",
+            "kafka_sasl_mechanism",
+            "kafka_sasl_username",
+            "kafka_sasl_password",
+            "kafka_ssl_ca_location",
+            "kafka_connect_timeout",
+        ),
+    ),
+    Section(
+        "metadata store",
+        EVERY_PROCESS,
+        ("metadata_store", "zookeeper_connect", "zookeeper_root", "metadata_poll_interval"),
+    ),
+    Section(
+        "roles",
+        SERVERS,
+        (
+            "event_loop",
+            "cluster_name",
+            "node_id",
+            "embedded_broker_port",
+            "topic_partitions",
+            "topic_reconcile_interval",
+        ),
+    ),
+    Section("hermes run", ("run",), ("embedded_broker_heap_mb", "pipeline")),
+    Section(
+        "frontend",
+        ("run", "frontend"),
+        (
+            "frontend_port",
+            "frontend_ack_leader_timeout",
+            "frontend_ack_all_timeout",
+            "frontend_propagated_headers",
+            "frontend_journal_max_bytes",
+            "frontend_journal_fsync",
+            "frontend_journal_fsync_interval",
+        ),
+    ),
+    Section("management", ("run", "management"), ("management_port",)),
+    Section(
+        "consumers",
+        ("run", "consumers"),
+        (
+            "consumer_commit_interval",
+            "consumer_metrics_interval",
+            "consumer_rate_period",
+            "consumer_heartbeat_interval",
+            "consumer_session_timeout_ms",
+            "consumer_fetch_wait_ms",
+            "consumer_read_ahead_messages",
+            "consumer_read_ahead_bytes",
+            "consumer_restart_backoff",
+            "consumer_restart_backoff_max",
+            "endpoint_address_resolver",
+        ),
+    ),
+    Section("hermes consumers", ("consumers",), ("consumers_port",)),
+    Section("tracking", ("run", "management", "pipeline"), ("pipeline_tracking_dir",)),
+    Section(
+        "pipeline",
+        ("run", "pipeline"),
+        (
+            "pipeline_port",
+            "spark_master",
+            "spark_remote",
+            "pipeline_lake",
+            "pipeline_checkpoints",
+            "pipeline_trigger_interval",
+            "pipeline_max_records_per_batch",
+            "pipeline_retention_interval",
+            "pipeline_jobs",
+            "pipeline_tracking_trigger",
+            "pipeline_statistics_trigger",
+            "pipeline_tracking_compaction_interval",
+            "pipeline_trace_retention",
+            "pipeline_retransmission_poll",
+        ),
+    ),
+)
+
+
+def sections_of(command: str) -> list[Section]:
+    """The sections of the settings ``command`` uses, in order, plus any field no section names yet."""
+    sections = [section for section in SECTIONS if command in section.commands]
+    named = {name for section in SECTIONS for name in section.fields}
+    unsorted = tuple(name for name in Settings.model_fields if name not in named)
+    if unsorted and command in EVERY_PROCESS:
+        sections.append(Section("other", EVERY_PROCESS, unsorted))
+    return sections
+
+
+def commands_of(name: str) -> tuple[str, ...]:
+    """The commands that use the setting ``name``."""
+    return next((section.commands for section in SECTIONS if name in section.fields), EVERY_PROCESS)
+
+
 def load_settings(overrides: dict[str, Any] | None = None, config_file: Path | None = None) -> Settings:
-    """Build the settings from flags (``overrides``), the environment and an optional TOML file."""
-    path = config_file or (Path(os.environ["HERMES_CONFIG"]) if os.environ.get("HERMES_CONFIG") else None)
+    """Build the settings from flags (``overrides``), the environment and an optional TOML file. Raises
+    ``UsageError`` naming the flag, environment variable or file key of each bad value."""
+    flags = {k: v for k, v in (overrides or {}).items() if v is not None}
+    path, named_by = config_file, "--config"
+    if path is None and os.environ.get("HERMES_CONFIG"):
+        path, named_by = Path(os.environ["HERMES_CONFIG"]), "HERMES_CONFIG"
+    file_values = read_config_file(path, named_by) if path is not None else {}
 
     class _Settings(Settings):
         @classmethod
@@ -229,9 +355,21 @@ def load_settings(overrides: dict[str, Any] | None = None, config_file: Path | N
             dotenv_settings: PydanticBaseSettingsSource,
             file_secret_settings: PydanticBaseSettingsSource,
         ) -> tuple[PydanticBaseSettingsSource, ...]:
-            sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-            if path is not None:
-                sources.append(TomlConfigSettingsSource(settings_cls, toml_file=path))
-            return tuple(sources)
+            return init_settings, env_settings, InitSettingsSource(settings_cls, file_values)
 
-    return _Settings(**{k: v for k, v in (overrides or {}).items() if v is not None})
+    def origin(name: str) -> str:  # the first source that has a value for it, in order of precedence
+        env = ENV_PREFIX + name.upper()
+        if name in flags:
+            return flag(name)
+        if any(key.upper() == env for key in os.environ):
+            return env
+        return f"{name} in {path}" if name in file_values else name
+
+    try:
+        return _Settings(**flags)
+    except PydanticValidationError as exc:
+        lines = dict.fromkeys(
+            f"{origin(str(error['loc'][0]) if error['loc'] else 'settings')}: {problem(error, Settings.model_fields)}"
+            for error in exc.errors()
+        )
+        raise UsageError("\n".join(lines)) from None

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from hermes.broker.embedded import free_port
-from hermes.config import Settings, load_settings
+from hermes.config import Settings, commands_of, flag, load_settings
 from hermes.consumers.consumer import SerialConsumer
 from hermes.runtime import ALL_ROLES, Hermes, Role
 from tests.support.waiting import wait_until
@@ -110,6 +110,12 @@ class HermesProcess:
         self.pipeline_port = free_port()
         self.data_dir = data_dir
         self.log_path = data_dir / f"hermes-{command}.log"
+        ports = {
+            "frontend_port": self.frontend_port,
+            "management_port": self.management_port,
+            "pipeline_port": self.pipeline_port,
+            "consumers_port": free_port(),
+        }
         self.argv = [
             sys.executable,
             "-m",
@@ -117,14 +123,7 @@ class HermesProcess:
             command,
             "--data-dir",
             str(data_dir),
-            "--frontend-port",
-            str(self.frontend_port),
-            "--management-port",
-            str(self.management_port),
-            "--pipeline-port",
-            str(self.pipeline_port),
-            "--consumers-port",
-            str(free_port()),
+            *[arg for name, port in ports.items() if command in commands_of(name) for arg in (flag(name), str(port))],
             *([] if pipeline or command != "run" else ["--no-pipeline"]),  # Spark takes 10+ s to start
             *(["--embedded-broker-port", str(free_port())] if command == "run" else []),
             *args,

@@ -219,7 +219,7 @@ def main() -> None:
     frontend, management = free_port(), free_port()
     argv = [sys.executable, "-m", "hermes", "run", "--data-dir", str(data_dir), "--kafka-bootstrap-servers"]
     argv += [broker.bootstrap_servers, "--frontend-port", str(frontend), "--management-port", str(management)]
-    argv += ["--consumers-port", str(free_port()), "--log-level", "WARNING", "--no-pipeline"]
+    argv += ["--log-level", "WARNING", "--no-pipeline"]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for_port(management, process)
