@@ -108,6 +108,7 @@ class HermesProcess:
         self.frontend_port = free_port()
         self.management_port = free_port()
         self.pipeline_port = free_port()
+        self.kafka_port = free_port()  # of the embedded broker a `run` starts
         self.data_dir = data_dir
         self.log_path = data_dir / f"hermes-{command}.log"
         ports = {
@@ -125,7 +126,7 @@ class HermesProcess:
             str(data_dir),
             *[arg for name, port in ports.items() if command in commands_of(name) for arg in (flag(name), str(port))],
             *([] if pipeline or command != "run" else ["--no-pipeline"]),  # Spark takes 10+ s to start
-            *(["--embedded-broker-port", str(free_port())] if command == "run" else []),
+            *(["--embedded-broker-port", str(self.kafka_port)] if command == "run" else []),
             *args,
         ]
         self.env = {"HERMES_CONSUMER_SESSION_TIMEOUT_MS": str(SESSION_TIMEOUT_MS), **os.environ, **(env or {})}
@@ -139,7 +140,7 @@ class HermesProcess:
     def frontend_url(self) -> str:
         return f"http://127.0.0.1:{self.frontend_port}"
 
-    def start(self, wait_for: str = "management", timeout: float = 30, own_group: bool = False) -> HermesProcess:
+    def start(self, wait_for: str = "management", timeout: float = 60, own_group: bool = False) -> HermesProcess:
         """``own_group``: in a process group of its own, as a shell runs a command (see ``interrupt``)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:

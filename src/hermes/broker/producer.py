@@ -123,6 +123,15 @@ class BrokerProducer:
         }
         self._settlers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Settler] = weakref.WeakKeyDictionary()
 
+    def warm(self, topic: str | None = None) -> None:
+        """Fetches the partition leaders of ``topic`` (of every topic when None) ahead of its first message, which
+        otherwise waits for that look-up and may miss a short ack timeout (a 202 for the first publish)."""
+        for polled in self._producers.values():
+            try:
+                polled.producer.list_topics(topic, timeout=5)
+            except KafkaException as exc:
+                log.info("looking up the partitions of %s failed: %s", topic or "every topic", exc)
+
     def produce(
         self,
         topic: str,

@@ -69,6 +69,12 @@ class ManagementService:
         return updated
 
     async def delete_topic(self, name: TopicName) -> None:
+        """As Hermes: a topic whose subscriptions all have ``autoDeleteWithTopicEnabled`` takes them with it;
+        any other subscription makes the topic not empty (403)."""
+        subscriptions: list[Subscription] = await self._run(self.repository.list_subscriptions, name)
+        if subscriptions and all(s.auto_delete_with_topic_enabled for s in subscriptions):
+            for subscription in subscriptions:
+                await self._run(self.repository.delete_subscription, name, subscription.name)
         await self._run(self.repository.delete_topic, name)
         await self._run(self.admin.delete_topic, name.qualified)
 

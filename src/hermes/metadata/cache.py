@@ -31,6 +31,7 @@ class MetadataCache:
         self._provider_listeners: list[Callable[[str], None]] = []
         self._subscription_listeners: list[SubscriptionListener] = []
         self._schema_listeners: list[Callable[[str], None]] = []
+        self._topic_listeners: list[Callable[[str, Topic | None], None]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unwatch: Unwatch | None = None
         self._changes: asyncio.Queue[MetadataChange] | None = None
@@ -54,6 +55,10 @@ class MetadataCache:
         if self._applier is not None:
             self._applier.cancel()
             await asyncio.gather(self._applier, return_exceptions=True)
+
+    def on_topic_change(self, listener: Callable[[str, Topic | None], None]) -> None:
+        """``listener(name, topic)`` after a topic was created or changed, with None after it was deleted."""
+        self._topic_listeners.append(listener)
 
     def on_subscription_change(self, listener: SubscriptionListener) -> None:
         self._subscription_listeners.append(listener)
@@ -106,6 +111,8 @@ class MetadataCache:
             self.topics.pop(qualified_name, None)
         else:
             self.topics[qualified_name] = topic
+        for listener in self._topic_listeners:
+            listener(qualified_name, topic)
 
     async def _reload_provider(self, name: str) -> None:
         try:
