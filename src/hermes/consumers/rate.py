@@ -9,12 +9,19 @@ see ``retry.judge``, count as failures) and moves between three modes:
   ``convergence`` of the way back up to the maximum. Below ``slow_rate`` it turns SLOW.
 - SLOW: ``slow_rate`` (1 message/s). Every attempt of a period failing turns it HEARTBEAT; a period without
   failures turns it NORMAL again.
-- HEARTBEAT: one attempt per ``heartbeat_interval`` (60 s) to poke the subscriber; a success turns it SLOW.
+- HEARTBEAT: one attempt per ``heartbeat_interval`` (60 s) to poke the subscriber; a success turns it SLOW at
+  once, and the next slot comes ``1/slow_rate`` after the successful one rather than a heartbeat later.
+
+The next slot comes the current interval after the last one, or sooner if the last one promised sooner: a
+faster pace applies to the slot being waited for, a slower one from the slot after it (as a slot once scheduled
+is kept). ``reset`` starts over in NORMAL (a new endpoint).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import time
 from dataclasses import dataclass
 from enum import StrEnum
@@ -41,15 +48,24 @@ class AdaptiveRateLimiter:
         self.max_rate = max_rate
         self.rate = max_rate
         self.mode = RateMode.NORMAL
-        self._next_slot = time.monotonic()
+        self._last_slot = -math.inf
+        self._spacing = 0.0  # the interval when the last slot was granted
         self._attempts = 0
         self._failures = 0
         self._period_start = time.monotonic()
         self._queue = asyncio.Lock()  # fair: only the first waiter watches the clock
+        self._changed = asyncio.Event()  # the mode changed: the first waiter looks at the clock again
 
     def set_max_rate(self, max_rate: float) -> None:
         self.max_rate = max_rate
         self.rate = min(self.rate, max_rate) if self.mode is RateMode.NORMAL else self.rate
+
+    def reset(self) -> None:
+        """Starts over in NORMAL at the maximum rate, waking the waiters: what the limiter learnt was about
+        another endpoint. The hard maximum still holds from the last slot."""
+        self._attempts = self._failures = 0
+        self._period_start = time.monotonic()
+        self._enter(RateMode.NORMAL, self.max_rate)
 
     @property
     def interval(self) -> float:
@@ -65,11 +81,14 @@ class AdaptiveRateLimiter:
             while True:
                 now = time.monotonic()
                 self._adjust(now)
-                slot = max(self._next_slot, now)  # idle time is not saved up: no bursts above the rate
-                if slot <= now:
-                    self._next_slot = slot + self.interval
+                slot = self._last_slot + min(self._spacing, self.interval)
+                if slot <= now:  # idle time is not saved up: no bursts above the rate
+                    self._last_slot, self._spacing = now, self.interval
                     return
-                await asyncio.sleep(min(slot - now, self.settings.period))
+                self._changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(slot - now, self.settings.period)):
+                        await self._changed.wait()
 
     def record(self, failed: bool) -> None:
         self._attempts += 1
@@ -105,3 +124,4 @@ class AdaptiveRateLimiter:
     def _enter(self, mode: RateMode, rate: float) -> None:
         self.mode = mode
         self.rate = min(rate, self.max_rate)
+        self._changed.set()
