@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from tests.support.hermes import HermesClient
-from tests.support.subscriber import Reply, SubscriberServer
+from tests.support.subscriber import Reply, SubscriberServer, always
 
 pytestmark = pytest.mark.integration
 
@@ -87,6 +87,26 @@ def test_a_failed_batch_is_retried_as_a_whole(client: HermesClient) -> None:
         assert len(subscriber.received) == 3
     finally:
         subscriber.stop()
+
+
+def test_an_endpoint_change_wakes_a_batch_waiting_for_its_retry(
+    client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    old = SubscriberServer(always(503, **{"Retry-After": "30"})).start()
+    try:
+        topic = client.create_topic()
+        name = batch_subscription(client, topic, old.url, batchSize=2, batchTime=60_000, messageTtl=120)
+        for i in range(2):
+            client.publish(topic, f'{{"n": {i}}}', headers={"Partition-Key": "one"})
+        old.wait_for(1, timeout=20)  # the batch now waits 30 s for its retry
+        change = {"endpoint": subscriber.url}
+        assert client.management.put(f"/topics/{topic}/subscriptions/{name}", json=change).status_code == 200
+        updated = time.monotonic()
+        [received] = subscriber.wait_for(1, timeout=40)
+        assert received.at - updated < 2.0, "the retry waited out the old endpoint's Retry-After"
+        assert [m["n"] for m in orjson.loads(received.body)] == [0, 1]
+    finally:
+        old.stop()
 
 
 def test_batch_limits_are_enforced_by_the_api(client: HermesClient) -> None:

@@ -117,7 +117,6 @@ class BatchConsumer(SerialConsumer):
                 return batch
 
     async def _deliver_batch(self, batch: Batch) -> None:
-        deadline = batch.started + self.subscription.batch_policy.message_ttl
         batch_id = str(uuid.uuid4())
         retries = 0
         while True:
@@ -134,14 +133,14 @@ class BatchConsumer(SerialConsumer):
             backoff = Backoff(policy.message_backoff / 1000, 1.0, policy.message_backoff / 1000).delay(
                 retries, result.retry_after
             )
-            if time.monotonic() + backoff > deadline:
+            if backoff > self._ttl_left(batch.started):
                 for message, _ in batch.messages:
                     await self._discard(message, result.description)
                 break
             for message, _ in batch.messages:
                 self._trace(message, TraceStatus.FAILED, result.description)
             retries += 1
-            await asyncio.sleep(backoff)
+            await self._backoff(backoff)
         for message, generation in batch.messages:
             self._finish(message, generation)
 

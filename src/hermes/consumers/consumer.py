@@ -45,6 +45,8 @@ from hermes.tracking import TraceStatus, Tracker
 log = logging.getLogger(__name__)
 
 RETRANSMISSION_NAMESPACE = "retransmission"
+# The undelivered reason of a message whose TTL ended before the rate limiter let its first attempt go.
+_HELD_BACK = "Message sending failed: messageTtl ended while the sending rate was limited"
 # Seconds a consumer may sit at its in-flight limit before its partitions are paused (see _run).
 _PAUSE_AFTER = 10.0
 
@@ -73,6 +75,11 @@ class ConsumerContext:
 CrashListener = Callable[[BaseException], None]
 
 
+def _destination(subscription: Subscription) -> tuple[object, ...]:
+    """Where the subscription's messages go: a change makes it another subscriber."""
+    return subscription.endpoint, subscription.endpoint_address_resolver_metadata
+
+
 class SerialConsumer:
     def __init__(
         self, subscription: Subscription, context: ConsumerContext, on_crash: CrashListener | None = None
@@ -96,6 +103,7 @@ class SerialConsumer:
         self._filters = MessageFilters(subscription.filters)
         self.rate = AdaptiveRateLimiter(subscription.serial_policy.rate, context.rate)
         self.metrics = SubscriptionMetrics(subscription.topic_name.qualified, subscription.name)
+        self._redirected = asyncio.Event()  # set (and replaced) when the endpoint changes
         self._reporter: asyncio.Task[None] | None = None
 
     @property
@@ -114,10 +122,17 @@ class SerialConsumer:
         self._reporter = asyncio.create_task(self._report(), name=f"metrics-{self.name}")
 
     def update(self, subscription: Subscription) -> None:
-        """Takes a changed subscription (endpoint, policy, filters, headers...) for every following attempt."""
+        """Takes a changed subscription (endpoint, policy, filters, headers...) for every following attempt,
+        those of messages in flight included. A new endpoint is a new subscriber: the retries waiting for the
+        old one (their backoff, the rate limiter's slow or heartbeat slots) go at once."""
+        redirected = _destination(subscription) != _destination(self.subscription)
         self.subscription = subscription
         self._filters = MessageFilters(subscription.filters)
         self.rate.set_max_rate(subscription.serial_policy.rate)
+        if redirected:
+            self._redirected.set()
+            self._redirected = asyncio.Event()
+            self.rate.reset()
 
     async def stop(self, drain_timeout: float = 5.0) -> None:
         """Stops reading, lets deliveries that are sending finish for a moment, commits what is done and closes.
@@ -315,7 +330,9 @@ class SerialConsumer:
 
     async def _deliver(self, message: Message, generation: int) -> None:
         """Delivers until success, a final failure or the TTL. A cancelled delivery stays unfinished, so its
-        offset is never committed and the message comes again after a restart."""
+        offset is never committed and the message comes again after a restart. Each attempt reads the
+        subscription as it is then (an update may come while the message waits)."""
+        started = time.monotonic()  # messageTtl counts from here
         sub = self.subscription
         try:
             schema = await self._context.content.schema(message)
@@ -327,17 +344,19 @@ class SerialConsumer:
             self._finish(message, generation)
             return
         self._trace(message, TraceStatus.INFLIGHT)
-        deadline = time.monotonic() + sub.serial_policy.message_ttl
         if delay := sub.serial_policy.sending_delay / 1000:
             # counted from publishing, so a backlog of older messages goes at once; never longer than the delay
             # itself, whatever the publishing node's clock said
             await asyncio.sleep(min(delay, message.publish_timestamp / 1000 + delay - time.time()))
         retries = 0
         recipients = Recipients(sub.mode)
+        reason = _HELD_BACK  # why the message is not delivered yet
         while True:
+            if not await self._rate_slot(self._ttl_left(started)):
+                await self._discard(message, reason)
+                break
             sub = self.subscription
             policy = sub.serial_policy
-            await self._wait(self.rate.acquire())
             results: dict[str, SendResult] = {}
             try:
                 addresses = await self._context.resolver.resolve(sub.endpoint, sub.endpoint_address_resolver_metadata)
@@ -356,16 +375,37 @@ class SerialConsumer:
                 self.metrics.count("delivered")
                 self._trace(message, TraceStatus.SUCCESS)
                 break
+            reason = outcome.reason
             backoff = Backoff(
                 policy.message_backoff / 1000, policy.backoff_multiplier, policy.backoff_max_interval_in_sec
             ).delay(retries, outcome.retry_after)
-            if time.monotonic() + backoff > deadline:
-                await self._discard(message, outcome.reason)
+            if backoff > self._ttl_left(started):
+                await self._discard(message, reason)
                 break
-            self._trace(message, TraceStatus.FAILED, outcome.reason)
+            self._trace(message, TraceStatus.FAILED, reason)
             retries += 1
-            await self._wait(asyncio.sleep(backoff))
+            await self._wait(self._backoff(backoff))
         self._finish(message, generation)
+
+    def _ttl_left(self, started: float) -> float:
+        """Seconds left of the messageTtl (as the subscription says now) of a message in flight since ``started``."""
+        return started + self.subscription.message_ttl_seconds - time.monotonic()
+
+    async def _rate_slot(self, within: float) -> bool:
+        """Waits for a sending slot; False when ``within`` seconds (the message's TTL) end first."""
+        try:
+            async with asyncio.timeout(max(within, 0.0)):
+                await self._wait(self.rate.acquire())
+        except TimeoutError:
+            return False
+        return True
+
+    async def _backoff(self, seconds: float) -> None:
+        """Sleeps before a retry; less when the endpoint changes, since the wait was for the old one."""
+        redirected = self._redirected
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await redirected.wait()
 
     async def _wait(self, waiting: Awaitable[None]) -> None:
         task = asyncio.current_task()

@@ -1,0 +1,122 @@
+"""A failing subscriber against the real broker: what the adaptive rate limiter, messageTtl and an update of the
+subscription do to the messages in flight. Durations are shortened: the heartbeat mode attempts once per
+HEARTBEAT seconds instead of once a minute."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hermes.consumers.metrics import UNDELIVERED_NAMESPACE
+from hermes.consumers.rate import RateMode
+from tests.conftest import wait_until
+from tests.support.hermes import HermesClient, InProcessHermes
+from tests.support.subscriber import Reply, SubscriberServer, always
+
+pytestmark = pytest.mark.integration
+
+HEARTBEAT = 4.0
+
+
+@pytest.fixture(scope="module")
+def hermes_overrides() -> dict[str, Any]:
+    return {"consumer_rate_period": 0.2, "consumer_heartbeat_interval": HEARTBEAT}
+
+
+@pytest.fixture
+def scripted() -> Iterator[list[SubscriberServer]]:
+    servers: list[SubscriberServer] = []
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def serve(scripted: list[SubscriberServer], script: Any) -> SubscriberServer:
+    server = SubscriberServer(script).start()
+    scripted.append(server)
+    return server
+
+
+def publish(client: HermesClient, topic: str, count: int) -> None:
+    for i in range(count):
+        assert client.publish(topic, f'{{"n": {i}}}').status_code in (201, 202)
+
+
+def update(client: HermesClient, topic: str, name: str, **fields: Any) -> float:
+    """PUTs the changed fields; when the answer came (time.monotonic())."""
+    response = client.management.put(f"/topics/{topic}/subscriptions/{name}", json=fields)
+    assert response.status_code == 200, response.text
+    return time.monotonic()
+
+
+def test_an_endpoint_change_reaches_retries_waiting_for_the_heartbeat(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    old, new = serve(scripted, always(500)), serve(scripted, always(200))
+    topic = client.create_topic()
+    name = client.create_subscription(topic, old.url, subscriptionPolicy={"messageBackoff": 100, "messageTtl": 120})
+    consumer = hermes.consumer(topic, name)
+    publish(client, topic, 3)
+    old.wait_for(3, timeout=20)
+    wait_until(lambda: consumer.rate.mode is RateMode.HEARTBEAT, timeout=15)  # retries now wait for the heartbeat
+    updated = update(client, topic, name, endpoint=new.url)
+    received = new.wait_for(3, timeout=4 * HEARTBEAT + 10)
+    assert received[-1].at - updated < 2.0, "the retries waited for the old endpoint's heartbeat slots"
+    assert not [r for r in old.received if r.at > received[0].at], "a retry went to the old endpoint after the change"
+
+
+def test_an_endpoint_change_wakes_retries_waiting_for_their_backoff(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    old, new = serve(scripted, always(503, **{"Retry-After": "30"})), serve(scripted, always(200))
+    topic = client.create_topic()
+    name = client.create_subscription(topic, old.url, subscriptionPolicy={"messageTtl": 120})
+    consumer = hermes.consumer(topic, name)
+    publish(client, topic, 3)
+    old.wait_for(3, timeout=20)  # each message now waits 30 s for its retry
+    updated = update(client, topic, name, endpoint=new.url)
+    received = new.wait_for(3, timeout=40)
+    assert received[-1].at - updated < 2.0, "the retries waited out the old endpoint's Retry-After"
+    assert len(old.received) == 3 and consumer.rate.mode is RateMode.NORMAL
+
+
+def test_message_ttl_holds_while_messages_wait_for_the_heartbeat(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber = serve(scripted, always(500))
+    topic = client.create_topic()
+    name = client.create_subscription(
+        topic, subscriber.url, subscriptionPolicy={"messageBackoff": 100, "messageTtl": 2}
+    )
+    consumer = hermes.consumer(topic, name)
+    published = time.monotonic()
+    publish(client, topic, 5)
+    wait_until(lambda: consumer.metrics.totals["discarded"] == 5, timeout=5 * HEARTBEAT + 10)
+    assert time.monotonic() - published < 2 + 1.5, "messages outlived their messageTtl waiting for the limiter"
+    repository = hermes.hermes.repository
+    assert repository is not None
+    wait_until(lambda: repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}") is not None)
+    record = repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}")
+    assert record is not None and record["reason"] == "Message sending failed with status code:500"
+
+
+def test_the_first_success_in_heartbeat_mode_ends_the_heartbeat_waits(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    status = [500]
+    subscriber = serve(scripted, lambda n, _r: Reply(status[0]))
+    topic = client.create_topic()
+    name = client.create_subscription(
+        topic, subscriber.url, subscriptionPolicy={"messageBackoff": 100, "messageTtl": 120}
+    )
+    consumer = hermes.consumer(topic, name)
+    publish(client, topic, 3)
+    subscriber.wait_for(3, timeout=20)
+    wait_until(lambda: consumer.rate.mode is RateMode.HEARTBEAT, timeout=15)
+    status[0] = 200  # the subscriber comes back: the next heartbeat attempt succeeds
+    wait_until(lambda: consumer.metrics.totals["delivered"] == 3, timeout=3 * HEARTBEAT + 10)
+    delivered = [r.at for r in subscriber.received[-3:]]
+    assert delivered[-1] - delivered[0] < 2.0, f"after the first success the next ones waited: {delivered}"
