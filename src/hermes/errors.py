@@ -74,6 +74,12 @@ class OwnerSourceNotFound(NotFoundError):
     code = "OWNER_SOURCE_NOT_FOUND"
 
 
+class ImplementationAbsent(NotFoundError):
+    """An optional Hermes integration (metrics dashboards, offline clients) this installation does not have."""
+
+    code = "IMPLEMENTATION_ABSENT"
+
+
 class AlreadyExistsError(HermesError):
     code = "ALREADY_EXISTS"
     status = 400  # as Hermes' ErrorCode: its clients test for 400

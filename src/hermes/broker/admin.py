@@ -30,6 +30,10 @@ class BrokerAdmin:
         self._timeout = request_timeout
         self._admin = AdminClient(connection.config())
 
+    @property
+    def connection(self) -> KafkaConnection:
+        return self._connection
+
     def wait_until_reachable(self, timeout: float) -> None:
         """Raises BrokerUnavailable unless the cluster answers a metadata request within ``timeout``."""
         deadline = time.monotonic() + timeout

@@ -331,7 +331,7 @@ def _batch_policy(data: Mapping[str, Any]) -> BatchSubscriptionPolicy:
     )
 
 
-def _filters(value: Any) -> tuple[MessageFilterSpecification, ...]:
+def filters_from_json(value: Any) -> tuple[MessageFilterSpecification, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -435,7 +435,7 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
         batch_policy=_batch_policy(policy) if delivery is DeliveryType.BATCH else BatchSubscriptionPolicy(),
         mode=mode,
         headers=_headers(body.get("headers")),
-        filters=_filters(body.get("filters")),
+        filters=filters_from_json(body.get("filters")),
         endpoint_address_resolver_metadata=dict(resolver_metadata),
         subscription_identity_headers_enabled=_bool(body, "subscriptionIdentityHeadersEnabled", False),
         tracking_mode=tracking,

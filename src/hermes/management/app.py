@@ -8,11 +8,16 @@ from hermes.http import status as status_routes
 from hermes.http.server import error_middleware, json_response
 from hermes.management import openapi
 from hermes.management.api import (
+    cluster,
+    consistency,
+    filters,
     groups,
+    integrations,
     oauth,
     offline_retransmission,
     operations,
     owners,
+    preview,
     queries,
     subscriptions,
     topics,
@@ -23,7 +28,9 @@ from hermes.management.services import ManagementService
 
 
 def create_app(service: ManagementService) -> web.Application:
-    app = web.Application(middlewares=[error_middleware], client_max_size=16 * 1024 * 1024)
+    app = web.Application(
+        middlewares=[error_middleware, cluster.read_only_middleware], client_max_size=16 * 1024 * 1024
+    )
     app[SERVICE] = service
     status_routes.register(app.router)
     groups.register(app.router)
@@ -35,6 +42,11 @@ def create_app(service: ManagementService) -> web.Application:
     offline_retransmission.register(app.router)
     queries.register(app.router)
     owners.register(app.router)
+    filters.register(app.router)
+    preview.register(app.router)
+    integrations.register(app.router)
+    cluster.register(app.router)
+    consistency.register(app.router)
     app.router.add_get("/openapi.json", _openapi)
     return app
 

@@ -16,7 +16,7 @@ from aiohttp import web
 
 from hermes.errors import FormattingError
 from hermes.http.server import read_json
-from hermes.management.openapi.paths import SCHEMAS
+from hermes.management.openapi.components import SCHEMAS
 from hermes.management.openapi.schemas import Schema, ref
 
 log = logging.getLogger(__name__)

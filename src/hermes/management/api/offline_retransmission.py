@@ -8,6 +8,7 @@ from aiohttp import web
 
 from hermes.http.server import json_response, read_json
 from hermes.management import offline_retransmission as tasks
+from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 
 _TASKS = "/offline-retransmission/tasks"
@@ -17,6 +18,8 @@ def register(router: web.UrlDispatcher) -> None:
     router.add_post(_TASKS, create_task)
     router.add_get(_TASKS, list_tasks)
     router.add_delete(_TASKS + "/{taskId}", delete_task)
+    router.add_get("/offline-retransmission/topics/{topic}/tasks", topic_tasks)
+    router.add_get("/offline-retransmission/topics/{topic}/tasks/", topic_tasks)  # the console's form
 
 
 async def create_task(request: web.Request) -> web.Response:
@@ -35,3 +38,25 @@ async def delete_task(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     await asyncio.to_thread(tasks.delete_task, service.repository, request.match_info["taskId"])
     return web.Response(status=200)
+
+
+async def topic_tasks(request: web.Request) -> web.Response:
+    """Hermes' ``OfflineRetransmissionTaskMonitoringInfo`` of the tasks from or to the topic. There are no
+    job logs or dashboards to link to (empty URLs); ``status`` and ``progress`` are added."""
+    name = topic_name(request).qualified
+    documents = await asyncio.to_thread(tasks.list_tasks, request.app[SERVICE].repository)
+    return json_response(
+        [
+            {
+                "type": d["type"],
+                "taskId": d["taskId"],
+                "logsUrl": "",
+                "metricsUrl": "",
+                "jobDetailsUrl": "",
+                "status": d["status"],
+                "progress": d["progress"],
+            }
+            for d in documents
+            if name in (d.get("sourceTopic"), d.get("targetTopic"))
+        ]
+    )

@@ -13,7 +13,7 @@ from hermes.http.server import json_response, read_json
 from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
-from hermes.management.openapi.paths import SCHEMAS
+from hermes.management.openapi.components import SCHEMAS
 from hermes.management.openapi.schemas import BATCH_POLICY, SERIAL_POLICY, Schema
 
 

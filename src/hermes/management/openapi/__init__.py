@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-from hermes.management.openapi.paths import PATHS, SCHEMAS
+from hermes.management.openapi.components import SCHEMAS
+from hermes.management.openapi.paths import PATHS
 from hermes.management.openapi.schemas import GROUP_NAME, SIMPLE_NAME, STR, TOPIC_NAME, Schema
 
 _PARAMETERS: dict[str, Schema] = {
@@ -19,6 +20,9 @@ _PARAMETERS: dict[str, Schema] = {
     "provider": SIMPLE_NAME,
     "version": {"type": "integer", "minimum": 0},
     "id": {"type": "integer", "minimum": 0},
+    "idx": {"type": "integer", "minimum": 0},
+    "partition": {"type": "integer", "minimum": 0},
+    "offset": {"type": "integer", "minimum": 0},
 }
 
 

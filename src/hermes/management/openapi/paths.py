@@ -1,4 +1,4 @@
-"""Every operation of the management API, and the schemas of the bodies that are not entities."""
+"""Every operation of the management API."""
 
 from __future__ import annotations
 
@@ -7,11 +7,8 @@ from typing import Any
 from hermes.management.openapi.schemas import (
     ANY,
     BOOL,
-    ENTITIES,
     INT,
     NAMES,
-    NULLABLE_INT,
-    NUM,
     STR,
     Schema,
     array,
@@ -19,216 +16,6 @@ from hermes.management.openapi.schemas import (
     obj,
     ref,
 )
-
-DECIMAL: Schema = {"type": "string", "pattern": "^-?[0-9]+(\\.[0-9]+)?$|^unavailable$"}
-
-SCHEMAS: dict[str, Schema] = {
-    **ENTITIES,
-    "SubscriptionMetrics": obj(
-        {
-            "delivered": INT,
-            "discarded": INT,
-            "volume": INT,
-            "timeouts": DECIMAL,
-            "otherErrors": DECIMAL,
-            "codes2xx": DECIMAL,
-            "codes4xx": DECIMAL,
-            "codes5xx": DECIMAL,
-            "retries": DECIMAL,
-            "lag": {"type": "string", "pattern": "^-?[0-9]+$|^unavailable$"},
-            "state": enum("PENDING", "ACTIVE", "SUSPENDED"),
-            "rate": DECIMAL,
-            "throughput": DECIMAL,
-            "batchRate": DECIMAL,
-            "inflight": INT,
-            "maxRate": NUM,
-            "totals": {"type": "object", "additionalProperties": INT},
-        }
-    ),
-    "PersistentSubscriptionMetrics": obj({"delivered": INT, "discarded": INT, "volume": INT}),
-    "TopicMetrics": obj(
-        {
-            "published": INT,
-            "volume": INT,
-            "rate": DECIMAL,
-            "deliveryRate": DECIMAL,
-            "subscriptions": INT,
-            "throughput": DECIMAL,
-            "delivered": INT,
-            "discarded": INT,
-        }
-    ),
-    "TopicNameWithMetrics": obj(
-        {
-            "name": STR,
-            "published": INT,
-            "volume": INT,
-            "rate": DECIMAL,
-            "deliveryRate": DECIMAL,
-            "subscriptions": INT,
-            "throughput": DECIMAL,
-        }
-    ),
-    "SubscriptionNameWithMetrics": obj(
-        {
-            "topicName": STR,
-            "name": STR,
-            "delivered": INT,
-            "discarded": INT,
-            "volume": INT,
-            "timeouts": DECIMAL,
-            "lag": STR,
-            "rate": DECIMAL,
-            "throughput": DECIMAL,
-        }
-    ),
-    "Health": obj(
-        {
-            "status": enum("HEALTHY", "UNHEALTHY", "NO_DATA"),
-            "problems": array(obj({"code": STR, "description": STR})),
-        }
-    ),
-    "Unhealthy": array(
-        obj(
-            {
-                "name": STR,
-                "topicName": STR,
-                "severity": enum("CRITICAL", "IMPORTANT", "NON_IMPORTANT"),
-                "problems": array(obj({"code": STR, "description": STR})),
-            }
-        )
-    ),
-    "ConsumerGroup": obj(
-        {
-            "clusterName": STR,
-            "groupId": STR,
-            "state": STR,
-            "members": array(
-                obj(
-                    {
-                        "consumerId": STR,
-                        "clientId": STR,
-                        "host": STR,
-                        "partitions": array(
-                            obj(
-                                {
-                                    "partition": INT,
-                                    "topic": STR,
-                                    "currentOffset": INT,
-                                    "logEndOffset": INT,
-                                    "offsetMetadata": STR,
-                                    "contentType": enum("JSON", "AVRO"),
-                                }
-                            )
-                        ),
-                    }
-                )
-            ),
-        }
-    ),
-    "UndeliveredMessage": obj(
-        {
-            "timestamp": INT,
-            "subscription": STR,
-            "topicName": STR,
-            "status": STR,
-            "reason": STR,
-            "message": STR,
-            "partition": INT,
-            "offset": INT,
-            "cluster": STR,
-        }
-    ),
-    "RetransmissionSummary": obj(
-        {
-            "partitionOffsetListPerBrokerName": {
-                "type": "object",
-                "additionalProperties": {
-                    "type": "array",
-                    "items": obj({"partition": INT, "offset": INT, "oldestAvailable": BOOL}),
-                },
-            }
-        }
-    ),
-    "TraceEvent": obj(
-        {
-            "messageId": STR,
-            "timestamp": INT,
-            "subscription": STR,
-            "topicName": STR,
-            "status": {"enum": ["INFLIGHT", "SUCCESS", "FAILED", "DISCARDED"]},
-            "reason": STR,
-            "partition": INT,
-            "offset": INT,
-            "cluster": STR,
-            "publishTimestamp": INT,
-        },
-        ["messageId", "timestamp", "topicName", "status", "cluster"],
-    ),
-    "DeliveryStatistics": obj(
-        {
-            "minute": INT,
-            "delivered": INT,
-            "discarded": INT,
-            "failedAttempts": INT,
-            "latency": obj({"p50": NULLABLE_INT, "p90": NULLABLE_INT, "p99": NULLABLE_INT, "max": NULLABLE_INT}),
-        }
-    ),
-    "OfflineRetransmissionTask": obj(
-        {
-            "taskId": STR,
-            "type": {"const": "TOPIC"},
-            "sourceTopic": STR,
-            "targetTopic": STR,
-            "startTimestamp": STR,
-            "endTimestamp": STR,
-            "createdAt": STR,
-            "status": {"enum": ["PENDING", "RUNNING", "DONE", "FAILED"]},
-            "progress": obj({"republished": INT, "total": NULLABLE_INT}),
-            "error": STR,
-        },
-        [
-            "taskId",
-            "type",
-            "sourceTopic",
-            "targetTopic",
-            "startTimestamp",
-            "endTimestamp",
-            "createdAt",
-            "status",
-            "progress",
-        ],
-    ),
-    "SchemaVersion": obj({"version": INT}),
-    "Query": obj(
-        {"query": {"type": "object", "description": "conditions: eq, ne, like, in, gt, lt, not, and, or"}},
-    ),
-    "SearchResults": obj(
-        {
-            "results": array(
-                obj(
-                    {"type": enum("TOPIC", "SUBSCRIPTION"), "name": STR, "topic": ANY, "subscription": ANY},
-                    ["type", "name"],
-                )
-            ),
-            "totalCount": INT,
-        }
-    ),
-    "Stats": obj(
-        {
-            "topicStats": obj(
-                {"topicCount": INT, "ackAllTopicCount": INT, "trackingEnabledTopicCount": INT, "avroTopicCount": INT}
-            ),
-            "subscriptionStats": obj(
-                {"subscriptionCount": INT, "trackingEnabledSubscriptionCount": INT, "avroSubscriptionCount": INT}
-            ),
-        }
-    ),
-    "OwnerSource": obj({"name": STR, "autocomplete": BOOL, "deprecated": BOOL}),
-    "Owner": obj({"id": STR, "name": STR}),
-    "Status": obj({"status": STR}),
-}
-
 
 _IGNORED = {
     "Hermes-Ignored-Fields": {
@@ -425,5 +212,74 @@ PATHS: dict[str, dict[str, Schema]] = {
     "/roles/topics/{topic}": {"get": _op("The caller's roles on a topic", body=NAMES)},
     "/roles/topics/{topic}/subscriptions/{subscription}": {
         "get": _op("The caller's roles on a subscription", body=NAMES)
+    },
+    "/filters/{topic}": {
+        "post": _op(
+            "Verify filters against a message (base64)",
+            body=ref("FiltersVerificationResult"),
+            request=ref("FiltersVerification"),
+        )
+    },
+    _T + "/preview": {
+        "get": _op("The topic's newest messages (at most 3, each cut to 10 KiB)", body=array(ref("MessagePreview")))
+    },
+    _T + "/preview/{idx}": {"get": _op("One preview message's bytes", body=ANY)},
+    _T + "/preview/cluster/{cluster}/partition/{partition}/offset/{offset}": {
+        "get": _op("The message at a partition and offset, as JSON text", body=STR)
+    },
+    _T + "/clients": {"get": _op("The owners of the topic's subscriptions", body=NAMES)},
+    _T + "/offline-clients-source": {"get": _op("Absent here: 404 IMPLEMENTATION_ABSENT", body=ANY)},
+    "/dashboards/topics/{topic}": {"get": _op("Absent here: 404 IMPLEMENTATION_ABSENT", body=ANY)},
+    "/dashboards/topics/{topic}/subscriptions/{subscription}": {
+        "get": _op("Absent here: 404 IMPLEMENTATION_ABSENT", body=ANY)
+    },
+    "/tracking-urls/topics/{topic}": {"get": _op("Tracking links: none here", body=array(ANY))},
+    "/tracking-urls/topics/{topic}/subscriptions/{subscription}": {
+        "get": _op("Tracking links: none here", body=array(ANY))
+    },
+    "/mode": {
+        "get": _op("readWrite, readOnly or readOnlyAdmin (text/plain)", body=ANY),
+        "post": _op("Set the mode", query={"mode": enum("readWrite", "readOnly", "readOnlyAdmin")}),
+    },
+    "/readiness/datacenters": {"get": _op("Readiness of the datacenter", body=array(ref("DatacenterReadiness")))},
+    "/readiness/datacenters/{datacenter}": {"post": _op("Set readiness", 202, request=ref("Readiness"))},
+    "/workload-constraints": {"get": _op("Consumer workload constraints", body=ref("WorkloadConstraints"))},
+    "/workload-constraints/topic": {
+        "put": _op("Create (201) or update (200) a topic's constraints", request=ref("TopicConstraints"), empty=(201,))
+    },
+    "/workload-constraints/topic/{topic}": {"delete": _op("Remove a topic's constraints")},
+    "/workload-constraints/subscription": {
+        "put": _op(
+            "Create (201) or update (200) a subscription's constraints",
+            request=ref("SubscriptionConstraints"),
+            empty=(201,),
+        )
+    },
+    "/workload-constraints/subscription/{topic}/{subscription}": {"delete": _op("Remove a subscription's constraints")},
+    "/inactive-topics": {"get": _op("Topics without a message for 7 days", body=array(ref("InactiveTopic")))},
+    "/consistency/groups": {"get": _op("Every group", body=NAMES)},
+    "/consistency/inconsistencies/groups": {
+        "get": _op(
+            "Groups that differ between datacenters: none, one datacenter",
+            body=array(ANY),
+            query={"groupNames": array(STR)},
+        )
+    },
+    "/consistency/sync/groups/{group}": {
+        "post": _op("Sync a group between datacenters: nothing to do", query={"primaryDatacenter": STR})
+    },
+    "/consistency/sync/topics/{topic}": {"post": _op("Sync a topic: nothing to do", query={"primaryDatacenter": STR})},
+    "/consistency/sync/topics/{topic}/subscriptions/{subscription}": {
+        "post": _op("Sync a subscription: nothing to do", query={"primaryDatacenter": STR})
+    },
+    "/consistency/inconsistencies/topics": {
+        "get": _op("Kafka topics no Hermes topic accounts for", body=NAMES),
+        "delete": _op("Delete such a Kafka topic", query={"topicName": STR}),
+    },
+    "/offline-retransmission/topics/{topic}/tasks": {
+        "get": _op("Tasks from or to the topic", body=array(ref("RetransmissionTaskMonitoring")))
+    },
+    "/offline-retransmission/topics/{topic}/tasks/": {
+        "get": _op("Tasks from or to the topic", body=array(ref("RetransmissionTaskMonitoring")))
     },
 }

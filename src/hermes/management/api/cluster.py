@@ -1,0 +1,228 @@
+"""Running the installation: the management mode (``/mode``), datacenter readiness, consumer workload
+constraints and inactive topics. Their state is kept in the metadata store, shared by every management
+instance (and read by the processes that act on it)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from hermes.domain.names import SubscriptionName, TopicName, validate_simple_name
+from hermes.errors import HermesError, NotFoundError, ValidationError
+from hermes.http.server import json_response
+from hermes.management.api.bodies import ignored_fields_header, read_object
+from hermes.management.context import SERVICE
+from hermes.management.preview import recent_messages
+from hermes.management.services import ManagementService
+from hermes.metadata.repository import MetadataRepository
+
+MANAGEMENT_NAMESPACE = "management"
+READINESS_NAMESPACE = "datacenter-readiness"
+CONSTRAINTS_NAMESPACE = "workload-constraints"
+READ_WRITE, READ_ONLY, READ_ONLY_ADMIN = "readWrite", "readOnly", "readOnlyAdmin"
+INACTIVITY_THRESHOLD_S = 7 * 24 * 3600
+
+
+class ReadOnlyMode(HermesError):
+    """A change asked of the management API while it is read-only: Hermes' 503."""
+
+    code = "OTHER"
+    status = 503
+
+
+class ConstraintsNotFound(HermesError):
+    """Hermes' ``TOPIC_CONSTRAINTS_DO_NOT_EXIST`` or ``SUBSCRIPTION_CONSTRAINTS_DO_NOT_EXIST``: a 400."""
+
+    status = 400
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def register(router: web.UrlDispatcher) -> None:
+    router.add_get("/mode", get_mode)
+    router.add_post("/mode", set_mode)
+    router.add_get("/readiness/datacenters", list_readiness)
+    router.add_post("/readiness/datacenters/{datacenter}", set_readiness)
+    router.add_get("/workload-constraints", list_constraints)
+    router.add_put("/workload-constraints/topic", put_topic_constraints)
+    router.add_delete("/workload-constraints/topic/{topic}", delete_topic_constraints)
+    router.add_put("/workload-constraints/subscription", put_subscription_constraints)
+    router.add_delete("/workload-constraints/subscription/{topic}/{subscription}", delete_subscription_constraints)
+    router.add_get("/inactive-topics", inactive_topics)
+
+
+# --- mode ---
+
+
+def _mode(repository: MetadataRepository) -> str:
+    document = repository.get_document(MANAGEMENT_NAMESPACE, "mode")
+    return str(document["mode"]) if document else READ_WRITE
+
+
+def _changes_allowed(request: web.Request) -> bool:
+    """As Hermes' read-only filter: reads, queries and ``/mode`` itself are always allowed."""
+    path = request.path
+    return (
+        request.method in ("GET", "HEAD", "OPTIONS")
+        or path.startswith(("/query", "/mode"))
+        or (path.startswith("/topics") and path.endswith("query"))
+    )
+
+
+@web.middleware
+async def read_only_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuses changes while the mode is read-only. Hermes lets admins through; until the management API
+    authenticates callers nobody is told apart, so read-only holds for everyone."""
+    if not _changes_allowed(request):
+        mode = await asyncio.to_thread(_mode, request.app[SERVICE].repository)
+        if mode != READ_WRITE:
+            raise ReadOnlyMode("Action forbidden due to read-only mode")
+    return await handler(request)
+
+
+async def get_mode(request: web.Request) -> web.Response:
+    return web.Response(text=await asyncio.to_thread(_mode, request.app[SERVICE].repository))
+
+
+async def set_mode(request: web.Request) -> web.Response:
+    """``?mode=readWrite|readOnly|readOnlyAdmin``; as Hermes, ``readOnly`` set by hand is ``readOnlyAdmin``."""
+    mode = request.query.get("mode")
+    if mode not in (READ_WRITE, READ_ONLY, READ_ONLY_ADMIN):
+        raise ValidationError(f"must be one of {READ_WRITE}, {READ_ONLY}, {READ_ONLY_ADMIN}", "mode")
+    stored = READ_WRITE if mode == READ_WRITE else READ_ONLY_ADMIN
+    await asyncio.to_thread(
+        request.app[SERVICE].repository.put_document, MANAGEMENT_NAMESPACE, "mode", {"mode": stored}
+    )
+    return web.Response(status=200)
+
+
+# --- datacenter readiness: one datacenter, the cluster ---
+
+
+def _datacenter(service: ManagementService, name: str) -> str:
+    if name != service.settings.cluster_name:
+        raise NotFoundError(f"No datacenter {name}: the one datacenter is {service.settings.cluster_name}")
+    return name
+
+
+async def list_readiness(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    name = service.settings.cluster_name
+    document = await asyncio.to_thread(service.repository.get_document, READINESS_NAMESPACE, name)
+    ready = document is None or bool(document.get("isReady", True))
+    return json_response([{"datacenter": name, "status": "READY" if ready else "NOT_READY"}])
+
+
+async def set_readiness(request: web.Request) -> web.Response:
+    service = request.app[SERVICE]
+    name = _datacenter(service, request.match_info["datacenter"])
+    body = await read_object(request)
+    if not isinstance(body.get("isReady"), bool):
+        raise ValidationError("must be true or false", "isReady")
+    await asyncio.to_thread(service.repository.put_document, READINESS_NAMESPACE, name, {"isReady": body["isReady"]})
+    return web.Response(status=202, headers=ignored_fields_header(request, body, "Readiness"))
+
+
+# --- workload constraints ---
+
+
+def _constraints(body: dict[str, Any]) -> dict[str, Any]:
+    data = body.get("constraints")
+    if not isinstance(data, dict):
+        raise ValidationError("must be an object {consumersNumber, reason}", "constraints")
+    number = data.get("consumersNumber")
+    if not isinstance(number, int) or isinstance(number, bool) or number < 1:
+        raise ValidationError("must be an integer of at least 1", "constraints.consumersNumber")
+    reason = data.get("reason", "")
+    if not isinstance(reason, str):
+        raise ValidationError("must be a string", "constraints.reason")
+    return {"consumersNumber": number, "reason": reason}
+
+
+async def list_constraints(request: web.Request) -> web.Response:
+    documents = await asyncio.to_thread(request.app[SERVICE].repository.list_documents, CONSTRAINTS_NAMESPACE)
+    out: dict[str, dict[str, Any]] = {"topicConstraints": {}, "subscriptionConstraints": {}}
+    for key, document in sorted(documents.items()):
+        kind, _, name = key.partition(":")
+        out["topicConstraints" if kind == "topic" else "subscriptionConstraints"][name] = document
+    return json_response(out)
+
+
+async def _put_constraints(request: web.Request, key: str, body: dict[str, Any], schema: str) -> web.Response:
+    repository = request.app[SERVICE].repository
+    constraints = _constraints(body)
+    existed = await asyncio.to_thread(repository.get_document, CONSTRAINTS_NAMESPACE, key)
+    await asyncio.to_thread(repository.put_document, CONSTRAINTS_NAMESPACE, key, constraints)
+    return web.Response(status=200 if existed else 201, headers=ignored_fields_header(request, body, schema))
+
+
+async def _delete_constraints(request: web.Request, key: str, missing: ConstraintsNotFound) -> web.Response:
+    repository = request.app[SERVICE].repository
+    if await asyncio.to_thread(repository.get_document, CONSTRAINTS_NAMESPACE, key) is None:
+        raise missing
+    await asyncio.to_thread(repository.delete_document, CONSTRAINTS_NAMESPACE, key)
+    return web.Response(status=200)
+
+
+async def put_topic_constraints(request: web.Request) -> web.Response:
+    body = await read_object(request)
+    name = TopicName.parse(body.get("topicName"), "topicName")  # type: ignore[arg-type]
+    return await _put_constraints(request, f"topic:{name.qualified}", body, "TopicConstraints")
+
+
+async def delete_topic_constraints(request: web.Request) -> web.Response:
+    name = TopicName.parse(request.match_info["topic"], "topicName")
+    missing = ConstraintsNotFound(f"No workload constraints for topic {name}", "TOPIC_CONSTRAINTS_DO_NOT_EXIST")
+    return await _delete_constraints(request, f"topic:{name.qualified}", missing)
+
+
+async def put_subscription_constraints(request: web.Request) -> web.Response:
+    body = await read_object(request)
+    raw = body.get("subscriptionName")
+    if not isinstance(raw, str) or "$" not in raw:
+        raise ValidationError("must be a qualified subscription name 'group.topic$subscription'", "subscriptionName")
+    topic, _, name = raw.rpartition("$")
+    qualified = SubscriptionName(
+        TopicName.parse(topic, "subscriptionName"), validate_simple_name(name, "subscriptionName")
+    )
+    return await _put_constraints(request, f"subscription:{qualified.qualified}", body, "SubscriptionConstraints")
+
+
+async def delete_subscription_constraints(request: web.Request) -> web.Response:
+    topic = TopicName.parse(request.match_info["topic"], "topicName")
+    qualified = SubscriptionName(topic, validate_simple_name(request.match_info["subscription"], "subscriptionName"))
+    missing = ConstraintsNotFound(
+        f"No workload constraints for subscription {qualified}", "SUBSCRIPTION_CONSTRAINTS_DO_NOT_EXIST"
+    )
+    return await _delete_constraints(request, f"subscription:{qualified.qualified}", missing)
+
+
+# --- inactive topics ---
+
+
+async def inactive_topics(request: web.Request) -> web.Response:
+    """Topics with messages, none of them published in the last 7 days (Kafka's time index says so), with the
+    time of the newest one. Hermes' detection job also notifies owners; nobody is notified here."""
+    service = request.app[SERVICE]
+
+    def find() -> list[dict[str, Any]]:
+        threshold = int((time.time() - INACTIVITY_THRESHOLD_S) * 1000)
+        out = []
+        for topic in service.repository.list_topics():
+            name = topic.qualified_name
+            end, begin = service.admin.end_offsets(name), service.admin.beginning_offsets(name)
+            if all(end[p] <= begin.get(p, 0) for p in end):
+                continue  # never published (or all expired): nothing says when it was last active
+            if service.admin.offsets_for_time(name, threshold) != end:
+                continue  # a message at or after the threshold
+            last = max((m.publish_timestamp for m in recent_messages(service.admin, topic)), default=0)
+            out.append({"topic": name, "lastPublishedTsMs": last, "notificationTsMs": [], "whitelisted": False})
+        return out
+
+    return json_response(await asyncio.to_thread(find))

@@ -1,0 +1,55 @@
+"""``POST /filters/{topic}``: Hermes' filter debugger. Verifies subscription filters against a message
+(``{"filters": [...], "message": "<base64>"}``) the way consumers apply them, and answers
+``{"status": "MATCHED" | "NOT_MATCHED" | "ERROR", "errorMessage"?}``."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import time
+
+import orjson
+from aiohttp import web
+
+from hermes.consumers.filtering import MessageFilters
+from hermes.domain import codec
+from hermes.domain.avro import json_to_avro
+from hermes.domain.message import Message
+from hermes.domain.topic import ContentType
+from hermes.errors import HermesError, ValidationError
+from hermes.http.server import json_response
+from hermes.management.api.bodies import ignored_fields_header, read_object
+from hermes.management.api.topics import topic_name
+from hermes.management.context import SERVICE
+
+
+def register(router: web.UrlDispatcher) -> None:
+    router.add_post("/filters/{topic}", verify)
+
+
+async def verify(request: web.Request) -> web.Response:
+    body = await read_object(request)
+    filters = MessageFilters(codec.filters_from_json(body.get("filters")))
+    encoded = body.get("message")
+    if not isinstance(encoded, str):
+        raise ValidationError("must be the message, base64-encoded", "message")
+    try:
+        content = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValidationError("is not valid base64", "message") from None
+    repository = request.app[SERVICE].repository
+    topic = await asyncio.to_thread(repository.get_topic, topic_name(request))
+    headers = ignored_fields_header(request, body, "FiltersVerification")
+    if topic.content_type is ContentType.AVRO:
+        try:  # as Hermes: an AVRO topic's message is given as JSON and must convert with the latest schema
+            _, schema = await asyncio.to_thread(repository.get_schema, topic.name)
+            json_to_avro(schema, content)
+        except HermesError as exc:
+            return json_response({"status": "ERROR", "errorMessage": exc.message}, headers=headers)
+    message = Message(topic.qualified_name, 0, 0, "", content, int(time.time() * 1000))
+    try:
+        matched = filters.passes(message, lambda m: orjson.loads(m.body))
+    except (ValueError, TypeError) as exc:
+        return json_response({"status": "ERROR", "errorMessage": str(exc)}, headers=headers)
+    return json_response({"status": "MATCHED" if matched else "NOT_MATCHED"}, headers=headers)

@@ -1,0 +1,264 @@
+"""The schemas of every body the management API answers or accepts: the entities and the rest."""
+
+from __future__ import annotations
+
+from hermes.management.openapi.schemas import (
+    ANY,
+    BOOL,
+    ENTITIES,
+    INT,
+    NULLABLE_INT,
+    NUM,
+    STR,
+    TOPIC_NAME,
+    Schema,
+    array,
+    enum,
+    obj,
+    ref,
+)
+
+DECIMAL: Schema = {"type": "string", "pattern": "^-?[0-9]+(\\.[0-9]+)?$|^unavailable$"}
+
+SCHEMAS: dict[str, Schema] = {
+    **ENTITIES,
+    "SubscriptionMetrics": obj(
+        {
+            "delivered": INT,
+            "discarded": INT,
+            "volume": INT,
+            "timeouts": DECIMAL,
+            "otherErrors": DECIMAL,
+            "codes2xx": DECIMAL,
+            "codes4xx": DECIMAL,
+            "codes5xx": DECIMAL,
+            "retries": DECIMAL,
+            "lag": {"type": "string", "pattern": "^-?[0-9]+$|^unavailable$"},
+            "state": enum("PENDING", "ACTIVE", "SUSPENDED"),
+            "rate": DECIMAL,
+            "throughput": DECIMAL,
+            "batchRate": DECIMAL,
+            "inflight": INT,
+            "maxRate": NUM,
+            "totals": {"type": "object", "additionalProperties": INT},
+        }
+    ),
+    "PersistentSubscriptionMetrics": obj({"delivered": INT, "discarded": INT, "volume": INT}),
+    "TopicMetrics": obj(
+        {
+            "published": INT,
+            "volume": INT,
+            "rate": DECIMAL,
+            "deliveryRate": DECIMAL,
+            "subscriptions": INT,
+            "throughput": DECIMAL,
+            "delivered": INT,
+            "discarded": INT,
+        }
+    ),
+    "TopicNameWithMetrics": obj(
+        {
+            "name": STR,
+            "published": INT,
+            "volume": INT,
+            "rate": DECIMAL,
+            "deliveryRate": DECIMAL,
+            "subscriptions": INT,
+            "throughput": DECIMAL,
+        }
+    ),
+    "SubscriptionNameWithMetrics": obj(
+        {
+            "topicName": STR,
+            "name": STR,
+            "delivered": INT,
+            "discarded": INT,
+            "volume": INT,
+            "timeouts": DECIMAL,
+            "lag": STR,
+            "rate": DECIMAL,
+            "throughput": DECIMAL,
+        }
+    ),
+    "Health": obj(
+        {
+            "status": enum("HEALTHY", "UNHEALTHY", "NO_DATA"),
+            "problems": array(obj({"code": STR, "description": STR})),
+        }
+    ),
+    "Unhealthy": array(
+        obj(
+            {
+                "name": STR,
+                "topicName": STR,
+                "severity": enum("CRITICAL", "IMPORTANT", "NON_IMPORTANT"),
+                "problems": array(obj({"code": STR, "description": STR})),
+            }
+        )
+    ),
+    "ConsumerGroup": obj(
+        {
+            "clusterName": STR,
+            "groupId": STR,
+            "state": STR,
+            "members": array(
+                obj(
+                    {
+                        "consumerId": STR,
+                        "clientId": STR,
+                        "host": STR,
+                        "partitions": array(
+                            obj(
+                                {
+                                    "partition": INT,
+                                    "topic": STR,
+                                    "currentOffset": INT,
+                                    "logEndOffset": INT,
+                                    "offsetMetadata": STR,
+                                    "contentType": enum("JSON", "AVRO"),
+                                }
+                            )
+                        ),
+                    }
+                )
+            ),
+        }
+    ),
+    "UndeliveredMessage": obj(
+        {
+            "timestamp": INT,
+            "subscription": STR,
+            "topicName": STR,
+            "status": STR,
+            "reason": STR,
+            "message": STR,
+            "partition": INT,
+            "offset": INT,
+            "cluster": STR,
+        }
+    ),
+    "RetransmissionSummary": obj(
+        {
+            "partitionOffsetListPerBrokerName": {
+                "type": "object",
+                "additionalProperties": {
+                    "type": "array",
+                    "items": obj({"partition": INT, "offset": INT, "oldestAvailable": BOOL}),
+                },
+            }
+        }
+    ),
+    "TraceEvent": obj(
+        {
+            "messageId": STR,
+            "timestamp": INT,
+            "subscription": STR,
+            "topicName": STR,
+            "status": {"enum": ["INFLIGHT", "SUCCESS", "FAILED", "DISCARDED"]},
+            "reason": STR,
+            "partition": INT,
+            "offset": INT,
+            "cluster": STR,
+            "publishTimestamp": INT,
+        },
+        ["messageId", "timestamp", "topicName", "status", "cluster"],
+    ),
+    "DeliveryStatistics": obj(
+        {
+            "minute": INT,
+            "delivered": INT,
+            "discarded": INT,
+            "failedAttempts": INT,
+            "latency": obj({"p50": NULLABLE_INT, "p90": NULLABLE_INT, "p99": NULLABLE_INT, "max": NULLABLE_INT}),
+        }
+    ),
+    "OfflineRetransmissionTask": obj(
+        {
+            "taskId": STR,
+            "type": {"const": "TOPIC"},
+            "sourceTopic": STR,
+            "targetTopic": STR,
+            "startTimestamp": STR,
+            "endTimestamp": STR,
+            "createdAt": STR,
+            "status": {"enum": ["PENDING", "RUNNING", "DONE", "FAILED"]},
+            "progress": obj({"republished": INT, "total": NULLABLE_INT}),
+            "error": STR,
+        },
+        [
+            "taskId",
+            "type",
+            "sourceTopic",
+            "targetTopic",
+            "startTimestamp",
+            "endTimestamp",
+            "createdAt",
+            "status",
+            "progress",
+        ],
+    ),
+    "SchemaVersion": obj({"version": INT}),
+    "Query": obj(
+        {"query": {"type": "object", "description": "conditions: eq, ne, like, in, gt, lt, not, and, or"}},
+    ),
+    "SearchResults": obj(
+        {
+            "results": array(
+                obj(
+                    {"type": enum("TOPIC", "SUBSCRIPTION"), "name": STR, "topic": ANY, "subscription": ANY},
+                    ["type", "name"],
+                )
+            ),
+            "totalCount": INT,
+        }
+    ),
+    "Stats": obj(
+        {
+            "topicStats": obj(
+                {"topicCount": INT, "ackAllTopicCount": INT, "trackingEnabledTopicCount": INT, "avroTopicCount": INT}
+            ),
+            "subscriptionStats": obj(
+                {"subscriptionCount": INT, "trackingEnabledSubscriptionCount": INT, "avroSubscriptionCount": INT}
+            ),
+        }
+    ),
+    "OwnerSource": obj({"name": STR, "autocomplete": BOOL, "deprecated": BOOL}),
+    "FiltersVerification": obj(
+        {
+            "filters": array(ENTITIES["Subscription"]["properties"]["filters"]["items"]),
+            "message": {"type": "string", "contentEncoding": "base64"},
+        },
+        ["message"],
+    ),
+    "FiltersVerificationResult": obj(
+        {"status": enum("MATCHED", "NOT_MATCHED", "ERROR"), "errorMessage": STR}, ["status"]
+    ),
+    "MessagePreview": obj({"content": STR, "truncated": BOOL}),
+    "Readiness": obj({"isReady": BOOL}),
+    "DatacenterReadiness": obj({"datacenter": STR, "status": enum("READY", "NOT_READY")}),
+    "Constraints": obj({"consumersNumber": {"type": "integer", "minimum": 1}, "reason": STR}, ["consumersNumber"]),
+    "TopicConstraints": obj({"topicName": TOPIC_NAME, "constraints": ref("Constraints")}),
+    "SubscriptionConstraints": obj(
+        {"subscriptionName": {"type": "string", "pattern": "^.+\\..+\\$.+$"}, "constraints": ref("Constraints")}
+    ),
+    "WorkloadConstraints": obj(
+        {
+            "topicConstraints": {"type": "object", "additionalProperties": ref("Constraints")},
+            "subscriptionConstraints": {"type": "object", "additionalProperties": ref("Constraints")},
+        }
+    ),
+    "InactiveTopic": obj({"topic": STR, "lastPublishedTsMs": INT, "notificationTsMs": array(INT), "whitelisted": BOOL}),
+    "RetransmissionTaskMonitoring": obj(
+        {
+            "type": STR,
+            "taskId": STR,
+            "logsUrl": STR,
+            "metricsUrl": STR,
+            "jobDetailsUrl": STR,
+            "status": enum("PENDING", "RUNNING", "DONE", "FAILED"),
+            "progress": obj({"republished": INT, "total": NULLABLE_INT}),
+        }
+    ),
+    "Owner": obj({"id": STR, "name": STR}),
+    "Status": obj({"status": STR}),
+}
