@@ -121,6 +121,9 @@ class Settings(BaseSettings):
     consumer_heartbeat_interval: float = Field(
         60.0, gt=0, description="Seconds between attempts in the rate limiter's heartbeat mode."
     )
+    consumer_failure_log_interval: float = Field(
+        30.0, gt=0, description="Seconds between INFO lines summing up a subscription's failed delivery attempts."
+    )
     node_id: str = Field(
         default_factory=socket.gethostname, description="Name of this node in metrics (default: the host name)."
     )
@@ -287,6 +290,7 @@ SECTIONS = (
             "consumer_metrics_interval",
             "consumer_rate_period",
             "consumer_heartbeat_interval",
+            "consumer_failure_log_interval",
             "consumer_session_timeout_ms",
             "consumer_fetch_wait_ms",
             "consumer_read_ahead_messages",

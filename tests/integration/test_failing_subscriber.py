@@ -1,9 +1,12 @@
 """A failing subscriber against the real broker: what the adaptive rate limiter, messageTtl and an update of the
-subscription do to the messages in flight. Durations are shortened: the heartbeat mode attempts once per
-HEARTBEAT seconds instead of once a minute."""
+subscription do to the messages in flight, and how the failures show in the log. Durations are shortened: the
+heartbeat mode attempts once per HEARTBEAT seconds instead of once a minute."""
 
 from __future__ import annotations
 
+import itertools
+import logging
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,7 +26,7 @@ HEARTBEAT = 4.0
 
 @pytest.fixture(scope="module")
 def hermes_overrides() -> dict[str, Any]:
-    return {"consumer_rate_period": 0.2, "consumer_heartbeat_interval": HEARTBEAT}
+    return {"consumer_rate_period": 0.2, "consumer_heartbeat_interval": HEARTBEAT, "consumer_failure_log_interval": 1.0}
 
 
 @pytest.fixture
@@ -120,3 +123,31 @@ def test_the_first_success_in_heartbeat_mode_ends_the_heartbeat_waits(
     wait_until(lambda: consumer.metrics.totals["delivered"] == 3, timeout=3 * HEARTBEAT + 10)
     delivered = [r.at for r in subscriber.received[-3:]]
     assert delivered[-1] - delivered[0] < 2.0, f"after the first success the next ones waited: {delivered}"
+
+
+def test_failed_attempts_are_logged_once_per_interval_without_credentials(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="hermes.consumers")
+    subscriber = serve(scripted, always(503, **{"Retry-After": "0"}))  # retried at once, not slowed down
+    topic = client.create_topic()
+    endpoint = subscriber.url.replace("http://", "http://alice:s3cret@")
+    name = client.create_subscription(topic, endpoint, subscriptionPolicy={"rate": 20, "messageTtl": 3})
+    hermes.consumer(topic, name)
+    publish(client, topic, 2)
+    consumer = hermes.consumer(topic, name)
+    wait_until(lambda: consumer.metrics.totals["discarded"] == 2, timeout=15)
+    pattern = re.compile(
+        rf"delivery to {re.escape(topic)}\${name} failing: (\d+) attempts? failed in the last [\d.]+ s, "
+        rf"last: HTTP 503 from {re.escape(subscriber.url)}$"
+    )
+
+    def lines() -> list[tuple[float, int]]:
+        return [(r.created, int(m[1])) for r in caplog.records if (m := pattern.match(r.getMessage()))]
+
+    wait_until(lambda: sum(n for _, n in lines()) == len(subscriber.received), timeout=5)  # the last ones, too
+    logged = lines()
+    assert 2 <= len(logged) <= 5 < len(subscriber.received), logged
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(logged)]
+    assert min(gaps) >= 0.95, f"more than one line per interval: {gaps}"
+    assert "s3cret" not in caplog.text and "alice" not in caplog.text

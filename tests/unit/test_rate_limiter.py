@@ -1,13 +1,16 @@
-"""The adaptive rate limiter's slots when its mode changes under a waiter."""
+"""The adaptive rate limiter's slots when its mode changes under a waiter, and the failure log."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import pytest
 
+from hermes.consumers.failure_log import FailureLog, describe
 from hermes.consumers.rate import AdaptiveRateLimiter, RateMode, RateSettings
+from hermes.consumers.sender.result import SendResult
 
 pytestmark = pytest.mark.unit
 
@@ -57,3 +60,25 @@ def test_reset_wakes_a_waiter_and_keeps_the_hard_maximum() -> None:
     assert limiter.mode is RateMode.NORMAL and limiter.rate == 100
     assert granted[-1] - granted[0] >= 2 / 100 * 0.9, "slots stay 1/rate apart"
 
+
+def test_failures_are_logged_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="hermes.consumers.failure_log")
+    failures = FailureLog("g.t$s", interval=0.2)
+    failures.failed("HTTP 500 from http://a/")  # the first: at once
+    for _ in range(5):
+        failures.failed("HTTP 502 from http://a/")
+    failures.flush()  # too early: nothing
+    time.sleep(0.2)
+    failures.flush()
+    assert [r.getMessage() for r in caplog.records] == [
+        "delivery to g.t$s failing: 1 attempt failed in the last 1 s, last: HTTP 500 from http://a/",
+        "delivery to g.t$s failing: 5 attempts failed in the last 1 s, last: HTTP 502 from http://a/",
+    ]
+    failures.flush()
+    assert len(caplog.records) == 2, "nothing new, nothing logged"
+
+
+def test_a_failure_is_described_without_credentials() -> None:
+    assert describe(SendResult.of_status(500), "http://u:pw@h:8080/p?q=1") == "HTTP 500 from http://h:8080/p?q=1"
+    assert describe(SendResult.timeout(), "https://u:pw@h/") == "timeout (sending to https://h/)"
+    assert describe(SendResult.failure("no OAuth token: ..."), None) == "Message sending failed: no OAuth token: ..."

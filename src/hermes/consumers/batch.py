@@ -122,9 +122,9 @@ class BatchConsumer(SerialConsumer):
         while True:
             sub = self.subscription
             policy = sub.batch_policy
-            result = await self._send(sub, batch, batch_id, retries)
+            result, url = await self._send(sub, batch, batch_id, retries)
             verdict = judge(result, policy.retry_client_errors)
-            self.metrics.response(result.status, result.timed_out)
+            self._attempted(result, url)
             if not verdict.retry:
                 for message, _ in batch.messages:
                     self.metrics.count("delivered")
@@ -144,7 +144,10 @@ class BatchConsumer(SerialConsumer):
         for message, generation in batch.messages:
             self._finish(message, generation)
 
-    async def _send(self, sub: Subscription, batch: Batch, batch_id: str, retries: int) -> SendResult:
+    async def _send(
+        self, sub: Subscription, batch: Batch, batch_id: str, retries: int
+    ) -> tuple[SendResult, str | None]:
+        """The result, and the address it came from (None when there was none to send to)."""
         first = batch.messages[0][0]
         headers = self._context.sender.headers(sub, first, retries, "application/json")
         headers[BATCH_ID_HEADER] = batch_id
@@ -153,7 +156,10 @@ class BatchConsumer(SerialConsumer):
         try:  # batches are ANYCAST only: the first resolved address
             addresses = await self._context.resolver.resolve(sub.endpoint, sub.endpoint_address_resolver_metadata)
         except EndpointResolutionError as exc:
-            return SendResult.failure(exc.message)
+            return SendResult.failure(exc.message), None
         if not addresses:
-            return SendResult.failure("the endpoint address resolver returned no address")
-        return await self._context.sender.send(sub, addresses[0], batch.body, headers, sub.batch_policy.request_timeout)
+            return SendResult.failure("the endpoint address resolver returned no address"), None
+        result = await self._context.sender.send(
+            sub, addresses[0], batch.body, headers, sub.batch_policy.request_timeout
+        )
+        return result, addresses[0]

@@ -26,6 +26,7 @@ from typing import Any
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.consumer import BrokerConsumer
 from hermes.consumers.content import ContentConverter
+from hermes.consumers.failure_log import FailureLog, describe
 from hermes.consumers.filtering import MessageFilters
 from hermes.consumers.metrics import SNAPSHOT_NAMESPACE, UNDELIVERED_NAMESPACE, SubscriptionMetrics, UndeliveredMessage
 from hermes.consumers.offsets import OffsetTracker, Partition
@@ -69,6 +70,7 @@ class ConsumerContext:
     read_ahead_messages: int = 200
     read_ahead_bytes: int = 4 * 1024 * 1024
     rate: RateSettings = field(default_factory=RateSettings)
+    failure_log_interval: float = 30.0
     resolver: EndpointAddressResolver = field(default_factory=EndpointItself)
 
 
@@ -103,6 +105,7 @@ class SerialConsumer:
         self._filters = MessageFilters(subscription.filters)
         self.rate = AdaptiveRateLimiter(subscription.serial_policy.rate, context.rate)
         self.metrics = SubscriptionMetrics(subscription.topic_name.qualified, subscription.name)
+        self._failures = FailureLog(self.name, context.failure_log_interval)
         self._redirected = asyncio.Event()  # set (and replaced) when the endpoint changes
         self._reporter: asyncio.Task[None] | None = None
 
@@ -362,6 +365,7 @@ class SerialConsumer:
                 addresses = await self._context.resolver.resolve(sub.endpoint, sub.endpoint_address_resolver_metadata)
             except EndpointResolutionError as exc:
                 outcome = recipients.unresolved(exc.message)
+                self._failures.failed(outcome.reason)
             else:
                 outcome, results = await recipients.attempt(
                     addresses,
@@ -369,8 +373,8 @@ class SerialConsumer:
                     policy.retry_client_errors,
                 )
             self.rate.record(failed=outcome.slow_down)
-            for result in results.values():
-                self.metrics.response(result.status, result.timed_out)
+            for url, result in results.items():
+                self._attempted(result, url)
             if not outcome.retry:
                 self.metrics.count("delivered")
                 self._trace(message, TraceStatus.SUCCESS)
@@ -406,6 +410,12 @@ class SerialConsumer:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(seconds):
                 await redirected.wait()
+
+    def _attempted(self, result: SendResult, url: str | None) -> None:
+        """Counts one request's result in the metrics and, when it failed, in the failure log."""
+        self.metrics.response(result.status, result.timed_out)
+        if not result.succeeded:
+            self._failures.failed(describe(result, url))
 
     async def _wait(self, waiting: Awaitable[None]) -> None:
         task = asyncio.current_task()
@@ -467,6 +477,7 @@ class SerialConsumer:
     async def _report(self) -> None:
         while True:
             await asyncio.sleep(self._context.metrics_interval)
+            self._failures.flush()
             try:
                 await self._publish_metrics()
                 await self._check_retransmission()

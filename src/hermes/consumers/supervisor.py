@@ -80,6 +80,7 @@ class ConsumersSupervisor:
             read_ahead_messages=s.consumer_read_ahead_messages,
             read_ahead_bytes=s.consumer_read_ahead_bytes,
             rate=RateSettings(period=s.consumer_rate_period, heartbeat_interval=s.consumer_heartbeat_interval),
+            failure_log_interval=s.consumer_failure_log_interval,
             resolver=resolver,
         )
         self._cache.on_subscription_change(self._on_change)
@@ -141,7 +142,6 @@ class ConsumersSupervisor:
         topic, name = key
         await self._apply(TopicName.parse(topic), name, self._cache.subscriptions.get(key))
 
-    async def _on_change(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
     async def topic_recreated(self, topic: str) -> None:
         """The broker lost ``topic`` and it was created again. The committed offsets of its subscriptions count
         messages of the old topic (offset 3 there would skip offsets 0-2 of the new one), so every subscription
@@ -160,6 +160,7 @@ class ConsumersSupervisor:
         for key in stopped:
             await self._apply(TopicName.parse(topic), key[1], self._cache.subscriptions.get(key))
 
+    async def _on_change(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
         await self._apply(topic, name, subscription)
 
     async def _apply(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
