@@ -14,6 +14,15 @@ from hermes.errors import HermesError
 
 log = logging.getLogger(__name__)
 
+# Kafka's max.message.bytes counts a whole record batch: Hermes' headers (message id, timestamp, propagated
+# headers) and the batch's framing come on top of a body of maxMessageSize, which the frontend checks itself.
+RECORD_HEADROOM = 64 * 1024
+_INT32_MAX = 2**31 - 1
+
+
+def max_message_bytes(topic: Topic) -> int:
+    return min(topic.max_message_size + RECORD_HEADROOM, _INT32_MAX)
+
 
 class KafkaTopics:
     def __init__(self, admin: BrokerAdmin, partitions: int) -> None:
@@ -25,7 +34,7 @@ class KafkaTopics:
             topic.qualified_name,
             self._partitions,
             retention_ms=topic.retention_time.seconds * 1000,
-            max_message_bytes=topic.max_message_size,
+            max_message_bytes=max_message_bytes(topic),
         )
 
     def update(self, topic: Topic) -> None:
@@ -33,7 +42,7 @@ class KafkaTopics:
         was raised since (Kafka never shrinks a topic's partitions)."""
         name = topic.qualified_name
         self._admin.alter_topic(
-            name, retention_ms=topic.retention_time.seconds * 1000, max_message_bytes=topic.max_message_size
+            name, retention_ms=topic.retention_time.seconds * 1000, max_message_bytes=max_message_bytes(topic)
         )
         current = len(self._admin.partitions(name))
         if 0 < current < self._partitions:
@@ -55,7 +64,7 @@ class KafkaTopics:
                     topic.qualified_name,
                     self._partitions,
                     topic.retention_time.seconds,
-                    topic.max_message_size,
+                    max_message_bytes(topic),
                 )
         return created
 
