@@ -23,8 +23,11 @@ from hermes.broker.producer import BrokerProducer
 from hermes.broker.topics import KafkaTopics, TopicReconciler
 from hermes.config import Settings
 from hermes.consumers.supervisor import ConsumersSupervisor
+from hermes.datadir import DataDirLock
+from hermes.domain.topic import Topic
 from hermes.errors import StartupError
 from hermes.http.server import Server
+from hermes.logs import log_path
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
@@ -67,6 +70,13 @@ class Hermes:
         self.tracking_producer: BrokerProducer | None = None
         self._stoppers: list[Any] = []
         self._closers: list[Any] = []  # synchronous, after the producer flushed
+        self._lock: DataDirLock | None = None
+        self.pipeline_status = "not in this process"
+
+    @property
+    def name(self) -> str:
+        """The command this process runs, as users know it."""
+        return "hermes " + ("run" if self.roles == ALL_ROLES else "+".join(sorted(self.roles)))
 
     @property
     def frontend_url(self) -> str:
@@ -86,7 +96,8 @@ class Hermes:
     async def _start(self) -> None:
         settings = self.settings
         check_data_dir(settings)
-        if Role.FRONTEND in self.roles:
+        if Role.FRONTEND in self.roles:  # its journal (and hermes run's broker and pipeline files) is its alone
+            self._lock = DataDirLock.take(settings.data_dir, self.name)
             ensure_port_free(settings.host, settings.frontend_port, "frontend")
         if Role.MANAGEMENT in self.roles:
             ensure_port_free(settings.host, settings.management_port, "management")
@@ -118,6 +129,8 @@ class Hermes:
         self._stoppers.append(reconciler.stop)
         if self.roles == ALL_ROLES and settings.pipeline:
             await self._start_pipeline(bootstrap)
+        elif self.roles == ALL_ROLES:
+            self.pipeline_status = "off (--no-pipeline)"
         if Role.FRONTEND in self.roles or Role.CONSUMERS in self.roles:
             self.cache = MetadataCache(self.repository)
             await self.cache.start()
@@ -150,7 +163,15 @@ class Hermes:
             from hermes.frontend.schemas import SchemaSource
 
             assert self.cache is not None
-            self.producer = BrokerProducer(self.connection)
+            self.producer = producer = BrokerProducer(self.connection)
+            await asyncio.to_thread(producer.warm)
+            loop = asyncio.get_running_loop()
+
+            def warm(name: str, topic: Topic | None) -> None:
+                if topic is not None:
+                    loop.run_in_executor(None, producer.warm, name)
+
+            self.cache.on_topic_change(warm)
             journal = Journal(
                 settings.data_dir / "journal",
                 settings.frontend_journal_max_bytes,
@@ -195,15 +216,22 @@ class Hermes:
         from hermes.pipeline.runner import PipelineProcess
 
         if importlib.util.find_spec("pyspark") is None:
-            log.warning("the pipeline is not started: pyspark is missing (install hermes-broker[spark])")
+            self.pipeline_status = "not started: pyspark is missing (install hermes-broker[spark])"
+            log.warning("the pipeline is %s", self.pipeline_status)
             return
         if not self.settings.spark_remote and not (os.environ.get("JAVA_HOME") or shutil.which("java")):
-            log.warning("the pipeline is not started: local Spark needs Java (java on the PATH or JAVA_HOME)")
+            self.pipeline_status = "not started: local Spark needs Java (java on the PATH or JAVA_HOME)"
+            log.warning("the pipeline is %s", self.pipeline_status)
             return
 
         ensure_port_free(self.settings.host, self.settings.pipeline_port, "pipeline status")
         pipeline = PipelineProcess(self.settings, bootstrap)
         await asyncio.to_thread(pipeline.start)
+        assert pipeline.process is not None
+        port = self.settings.pipeline_port  # 0: the child picks one, and its log says which
+        status = f", status at http://{self.settings.host}:{port}" if port else ""
+        pipeline_log = log_path(self.settings.data_dir, "pipeline").absolute()
+        self.pipeline_status = f"started (pid {pipeline.process.pid}){status}, log {pipeline_log}"
         watcher = asyncio.create_task(self._watch_pipeline(pipeline), name="pipeline-watch")
 
         async def stop() -> None:
@@ -275,6 +303,9 @@ class Hermes:
         if self.broker is not None:
             await asyncio.to_thread(self.broker.stop)
             self.broker = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
 
 async def _cancel(task: asyncio.Task[None]) -> None:
@@ -297,7 +328,9 @@ async def serve(settings: Settings, roles: frozenset[Role]) -> None:
         # waits out), about 0 after.
         gc.collect()
         gc.freeze()
-        log.info("hermes is running (%s); pid %d. Ctrl-C stops it.", ", ".join(sorted(roles)), os.getpid())
+        from hermes.banner import banner  # it reads this module's Hermes
+
+        log.info(banner(hermes))
         await stop.wait()
         log.info("shutting down")
     finally:

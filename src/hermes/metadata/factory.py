@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from hermes.config import Settings
 from hermes.metadata.repository import MetadataRepository
+
+
+def sqlite_path(settings: Settings) -> Path:
+    return settings.data_dir / "metadata.sqlite3"
 
 
 def open_repository(settings: Settings) -> MetadataRepository:
@@ -13,4 +19,4 @@ def open_repository(settings: Settings) -> MetadataRepository:
         return ZookeeperMetadataRepository(settings.zookeeper_connect, settings.zookeeper_root)
     from hermes.metadata.sqlite import SqliteMetadataRepository
 
-    return SqliteMetadataRepository(settings.data_dir / "metadata.sqlite3", settings.metadata_poll_interval)
+    return SqliteMetadataRepository(sqlite_path(settings), settings.metadata_poll_interval)

@@ -1,0 +1,45 @@
+"""A data directory has one owner: the process whose frontend keeps its journal there (``hermes run`` also keeps
+the embedded broker's and the pipeline's files there). Consumers and management processes keep nothing of their
+own in it, only the SQLite metadata, which several processes share by design: they take no lock, so that they can
+run beside a ``hermes run`` or a ``hermes frontend`` on the same machine."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from typing import IO
+
+from hermes.errors import StartupError
+
+LOCK_FILE = "hermes.lock"
+
+
+class DataDirLock:
+    """An exclusive ``flock`` on ``<data-dir>/hermes.lock``, which names its holder; the kernel releases it when
+    the process dies, however it dies."""
+
+    def __init__(self, file: IO[str]) -> None:
+        self._file = file
+
+    @classmethod
+    def take(cls, data_dir: Path, holder: str) -> DataDirLock:
+        file = open(data_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held until release()
+        try:
+            fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            file.seek(0)
+            other = file.read().strip() or "another process"
+            file.close()
+            raise StartupError(
+                f"the data directory {data_dir} is in use by {other}: stop it first, or give this process "
+                "another --data-dir"
+            ) from None
+        file.seek(0)
+        file.truncate()
+        file.write(f"{holder} (pid {os.getpid()})\n")
+        file.flush()
+        return cls(file)
+
+    def release(self) -> None:
+        self._file.close()
