@@ -264,7 +264,7 @@ def test_consumer_groups_from_kafka(hermes: Any, client: HermesClient, subscribe
 
     wait_until(lambda: len(assigned()) == 2, 20)
     [group] = client.management.get(path).json()
-    assert group["groupId"] == f"hermes_{topic}_{name}" and group["state"] == "STABLE"
+    assert group["groupId"] == f"hermes_{topic}_{name}" and group["state"] == "Stable"
     assert {p["partition"] for p in assigned()} == {0, 1} and all(p["topic"] == topic for p in assigned())
 
 

@@ -10,6 +10,7 @@ from hermes.management import openapi
 from hermes.management.api import (
     cluster,
     consistency,
+    console,
     filters,
     groups,
     integrations,
@@ -47,6 +48,7 @@ def create_app(service: ManagementService) -> web.Application:
     integrations.register(app.router)
     cluster.register(app.router)
     consistency.register(app.router)
+    console.register(app.router)
     app.router.add_get("/openapi.json", _openapi)
     return app
 

@@ -24,6 +24,14 @@ from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
 
 Json = dict[str, Any]
+# Kafka's group states as Hermes prints them (the Java client's names)
+_GROUP_STATES = {
+    "STABLE": "Stable",
+    "EMPTY": "Empty",
+    "DEAD": "Dead",
+    "PREPARING_REBALANCING": "PreparingRebalance",
+    "COMPLETING_REBALANCING": "CompletingRebalance",
+}
 
 
 def register(router: web.UrlDispatcher) -> None:
@@ -94,6 +102,7 @@ async def consumer_groups(request: web.Request) -> web.Response:
                         "topic": t,
                         "currentOffset": committed.get(p, -1),
                         "logEndOffset": end.get(p, -1),
+                        "lag": max(0, end.get(p, 0) - committed.get(p, 0)),
                         "offsetMetadata": "",
                         "contentType": sub.content_type.value,
                     }
@@ -104,7 +113,7 @@ async def consumer_groups(request: web.Request) -> web.Response:
             for m in group.members
         ]
         cluster = service.settings.cluster_name
-        return [{"clusterName": cluster, "groupId": sub.consumer_group_id, "state": group.state, "members": members}]
+        return [{"clusterName": cluster, "groupId": sub.consumer_group_id, "state": _GROUP_STATES.get(group.state, "Unknown"), "members": members}]
 
     return json_response(await asyncio.to_thread(describe))
 

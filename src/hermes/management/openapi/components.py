@@ -100,7 +100,7 @@ SCHEMAS: dict[str, Schema] = {
         {
             "clusterName": STR,
             "groupId": STR,
-            "state": STR,
+            "state": enum("Unknown", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Empty"),
             "members": array(
                 obj(
                     {
@@ -114,6 +114,7 @@ SCHEMAS: dict[str, Schema] = {
                                     "topic": STR,
                                     "currentOffset": INT,
                                     "logEndOffset": INT,
+                                    "lag": INT,
                                     "offsetMetadata": STR,
                                     "contentType": enum("JSON", "AVRO"),
                                 }
@@ -261,4 +262,21 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "Owner": obj({"id": STR, "name": STR}),
     "Status": obj({"status": STR}),
+    "ConsoleConfiguration": obj(
+        {
+            key: {"type": "object"}
+            for key in (
+                "console",
+                "dashboard",
+                "metrics",
+                "auth",
+                "owner",
+                "topic",
+                "subscription",
+                "consistency",
+                "group",
+                "costs",
+            )
+        }
+    ),
 }

@@ -282,4 +282,9 @@ PATHS: dict[str, dict[str, Schema]] = {
     "/offline-retransmission/topics/{topic}/tasks/": {
         "get": _op("Tasks from or to the topic", body=array(ref("RetransmissionTaskMonitoring")))
     },
+    "/console": {
+        "get": _op(
+            "The Hermes console's configuration, pointing it at this installation", body=ref("ConsoleConfiguration")
+        )
+    },
 }
