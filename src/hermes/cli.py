@@ -191,14 +191,15 @@ def _unknown(command: str, parser: argparse.ArgumentParser, argument: str) -> st
 
 
 def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
+    """The command ``argv`` (not empty) names, and its flags."""
     top, parsers = build_parser()
-    if not argv or argv[0] not in parsers:
-        if argv and not argv[0].startswith("-"):
-            raise UsageError(f"unknown command {argv[0]}" + _suggestion(argv[0], parsers))
-        if argv[0] in ("-h", "--help", "--version"):
-            top.parse_args(argv[:1])  # prints and exits
-        raise UsageError(f"{argv[0]}: the command comes first: hermes COMMAND [flags] (see hermes --help)")
     command = argv[0]
+    if command in ("-h", "--help", "--version"):
+        top.parse_args(argv[:1])  # prints and exits
+    if command.startswith("-"):
+        raise UsageError(f"{command}: the command comes first: hermes COMMAND [flags] (see hermes --help)")
+    if command not in parsers:
+        raise UsageError(f"unknown command {command}" + (_suggestion(command, parsers) or " (see hermes --help)"))
     args, extra = parsers[command].parse_known_args(argv[1:])
     if extra:
         raise UsageError(_unknown(command, parsers[command], extra[0]))
@@ -218,7 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for line in exc.message.splitlines():
             print(f"hermes: {line}", file=sys.stderr)
         return 2
-    configure_logging(settings.log_level, log_path(settings.data_dir, command) if sections_of(command) else None)
+    serves = bool(sections_of(command))  # a role or hermes run, not the benchmark: it has a data directory
+    configure_logging(settings.log_level, log_path(settings.data_dir, command) if serves else None)
     try:
         return COMMANDS[command][1](settings, args)
     except HermesError as exc:

@@ -48,9 +48,8 @@ def test_a_second_run_or_frontend_on_a_data_dir_is_refused(tmp_path: Path, kafka
 def test_roles_beside_a_run_share_its_broker_and_metadata(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     run = HermesProcess(data_dir).start()
-    broker = run.argv[run.argv.index("--embedded-broker-port") + 1]
     client = HermesClient(run.management_url, run.frontend_url)
-    management = HermesProcess(data_dir, "--embedded-broker-port", broker, command="management")
+    management = HermesProcess(data_dir, "--embedded-broker-port", str(run.kafka_port), command="management")
     try:
         group = client.create_group()
         management.start()
