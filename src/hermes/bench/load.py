@@ -86,16 +86,26 @@ async def open_loop(
                     await _post(client, url, body, scheduled, sent)
 
             start = time.monotonic() + 0.05
-            tasks: list[asyncio.Task[None]] = []
+            # only the unfinished tasks and the failed ones are kept: a run of minutes keeps no finished task
+            tasks: set[asyncio.Task[None]] = set()
+            failed: list[asyncio.Task[None]] = []
+
+            def finished(task: asyncio.Task[None]) -> None:
+                tasks.discard(task)
+                if not task.cancelled() and task.exception() is not None:
+                    failed.append(task)
+
             i = 0
             while i < len(times):
                 now = time.monotonic()
                 while i < len(times) and start + times[i] <= now:  # everything due, even if late
-                    tasks.append(asyncio.create_task(send(start + times[i])))
+                    task = asyncio.create_task(send(start + times[i]))
+                    tasks.add(task)
+                    task.add_done_callback(finished)
                     i += 1
                 if i < len(times):
                     await asyncio.sleep(max(0.0, start + times[i] - time.monotonic()))
-            await asyncio.gather(*tasks)
+            await asyncio.gather(*tasks, *failed)  # raises the first failure
     return _result(sent, [start + t for t in times], target_rate=rate)
 
 
