@@ -1,10 +1,21 @@
-"""The benchmark's arithmetic: percentiles, open-loop schedules and reconciliation."""
+"""The benchmark's arithmetic: percentiles, open-loop schedules, a run's windows, reconciliation, what voids a
+run."""
 
 from __future__ import annotations
 
 import pytest
 
-from hermes.bench.stats import achieved_rate, latency_ms, percentile, reconcile, schedule, summarize
+from hermes.bench.stats import (
+    achieved_rate,
+    edge_windows,
+    first_arrivals,
+    latency_ms,
+    percentile,
+    reconcile,
+    schedule,
+    summarize,
+)
+from hermes.bench.suite import void_reasons
 
 pytestmark = pytest.mark.unit
 
@@ -57,3 +68,38 @@ def test_reconciliation_counts_missing_duplicate_and_unexpected_messages() -> No
     )
     assert not result.complete
     assert reconcile(["a"], ["a", "a"]).complete
+
+
+def test_first_arrivals_keep_each_published_message_once_with_its_schedule() -> None:
+    scheduled = {"a": 1.0, "b": 2.0}
+    arrivals = [("b", 2.5), ("x", 2.6), ("a", 3.0), ("b", 3.5)]
+    assert first_arrivals(scheduled, arrivals) == [(2.0, 2.5), (1.0, 3.0)]
+
+
+def test_edge_windows_take_the_first_and_the_last_seconds_of_the_run() -> None:
+    # one sample a second for 10 s, its value the second it was sent at
+    samples = [(100.0 + t, float(t)) for t in range(10)]
+    first, last = edge_windows(samples, 3.0)
+    assert first == [0.0, 1.0, 2.0]
+    assert last == [7.0, 8.0, 9.0]
+    assert edge_windows([], 3.0) == ([], [])
+
+
+def test_a_tail_that_grows_during_a_sustained_run_shows_in_the_last_window_p99() -> None:
+    # 1,000 msg/s for 60 s: 1 ms throughout, but the last 10 s have 2% of their messages at 30 ms
+    samples = [(i / 1000, 0.030 if i >= 50_000 and i % 50 == 0 else 0.001) for i in range(60_000)]
+    first, last = (latency_ms(values)["p99"] for values in edge_windows(samples, 10.0))
+    assert (first, last) == (1.0, 30.0)
+
+
+def test_a_missing_message_voids_the_sustained_run_and_the_kafka_alone_ceiling() -> None:
+    scenarios = {
+        "serial": [{"subscriptions": 1, "latency": {"void": False, "kafka_alone": {"void": True}}}],
+        "sustained": {"void": True},
+        "startup": {"void": True, "error": "`hermes run --no-pipeline` was not ready within 180 s"},
+    }
+    assert void_reasons(scenarios) == [
+        "Kafka alone x1 latency: missing messages",
+        "sustained: missing messages",
+        "startup: `hermes run --no-pipeline` was not ready within 180 s",
+    ]

@@ -10,8 +10,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from hermes.bench.load import Sent, Sink, closed_loop, gc_paused, json_body, open_loop, publish_count
-from hermes.bench.stats import latency_ms, reconcile, summarize, summarize_runs
+from hermes.bench.stats import first_arrivals, latency_ms, reconcile, summarize, summarize_runs
 from hermes.bench.system import Management, System, cpu_seconds, warm_up
+from hermes.broker.rawloop import fanout_latency
 
 BODY = json_body(1024)
 
@@ -43,12 +44,7 @@ async def delivered(
     for name in names:
         got = sink.arrivals.get(name, [])
         reconciliations.append(reconcile(sent.accepted, (m for m, _ in got)))
-        seen: set[str] = set()
-        for message_id, at in got:
-            scheduled = sent.accepted.get(message_id)
-            if scheduled is None or message_id in seen:
-                continue
-            seen.add(message_id)
+        for scheduled, at in first_arrivals(sent.accepted, got):
             arrivals += 1
             latencies.append(at - scheduled)
             first, last = min(first, at), max(last, at)
@@ -60,6 +56,8 @@ async def delivered(
         "consumers_cpu_us": round(cpu / max(arrivals, 1) * 1e6, 1),
         "published": expected,
         "rejected": sum(v for k, v in sent.codes.items() if k not in (201, 202)) + sent.errors,
+        "codes": {str(k): v for k, v in sorted(sent.codes.items())},
+        "errors": sent.errors,
         "deliveries": arrivals,
         "missing": missing,
         "duplicates": sum(r.duplicates for r in reconciliations),
@@ -83,8 +81,9 @@ def _fold(runs: list[dict[str, Any]]) -> dict[str, Any]:
 async def serial_fanout(
     system: System, sink: Sink, api: Management, subscriptions: int, burst: int, rate: float, seconds: float, reps: int
 ) -> dict[str, Any]:
-    """``subscriptions`` SERIAL subscriptions on one topic: latency at a fixed publish rate, then delivery
-    throughput of a burst of ``burst`` messages (deliveries/s over all subscriptions)."""
+    """``subscriptions`` SERIAL subscriptions on one topic: latency at a fixed publish rate, beside the same
+    through Kafka alone; then delivery throughput of a burst of ``burst`` messages (deliveries/s over all
+    subscriptions)."""
     topic = await api.topic("benchs", f"fanout{subscriptions}", maxMessageSize=1024 * 1024)
     names = [f"f{subscriptions}x{i}" for i in range(subscriptions)]
     for name in names:
@@ -99,9 +98,10 @@ async def serial_fanout(
         await delivered(sink, names, lambda: publish_count(url, BODY, burst, 32), drain, consumers_pid=pid)
         for _ in range(reps)
     ]
-    out = {
+    latency: dict[str, Any] = {"publish_rate": rate, "seconds": seconds, **_fold(latency_runs)}
+    out: dict[str, Any] = {
         "subscriptions": subscriptions,
-        "latency": {"publish_rate": rate, "seconds": seconds, **_fold(latency_runs)},
+        "latency": latency,
         "throughput": {"burst": burst, **_fold(throughput_runs)},
     }
     if subscriptions == 1:
@@ -114,7 +114,37 @@ async def serial_fanout(
         out["drain"] = {"messages": burst, **_fold(drain_runs)}
     for name in names:
         await api.remove_subscription(topic, name)
+    # after the subscriptions are gone, so that their idle consumers do not share the broker with it
+    latency["kafka_alone"] = kafka = await kafka_alone(
+        system.broker.bootstrap_servers, subscriptions, rate, seconds, reps
+    )
+    if "error" not in kafka:
+        latency["ratio_to_kafka_alone"] = {
+            q: round(latency[f"latency_ms.{q}"]["median"] / max(kafka[f"latency_ms.{q}"]["median"], 1e-3), 2)
+            for q in ("p50", "p99")
+        }
     return out
+
+
+async def kafka_alone(bootstrap: str, consumers: int, rate: float, seconds: float, reps: int) -> dict[str, Any]:
+    """The ceiling of ``serial_fanout``'s latency: the same messages at the same rate from a plain producer to
+    ``consumers`` plain consumers, each in a group of its own as each subscription is, on the same broker;
+    publish-to-consume latency, every message reconciled for every consumer."""
+    try:
+        with gc_paused():  # the consumers' threads record arrival times in this process
+            runs = await asyncio.to_thread(fanout_latency, bootstrap, consumers, rate, seconds, reps, len(BODY))
+    except RuntimeError as exc:
+        return {"error": str(exc), "void": True}
+    folded = [{"latency_ms": latency_ms(r.latencies), "missing": r.missing, "duplicates": r.duplicates} for r in runs]
+    missing = sum(r.missing for r in runs)
+    return {
+        "consumers": consumers,
+        **summarize_runs(folded, ["latency_ms.p50", "latency_ms.p99", "latency_ms.max"]),
+        "missing": missing,
+        "duplicates": sum(r.duplicates for r in runs),
+        "void": missing > 0,
+        "runs": folded,
+    }
 
 
 async def subscription_start(system: System, sink: Sink, api: Management, reps: int) -> dict[str, Any]:
@@ -159,8 +189,7 @@ async def slow_beside_fast(
     """The fast subscription's publish-to-delivery latency alone; beside a second fast subscription (the
     control: what any second subscription costs); and beside a subscription whose endpoint takes
     ``slow_delay`` seconds per answer. Slowness must not move it: compare with the control.
-    Each phase has a topic of its own: on the embedded broker a fetch costs more the more batches its partition
-    holds, so phases sharing one topic would measure the order they ran in (see docs/benchmarks.md)."""
+    Each phase has a topic of its own, so that each starts on an empty topic whatever the phases before it left."""
     drain = 60.0
     phases: dict[str, Any] = {}
     for phase, other, delay in (

@@ -53,6 +53,30 @@ def summarize_runs(runs: Sequence[Mapping[str, Any]], keys: Iterable[str]) -> di
     return {key: summarize(get(run, key) for run in runs) for key in keys}
 
 
+def first_arrivals(scheduled: Mapping[str, float], arrivals: Iterable[tuple[str, float]]) -> list[tuple[float, float]]:
+    """``(scheduled, arrived)`` of each published message's first arrival, in arrival order; repeats and ids
+    that were never published are left out."""
+    seen: set[str] = set()
+    out = []
+    for message_id, at in arrivals:
+        if message_id in scheduled and message_id not in seen:
+            seen.add(message_id)
+            out.append((scheduled[message_id], at))
+    return out
+
+
+def edge_windows(samples: Sequence[tuple[float, float]], window: float) -> tuple[list[float], list[float]]:
+    """The values of the ``(time, value)`` samples whose time falls in the first ``window`` seconds of the
+    run and in its last ``window`` seconds (the run spans the first to the last sample's time)."""
+    if not samples:
+        return [], []
+    began = min(t for t, _ in samples)
+    ended = max(t for t, _ in samples)
+    first = [v for t, v in samples if t < began + window]
+    last = [v for t, v in samples if t > ended - window]
+    return first, last
+
+
 def ratio(value: float, ceiling: float) -> float:
     return round(value / ceiling, 3) if ceiling > 0 else 0.0
 

