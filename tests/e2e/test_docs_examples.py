@@ -10,6 +10,7 @@ an example is an expected answer: the output must contain that status line.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -94,10 +95,8 @@ def background() -> Iterator[list[subprocess.Popen[bytes]]]:
     shells: list[subprocess.Popen[bytes]] = []
     yield shells
     for shell in shells:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(shell.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
 
 
 def test_the_documents_have_examples() -> None:

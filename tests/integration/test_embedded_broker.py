@@ -23,15 +23,16 @@ def test_a_damaged_log_directory_is_named_with_the_broker_s_own_words(tmp_path: 
     log_dir = tmp_path / "log"
     log_dir.mkdir()
     (log_dir / "meta.properties").write_text("version=1\nnode.id=7\n")  # no cluster.id: not one of ours
-    with pytest.raises(StartupError, match=r"exited at start-up: its log directory .* looks damaged: .*meta\.properties"):
+    damaged = r"exited at start-up: its log directory .* looks damaged: .*meta\.properties"
+    with pytest.raises(StartupError, match=damaged):
         EmbeddedBroker(tmp_path).start()
 
 
 def test_missing_jars_and_a_missing_java_say_run_make_setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HERMES_JARS_DIR", str(tmp_path / "nothing"))
-    with pytest.raises(StartupError, match="kafka jars are missing .*run `make setup`"):
+    with pytest.raises(StartupError, match=r"kafka jars are missing .*run `make setup`"):
         EmbeddedBroker(tmp_path / "a").start()
     monkeypatch.delenv("HERMES_JARS_DIR")
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
-    with pytest.raises(StartupError, match="needs Java 17 or later.*run `make setup`"):
+    with pytest.raises(StartupError, match=r"needs Java 17 or later.*run `make setup`"):
         EmbeddedBroker(tmp_path / "b").start()
