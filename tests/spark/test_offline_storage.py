@@ -12,21 +12,15 @@ from typing import Any
 
 import httpx
 import pytest
-from confluent_kafka import Producer
 
-from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker
-from hermes.config import load_settings
-from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP
 from hermes.pipeline.lake import Lake, hour_of, read_lake
 from hermes.pipeline.lake_compaction import compact_lake, compaction_due
-from hermes.pipeline.offline_storage import start_archive
 from hermes.pipeline.retention import apply_retention, lake_files
-from hermes.pipeline.runner import PipelineContext
 from hermes.pipeline.traces import committed_files
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes, unique
-from tests.support.pipeline import PipelineCommand, lake_count, local
+from tests.support.pipeline import PipelineCommand, archive, lake_count, local, produce_at
 
 
 @pytest.fixture
@@ -127,38 +121,6 @@ def test_a_killed_pipeline_archives_each_message_exactly_once(
     assert "hermes_pipeline_archive_running 1.0" in metrics
     assert "hermes_pipeline_archived_topics 2.0" in metrics
     assert pipeline.stop() == 0, "SIGTERM stops the pipeline cleanly"
-
-
-def produce_at(kafka: EmbeddedBroker, topic: str, moments: list[datetime]) -> list[str]:
-    """Produces one message per moment in the frontend's format, published at that moment."""
-    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
-    ids = []
-    for moment in moments:
-        ids.append(str(uuid.uuid4()))
-        headers = [(KAFKA_MESSAGE_ID, ids[-1]), (KAFKA_PUBLISH_TIMESTAMP, str(int(moment.timestamp() * 1000)))]
-        producer.produce(topic, value=b"{}", headers=headers)
-    assert producer.flush(30) == 0
-    return ids
-
-
-def archive(spark: Any, kafka: EmbeddedBroker, lake: Lake, checkpoints: Path, topics: list[str], total: int) -> None:
-    """Runs the archive query until the lake holds ``total`` messages."""
-    context = PipelineContext(
-        settings=load_settings({}),
-        spark=spark,
-        connection=KafkaConnection(kafka.bootstrap_servers),
-        repository=None,  # type: ignore[arg-type]  # the archive query itself does not read metadata
-        lake=lake,
-        checkpoints=str(checkpoints),
-        trigger_interval=0.2,
-        max_records_per_batch=None,
-        retention_interval=3600,
-    )
-    query = start_archive(context, topics)
-    try:
-        wait_until(lambda: lake_count(spark, lake) >= total, timeout=120, interval=0.3)
-    finally:
-        query.stop()
 
 
 @pytest.mark.parametrize("root_kind", ["path", "uri"])  # uri: through Hadoop's file system API

@@ -1,5 +1,5 @@
-"""``hermes pipeline --spark-remote``: every job through a local Spark Connect server (the Kafka source is
-registered by the client and runs on the server), including a client killed while its queries run."""
+"""``hermes pipeline --spark-remote``: every job through a local Spark Connect server (started with Spark's Kafka
+connector), including a client killed while its queries run, and a server without the connector."""
 
 from __future__ import annotations
 
@@ -107,3 +107,24 @@ def test_a_lake_uri_the_pipeline_cannot_prune_under_spark_connect_is_a_clear_err
     assert command.process is not None and command.process.process is not None
     assert command.process.process.wait(120) == 1
     assert "hermes: archive: retention cannot reach the lake s3a://bucket/lake" in command.process.log()
+
+
+def test_a_spark_connect_server_without_the_kafka_connector_is_a_clear_error(
+    hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path
+) -> None:
+    (tmp_path / "server").mkdir()
+    server = SparkConnectServer(tmp_path / "server", master="local[1]", kafka_connector=False).start()
+    try:
+        command = PipelineCommand(
+            hermes.hermes.settings.data_dir,
+            kafka.bootstrap_servers,
+            tmp_path / "lake",
+            tmp_path / "ckpt",
+            "--spark-remote", server.url,
+        )  # fmt: skip
+        command.start()
+        assert command.process is not None and command.process.process is not None
+        assert command.process.process.wait(120) == 1
+        assert f"hermes: the Spark Connect server {server.url} has no Kafka connector" in command.process.log()
+    finally:
+        server.stop()

@@ -1,10 +1,11 @@
 """Running the pipeline in tests: its jobs in the test process, on the shared SparkSession, beside an
-in-process Hermes, or ``hermes pipeline`` as a child process."""
+in-process Hermes, or ``hermes pipeline`` as a child process; the archive query alone on a bare broker."""
 
 from __future__ import annotations
 
 import os
 import signal
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,15 @@ from urllib.parse import urlparse
 
 import pyarrow.parquet as pq
 import pytest
+from confluent_kafka import Producer
 
+from hermes.broker.admin import BrokerAdmin
+from hermes.broker.connection import KafkaConnection
+from hermes.broker.embedded import EmbeddedBroker
+from hermes.config import load_settings
+from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP
 from hermes.pipeline.lake import Lake
+from hermes.pipeline.offline_storage import start_archive
 from hermes.pipeline.runner import PipelineContext
 from hermes.pipeline.traces import committed_files
 from tests.conftest import wait_until
@@ -74,6 +82,48 @@ def lake_count(spark: Any, lake: Lake, topic: str | None = None) -> int:
     if topic is not None:
         files = [f for f in files if f"/topic={topic}/" in str(f)]
     return sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+
+
+def produce_at(kafka: EmbeddedBroker, topic: str, moments: list[datetime], partition: int | None = None) -> list[str]:
+    """Produces one message per moment in the frontend's format, published at that moment (to ``partition``, or
+    as the producer chooses); creates the topic with 2 partitions if it does not exist. Returns the ids."""
+    admin = BrokerAdmin(KafkaConnection(kafka.bootstrap_servers))
+    if not admin.topic_exists(topic):
+        admin.create_topic(topic, 2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    ids = []
+    for moment in moments:
+        ids.append(str(uuid.uuid4()))
+        headers = [(KAFKA_MESSAGE_ID, ids[-1]), (KAFKA_PUBLISH_TIMESTAMP, str(int(moment.timestamp() * 1000)))]
+        producer.produce(topic, value=b"{}", headers=headers, **({} if partition is None else {"partition": partition}))
+    assert producer.flush(30) == 0
+    return ids
+
+
+def archive_context(
+    spark: Any, kafka: EmbeddedBroker, lake: Lake, checkpoints: Path, max_records_per_batch: int | None = None
+) -> PipelineContext:
+    """What the archive query needs, on a bare broker (no Hermes: the query itself reads no metadata)."""
+    return PipelineContext(
+        settings=load_settings({}),
+        spark=spark,
+        connection=KafkaConnection(kafka.bootstrap_servers),
+        repository=None,  # type: ignore[arg-type]
+        lake=lake,
+        checkpoints=str(checkpoints),
+        trigger_interval=0.2,
+        max_records_per_batch=max_records_per_batch,
+        retention_interval=3600,
+    )
+
+
+def archive(spark: Any, kafka: EmbeddedBroker, lake: Lake, checkpoints: Path, topics: list[str], total: int) -> None:
+    """Runs the archive query until the lake holds ``total`` messages."""
+    query = start_archive(archive_context(spark, kafka, lake, checkpoints), topics)
+    try:
+        wait_until(lambda: lake_count(spark, lake) >= total, timeout=120, interval=0.3)
+    finally:
+        query.stop()
 
 
 class PipelineCommand:

@@ -1,4 +1,5 @@
-"""A local Spark Connect server, started from the pyspark package (its jars include spark-connect)."""
+"""A local Spark Connect server, started from the pyspark package (its jars include spark-connect), with Spark's
+Kafka connector from ``make setup``."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 from hermes.broker.embedded import die_with_parent, free_port
+from hermes.pipeline.connector import connector_jars
 from tests.conftest import wait_until
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -26,12 +28,13 @@ class SparkConnectServer:
     """``spark-submit --class SparkConnectServer`` on ``local[2]``, listening on a free 127.0.0.1 port. Its
     Python workers run this interpreter with this process's ``sys.path``, so they import the same hermes."""
 
-    def __init__(self, work_dir: Path, master: str = "local[2]") -> None:
+    def __init__(self, work_dir: Path, master: str = "local[2]", kafka_connector: bool = True) -> None:
         self.port = free_port()
         self.url = f"sc://127.0.0.1:{self.port}"
         self.log_path = work_dir / "spark-connect.log"
         self._work_dir = work_dir
         self._master = master
+        self._jars = ["--jars", connector_jars()] if kafka_connector else []
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 120.0) -> SparkConnectServer:
@@ -49,6 +52,7 @@ class SparkConnectServer:
             str(home / "bin" / "spark-submit"),
             "--class", SERVER_CLASS,
             "--name", "hermes-tests-connect",
+            *self._jars,
             "--master", self._master,
             "--conf", f"spark.connect.grpc.binding.port={self.port}",
             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",

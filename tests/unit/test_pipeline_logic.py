@@ -1,31 +1,27 @@
-"""Pure logic of the pipeline: read-limit sharing, the child's settings environment, lake hours."""
+"""Pure logic of the pipeline: the child's settings environment, lake hours, the Kafka connector's options and the
+archive's kept positions."""
 
 from __future__ import annotations
 
 import os
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from hermes.broker.connection import KafkaConnection
 from hermes.config import load_settings
+from hermes.domain.names import TopicName
+from hermes.domain.topic import Topic
+from hermes.errors import StartupError
+from hermes.pipeline.archive_positions import Kept, keep_dropped, planned_positions
+from hermes.pipeline.connector import client_options, topics_pattern
 from hermes.pipeline.lake import hour_expired, hour_of
+from hermes.pipeline.retention import LocalFiles
 from hermes.pipeline.runner import settings_environment
 
 pytestmark = pytest.mark.unit
-
-
-def test_a_read_limit_is_shared_fairly_and_never_exceeds_what_is_there() -> None:
-    share = pytest.importorskip("hermes.pipeline.kafka_source")._share
-    available = {("t", "0"): 100, ("t", "1"): 2, ("t", "2"): 0, ("u", "0"): 50}
-
-    granted = share(available, 30)
-
-    assert sum(granted.values()) == 30
-    assert granted[("t", "1")] == 2 and granted[("t", "2")] == 0
-    assert granted[("t", "0")] == granted[("u", "0")] == 14
-    assert share(available, 1000) == available
-    assert all(granted[k] <= available[k] for k in available)
 
 
 def test_the_pipeline_child_gets_the_same_settings_through_its_environment(
@@ -59,50 +55,6 @@ def test_an_hour_expires_once_its_last_message_is_older_than_the_retention() -> 
     assert not hour_expired(hour_of(now), week, now)
 
 
-class PlannedReader:
-    """The source's offset planning over given watermarks (the Kafka calls are covered by tests/spark/)."""
-
-    def __init__(self, watermarks: dict[str, dict[str, tuple[int, int]]]) -> None:
-        source = pytest.importorskip("hermes.pipeline.kafka_source")
-        self.reader = source.KafkaStreamReader(source.KafkaOptions.parse({"bootstrap.servers": "x:1", "topics": "t"}))
-        self.reader._watermarks = lambda: watermarks
-
-    def plan(self, start: dict[str, dict[str, int]], max_rows: int | None = None) -> tuple[object, list[object]]:
-        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-
-        end = self.reader.latestOffset(start, ReadMaxRows(max_rows) if max_rows else ReadAllAvailable())
-        return end, [(p.topic, p.partition, p.start, p.end) for p in self.reader.partitions(start, end)]
-
-
-def test_a_new_partition_joins_at_its_earliest_offset_and_is_read_from_the_next_batch() -> None:
-    planned = PlannedReader({"t": {"0": (0, 5), "1": (2, 7)}})
-
-    end, reads = planned.plan({"t": {"0": 3}})
-    assert end == {"t": {"0": 5, "1": 2}}
-    assert reads == [("t", 0, 3, 5)]
-
-    assert planned.plan({"t": {"0": 5, "1": 2}}) == ({"t": {"0": 5, "1": 7}}, [("t", 1, 2, 7)])
-
-
-def test_a_batch_never_exceeds_its_row_limit_and_keeps_positions_of_topics_no_longer_read() -> None:
-    planned = PlannedReader({"t": {"0": (0, 100), "1": (0, 100)}})
-
-    end, reads = planned.plan({"t": {"0": 0, "1": 90}, "gone": {"0": 4}}, max_rows=20)
-
-    assert end == {"gone": {"0": 4}, "t": {"0": 10, "1": 100}}
-    assert sum(e - s for _, _, s, e in reads) == 20
-
-
-def test_a_position_past_the_end_waits_and_then_starts_over(monkeypatch: pytest.MonkeyPatch) -> None:
-    source = pytest.importorskip("hermes.pipeline.kafka_source")
-    planned = PlannedReader({"t": {"0": (0, 10)}})
-
-    assert planned.plan({"t": {"0": 50}}) == ({"t": {"0": 50}}, [])  # a lagging leader: wait, read nothing
-    monkeypatch.setattr(source, "_STARTED_OVER_AFTER", 0.0)
-    assert planned.plan({"t": {"0": 50}}) == ({"t": {"0": 0}}, [])  # the topic was created again
-    assert planned.plan({"t": {"0": 0}}) == ({"t": {"0": 10}}, [("t", 0, 0, 10)])
-
-
 def test_without_a_jvm_gateway_only_local_lakes_are_pruned() -> None:
     from hermes.pipeline.retention import LocalFiles, lake_files
 
@@ -114,3 +66,72 @@ def test_without_a_jvm_gateway_only_local_lakes_are_pruned() -> None:
     assert isinstance(lake_files(ConnectSession(), "/srv/lake"), LocalFiles)
     assert isinstance(lake_files(ConnectSession(), "file:///srv/lake"), LocalFiles)
     assert lake_files(ConnectSession(), "hdfs://nn/lake") is None
+
+
+def test_the_connector_gets_hermes_security_settings_in_the_java_clients_terms(tmp_path: Path) -> None:
+    settings = load_settings(
+        {
+            "data_dir": tmp_path,
+            "kafka_security_protocol": "SASL_SSL",
+            "kafka_sasl_mechanism": "SCRAM-SHA-512",
+            "kafka_sasl_username": "hermes",
+            "kafka_sasl_password": 's3"cr\\et',
+            "kafka_ssl_ca_location": "/etc/ca.pem",
+        }
+    )
+
+    options = client_options(KafkaConnection.from_settings(settings, "broker:9093"))
+
+    assert options == {
+        "kafka.bootstrap.servers": "broker:9093",
+        "kafka.security.protocol": "SASL_SSL",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="hermes" password="s3\\"cr\\\\et";',
+        "kafka.ssl.truststore.type": "PEM",
+        "kafka.ssl.truststore.location": "/etc/ca.pem",
+    }
+    plain = client_options(KafkaConnection.from_settings(load_settings({"data_dir": tmp_path}), "broker:9092"))
+    assert plain == {"kafka.bootstrap.servers": "broker:9092", "kafka.security.protocol": "PLAINTEXT"}
+    gssapi = load_settings({"data_dir": tmp_path, "kafka_sasl_mechanism": "GSSAPI", "kafka_sasl_username": "u"})
+    with pytest.raises(StartupError, match="PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, not GSSAPI"):
+        client_options(KafkaConnection.from_settings(gssapi, "broker:9092"))
+
+
+def test_the_topics_pattern_matches_exactly_the_topics() -> None:
+    pattern = re.compile(topics_pattern(["pl.a-b_c", "pl.other"]))
+
+    assert pattern.search("pl.a-b_c") and pattern.search("pl.other")
+    assert not any(pattern.search(t) for t in ("plXa-b_c", "pl.a-b_cd", "x.pl.other", "pl.a"))
+
+
+def topic(name: str, created_at: int) -> Topic:
+    return Topic(TopicName.parse(name), created_at=created_at)
+
+
+def test_positions_are_those_of_the_newest_planned_batch_and_say_whether_it_is_committed(tmp_path: Path) -> None:
+    files, checkpoint = LocalFiles(), str(tmp_path)
+    assert planned_positions(files, checkpoint) == ({}, True)
+    (tmp_path / "offsets").mkdir()
+    (tmp_path / "commits").mkdir()
+    for batch, end in ((0, 4), (1, 9)):  # as Spark writes them: version, batch metadata, the source's offsets
+        metadata = '{"batchWatermarkMs":0,"batchTimestampMs":1}'
+        (tmp_path / "offsets" / str(batch)).write_text(f'v1\n{metadata}\n{{"g.t":{{"0":{end},"1":2}}}}')
+    (tmp_path / "commits" / "0").write_text("v1\n{}")
+
+    assert planned_positions(files, checkpoint) == ({"g.t": {0: 9, 1: 2}}, False)
+    (tmp_path / "commits" / "1").write_text("v1\n{}")
+    assert planned_positions(files, checkpoint)[1]
+
+
+def test_kept_positions_are_of_dropped_topics_never_go_back_and_end_with_their_topic() -> None:
+    topics = {"g.on": topic("g.on", 1), "g.off": topic("g.off", 2)}
+    read = {"g.on": {0: 5}, "g.off": {0: 7, 1: 3}}
+
+    kept = keep_dropped({}, read, ["g.on"], topics)
+    assert kept == {"g.off": Kept(2, {0: 7, 1: 3})}
+    # switched on, then off again before reading past its kept position (and a partition added meanwhile)
+    assert keep_dropped(kept, {"g.off": {0: 2, 1: 4, 2: 1}}, ["g.on"], topics) == {"g.off": Kept(2, {0: 7, 1: 4, 2: 1})}
+    assert keep_dropped(kept, read, ["g.on", "g.off"], topics) == kept  # listed again: kept as it is
+    assert keep_dropped(kept, {}, ["g.on"], {"g.on": topics["g.on"], "g.off": topic("g.off", 3)}) == {}
+    assert keep_dropped(kept, {}, ["g.on"], {"g.on": topics["g.on"]}) == {}

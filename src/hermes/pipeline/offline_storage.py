@@ -1,13 +1,14 @@
 """Offline storage: topics with ``offlineStorage.enabled`` are archived continuously to the Parquet lake
 (layout in :mod:`hermes.pipeline.lake`), and hour partitions older than a topic's retention are removed.
 
-Exactly once: one streaming query reads the archived topics with the hermes-kafka source and writes them with
+Exactly once: one streaming query reads the archived topics with Spark's Kafka connector and writes them with
 Spark's file sink, both sharing one checkpoint. The sink commits each batch's files to ``_spark_metadata``
 only after writing them, and a batch replayed after a crash finds itself committed or is written again, so
 readers of the lake root see every message once.
 
 The archived topics change at run time: the job watches the metadata repository and restarts the query with
-the new topic list on the same checkpoint (a new topic is read from its earliest offset).
+the new topic list on the same checkpoint (a new topic is read from its earliest offset; a topic switched off
+and on again continues where it stopped, see :mod:`hermes.pipeline.archive_positions`).
 
 Retention (:mod:`hermes.pipeline.retention`) and small-file compaction (:mod:`hermes.pipeline.lake_compaction`)
 rewrite the sink's log, so they run while the query is stopped: the job checks every ``retention_interval``
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -31,12 +33,20 @@ from hermes.domain.topic import Topic
 from hermes.errors import StartupError
 from hermes.metadata.repository import ChangeKind, MetadataChange
 from hermes.pipeline.archive_counting import archive_count
+from hermes.pipeline.archive_positions import (
+    Kept,
+    keep_dropped,
+    load_kept,
+    planned_positions,
+    save_kept,
+    unarchived,
+)
+from hermes.pipeline.connector import KAFKA_FORMAT, kafka_options
 from hermes.pipeline.job import LoopingJob
-from hermes.pipeline.kafka_source import SOURCE_NAME
 from hermes.pipeline.lake import HOUR_PATTERN_SPARK, PARTITION_COLUMNS
 from hermes.pipeline.lake_compaction import compact_lake, compaction_due
 from hermes.pipeline.metrics import ARCHIVE_RUNNING, ARCHIVED_TOPICS
-from hermes.pipeline.retention import expired_partitions, lake_files, remove_partitions
+from hermes.pipeline.retention import expired_partitions, lake_files, plain_root, remove_partitions
 
 if TYPE_CHECKING:
     from hermes.pipeline.runner import PipelineContext
@@ -44,13 +54,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _RETRY_DELAY = 5.0  # seconds before a failed archive query is started again
+_COMMIT_TIMEOUT = 120.0  # seconds for committing a pending batch before topics are dropped
 
 
 def _header(name: str) -> str:
     return f"get(filter(headers, h -> h.key = '{name}'), 0).value"
 
 
-# The frontend's Kafka headers (hermes.frontend.publishing) as lake columns, in Spark SQL so no row leaves the JVM.
+# The frontend's Kafka headers (hermes.frontend.publishing, read by hermes.broker.consumer.to_message) as lake
+# columns, in Spark SQL so no row leaves the JVM.
 _LAKE_COLUMNS = {
     "message_id": (
         f"coalesce(cast({_header(KAFKA_MESSAGE_ID)} as string), concat_ws('-', topic, `partition`, `offset`))"
@@ -62,9 +74,10 @@ _LAKE_COLUMNS = {
     "offset": "`offset`",
     "key": "key",
     "schema_version": f"try_cast(cast({_header(KAFKA_SCHEMA_VERSION)} as string) as int)",
-    "headers": (
-        f"map_from_entries(transform(filter(headers, h -> startswith(h.key, '{KAFKA_PROPAGATED_PREFIX}')), "
-        f"h -> struct(substr(h.key, {len(KAFKA_PROPAGATED_PREFIX) + 1}) as key, cast(h.value as string) as value)))"
+    "headers": (  # the connector gives no array, not an empty one, for a record without headers
+        f"coalesce(map_from_entries(transform(filter(headers, h -> startswith(h.key, '{KAFKA_PROPAGATED_PREFIX}')), "
+        f"h -> struct(substr(h.key, {len(KAFKA_PROPAGATED_PREFIX) + 1}) as key, cast(h.value as string) as value))), "
+        "cast(map() as map<string, string>))"
     ),
     "body": "coalesce(value, X'')",
     "topic": "topic",
@@ -81,24 +94,34 @@ def offline_retention(topic: Topic) -> timedelta | None:
 
 
 def source_options(context: PipelineContext, topics: list[str]) -> dict[str, str]:
-    options = {"bootstrap.servers": context.connection.bootstrap_servers, "topics": ",".join(sorted(topics))}
-    options.update({f"kafka.{k}": v for k, v in context.connection.security})
-    if context.max_records_per_batch:
-        options["maxRecordsPerBatch"] = str(context.max_records_per_batch)
-    return options
+    """The Kafka connector's options for reading ``topics`` (at most ``max_records_per_batch`` a batch)."""
+    return kafka_options(context.connection, topics, context.max_records_per_batch)
 
 
-def start_archive(context: PipelineContext, topics: list[str], trigger: dict[str, Any] | None = None) -> Any:
+def archive_checkpoint(context: PipelineContext) -> str:
+    return f"{context.checkpoints.rstrip('/')}/archive"
+
+
+def start_archive(
+    context: PipelineContext,
+    topics: list[str],
+    trigger: dict[str, Any] | None = None,
+    kept: Mapping[str, Kept] | None = None,
+) -> Any:
     """Starts the archive query for ``topics`` on the archive checkpoint (``trigger``: the writer's trigger
-    arguments, by default every ``trigger_interval``)."""
-    raw = context.spark.readStream.format(SOURCE_NAME).options(**source_options(context, topics)).load()
+    arguments, by default every ``trigger_interval``; ``kept``: positions below which records are not archived
+    again, see :mod:`hermes.pipeline.archive_positions`)."""
+    raw = context.spark.readStream.format(KAFKA_FORMAT).options(**source_options(context, topics)).load()
+    condition = unarchived(kept or {})
+    if condition is not None:
+        raw = raw.where(condition)
     lake_rows = raw.selectExpr(*(f"{sql} as `{name}`" for name, sql in _LAKE_COLUMNS.items()))
     lake_rows = lake_rows.selectExpr("*", f"date_format(publish_timestamp, '{HOUR_PATTERN_SPARK}') as hour")
     return (
         lake_rows.writeStream.format("parquet")
         .queryName("hermes-archive")
         .option("path", context.lake.root)
-        .option("checkpointLocation", f"{context.checkpoints.rstrip('/')}/archive")
+        .option("checkpointLocation", archive_checkpoint(context))
         .partitionBy(*PARTITION_COLUMNS)
         .trigger(**(trigger or {"processingTime": f"{context.trigger_interval} seconds"}))
         .start()
@@ -135,11 +158,12 @@ class ArchiveJob(LoopingJob):
 
     def step(self) -> float:
         try:
-            topics = archived_topics(self._context.repository.list_topics())
+            existing = {t.qualified_name: t for t in self._context.repository.list_topics()}
+            topics = archived_topics(list(existing.values()))
             if time.monotonic() >= self._next_retention:  # a failed pass is tried again at the next interval
                 self._next_retention = time.monotonic() + self._context.retention_interval
                 self._maintain(topics)
-            self._follow(tuple(sorted(topics)))
+            self._follow(tuple(sorted(topics)), existing)
             self._report()
         except Exception:
             log.exception("archive: restarting in %.0f s", _RETRY_DELAY)
@@ -147,7 +171,7 @@ class ArchiveJob(LoopingJob):
             return _RETRY_DELAY
         return 1.0
 
-    def _follow(self, topics: tuple[str, ...]) -> None:
+    def _follow(self, topics: tuple[str, ...], existing: Mapping[str, Topic]) -> None:
         query = self._query
         if query is not None and not query.isActive:
             error = query.exception()
@@ -159,8 +183,40 @@ class ArchiveJob(LoopingJob):
         self._stop_query()
         self._topics = topics
         if topics and not self._stopping.is_set():
-            self._query = start_archive(self._context, list(topics))
+            kept = self._kept_positions(topics, existing)
+            self._query = start_archive(self._context, list(topics), kept=kept)
             log.info("archive: archiving %s to %s", ", ".join(topics), self._context.lake.root)
+
+    def _kept_positions(self, topics: tuple[str, ...], existing: Mapping[str, Topic]) -> dict[str, Kept]:
+        """The positions to resume from (:mod:`hermes.pipeline.archive_positions`), with those of the topics the
+        checkpoint has read and the query is about to drop. Not kept when this process cannot reach the
+        checkpoint (Spark Connect with a checkpoint URI)."""
+        checkpoint = archive_checkpoint(self._context)
+        files = lake_files(self._context.spark, checkpoint)
+        if files is None:
+            return {}
+        checkpoint = plain_root(checkpoint, files)
+        kept = load_kept(files, checkpoint)
+        planned, committed = planned_positions(files, checkpoint)
+        if not committed and not set(planned) <= set(topics):
+            self._commit_pending(sorted(planned), kept)
+            planned = planned_positions(files, checkpoint)[0]
+        updated = keep_dropped(kept, planned, topics, existing)
+        if updated != kept:
+            save_kept(files, checkpoint, updated)
+        return updated
+
+    def _commit_pending(self, topics: list[str], kept: Mapping[str, Kept]) -> None:
+        """Runs the batch the checkpoint planned but did not commit, with the topics and kept positions it was
+        planned with: a replay reads a new partition only if the query still subscribes to it, so the batch
+        must not be replayed by a query that dropped some of its topics."""
+        query = start_archive(self._context, topics, {"once": True}, kept)
+        try:
+            if not query.awaitTermination(_COMMIT_TIMEOUT):
+                raise RuntimeError(f"the archive's pending batch was not committed within {_COMMIT_TIMEOUT:.0f} s")
+        finally:
+            query.stop()
+            self._count.update(query)
 
     def _report(self) -> None:
         query = self._query

@@ -91,6 +91,7 @@ class Pipeline:
         self.status: Any = None
 
     def start(self) -> None:
+        from hermes.pipeline.connector import client_options
         from hermes.pipeline.metrics import StatusServer
         from hermes.pipeline.session import build_session
 
@@ -103,6 +104,7 @@ class Pipeline:
         self.status = StatusServer(settings.host, settings.pipeline_port)
         self.status.start()
         connection = KafkaConnection.from_settings(settings, settings.kafka_bootstrap_servers)
+        client_options(connection)  # settings the Kafka connector cannot use fail here, not in every query
         BrokerAdmin(connection).wait_until_reachable(settings.kafka_connect_timeout)
         self.repository = open_repository(settings)
         local_dir = settings.data_dir / "pipeline" / "spark"

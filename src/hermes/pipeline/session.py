@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hermes.pipeline.kafka_source import KafkaSource
+from hermes.errors import StartupError
+from hermes.pipeline.connector import KAFKA_FORMAT, REDACTED_OPTIONS, connector_jars
 
 
 def build_session(
@@ -17,9 +18,10 @@ def build_session(
     local_dir: Path | None = None,
     shuffle_partitions: int = 2,
 ) -> Any:
-    """A SparkSession with the Kafka source registered.
+    """A SparkSession with Spark's Kafka connector.
 
-    ``remote`` (``sc://host:port``) selects Spark Connect (needs ``pyspark[connect]``); otherwise ``master``.
+    ``remote`` (``sc://host:port``) selects Spark Connect (needs ``pyspark[connect]``; the server must have been
+    started with the connector's jars); otherwise ``master``, and the session gets the jars from here.
     The settings keep a small local pipeline light: few shuffle partitions (the archive has no shuffle,
     tracking aggregates a little), no UI, and Python workers running this interpreter so they can import
     hermes.
@@ -35,6 +37,7 @@ def build_session(
     else:
         builder = (
             builder.master(master)
+            .config("spark.jars", connector_jars())
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
@@ -50,5 +53,21 @@ def build_session(
         session.sparkContext.setLogLevel("WARN")
     session.conf.set("spark.sql.session.timeZone", "UTC")  # lake hours are UTC hours
     session.conf.set("spark.sql.mapKeyDedupPolicy", "LAST_WIN")  # a header sent twice keeps its last value
-    session.dataSource.register(KafkaSource)
+    session.conf.set("spark.sql.redaction.options.regex", REDACTED_OPTIONS)
+    if remote:
+        _require_connector(session, remote)
     return session
+
+
+def _require_connector(session: Any, remote: str) -> None:
+    """Fails at start, not at the first query, when the Spark Connect server lacks the Kafka connector."""
+    reader = session.read.format(KAFKA_FORMAT).option("kafka.bootstrap.servers", "-").option("subscribe", "-")
+    try:  # analysing a read finds the data source on the server; nothing connects to Kafka
+        reader.load().schema  # noqa: B018 - asked for its side effect: the server resolves the source
+    except Exception as exc:
+        if "failed to find data source: kafka" not in str(exc).lower():
+            raise
+        raise StartupError(
+            f"the Spark Connect server {remote} has no Kafka connector: start it with --jars and the jars that "
+            "`make setup` puts in <venv>/share/hermes/jars/spark (see docs/pipeline.md)"
+        ) from None

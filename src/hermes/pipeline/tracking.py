@@ -26,8 +26,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hermes.pipeline.connector import KAFKA_FORMAT, topics_pattern
 from hermes.pipeline.job import LoopingJob
-from hermes.pipeline.kafka_source import SOURCE_NAME
 from hermes.pipeline.offline_storage import source_options
 from hermes.pipeline.trace_retention import apply_trace_retention
 from hermes.pipeline.traces import (
@@ -59,10 +59,9 @@ def trace_events(spark: Any, source_options: dict[str, str]) -> Any:
     from pyspark.sql import functions as f
 
     raw = (
-        spark.readStream.format(SOURCE_NAME)
+        spark.readStream.format(KAFKA_FORMAT)
         .options(**source_options)
-        .option("topics", TRACKING_TOPIC)
-        .option("startingOffsets", "earliest")
+        .option("subscribePattern", topics_pattern([TRACKING_TOPIC]))
         .load()
     )
     parsed = raw.select(
