@@ -21,7 +21,7 @@ from tests.support.subscriber import Reply, SubscriberServer, always
 
 pytestmark = pytest.mark.integration
 
-HEARTBEAT = 4.0
+HEARTBEAT = 6.0  # the bounds below leave a loaded machine a few seconds, and fail by more without the fixes
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +67,7 @@ def test_an_endpoint_change_reaches_retries_waiting_for_the_heartbeat(
     wait_until(lambda: consumer.rate.mode is RateMode.HEARTBEAT, timeout=15)  # retries now wait for the heartbeat
     updated = update(client, topic, name, endpoint=new.url)
     received = new.wait_for(3, timeout=4 * HEARTBEAT + 10)
-    assert received[-1].at - updated < 2.0, "the retries waited for the old endpoint's heartbeat slots"
+    assert received[-1].at - updated < 3.0, "the retries waited for the old endpoint's heartbeat slots"
     assert not [r for r in old.received if r.at > received[0].at], "a retry went to the old endpoint after the change"
 
 
@@ -82,7 +82,7 @@ def test_an_endpoint_change_wakes_retries_waiting_for_their_backoff(
     old.wait_for(3, timeout=20)  # each message now waits 30 s for its retry
     updated = update(client, topic, name, endpoint=new.url)
     received = new.wait_for(3, timeout=40)
-    assert received[-1].at - updated < 2.0, "the retries waited out the old endpoint's Retry-After"
+    assert received[-1].at - updated < 3.0, "the retries waited out the old endpoint's Retry-After"
     assert len(old.received) == 3 and consumer.rate.mode is RateMode.NORMAL
 
 
@@ -98,7 +98,7 @@ def test_message_ttl_holds_while_messages_wait_for_the_heartbeat(
     published = time.monotonic()
     publish(client, topic, 5)
     wait_until(lambda: consumer.metrics.totals["discarded"] == 5, timeout=5 * HEARTBEAT + 10)
-    assert time.monotonic() - published < 2 + 1.5, "messages outlived their messageTtl waiting for the limiter"
+    assert time.monotonic() - published < 2 + 3.0, "messages outlived their messageTtl waiting for the limiter"
     repository = hermes.hermes.repository
     assert repository is not None
     wait_until(lambda: repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}") is not None)
@@ -122,7 +122,7 @@ def test_the_first_success_in_heartbeat_mode_ends_the_heartbeat_waits(
     status[0] = 200  # the subscriber comes back: the next heartbeat attempt succeeds
     wait_until(lambda: consumer.metrics.totals["delivered"] == 3, timeout=3 * HEARTBEAT + 10)
     delivered = [r.at for r in subscriber.received[-3:]]
-    assert delivered[-1] - delivered[0] < 2.0, f"after the first success the next ones waited: {delivered}"
+    assert delivered[-1] - delivered[0] < 3.0, f"after the first success the next ones waited: {delivered}"
 
 
 def test_failed_attempts_are_logged_once_per_interval_without_credentials(
