@@ -27,7 +27,7 @@ def test_a_sigkilled_run_loses_nothing_and_resumes_from_the_committed_position(t
         delivered_before = [_publish(client, topic, n) for n in range(10)]
         subscriber.wait_for(10, timeout=30)
         metrics = f"/topics/{topic}/subscriptions/{name}/metrics"
-        wait_until(lambda: client.management.get(metrics).json()["lag"] == 0, timeout=20)  # committed
+        wait_until(lambda: int(client.management.get(metrics).json()["lag"]) == 0, timeout=60)  # committed
 
         up = False  # the endpoint goes down; what is published now waits in Kafka
         accepted = [_publish(client, topic, n) for n in range(10, 40)]
@@ -52,7 +52,7 @@ def test_a_sigkilled_run_loses_nothing_and_resumes_from_the_committed_position(t
 
 def _publish(client: HermesClient, topic: str, n: int) -> str:
     response = client.publish(topic, f'{{"n": {n}}}')
-    assert response.status_code == 201, response.text
+    assert response.status_code in (201, 202), response.text  # 202: journaled, re-sent until the broker has it
     return response.headers["Hermes-Message-Id"]
 
 
