@@ -1,10 +1,10 @@
 """Benchmark of the archive (offline storage): throughput and publish-to-lake lag for 1 KB messages, beside a
 plain Kafka consumer that writes the same rows to Parquet with pyarrow, in the same run and on the same
-broker (a private embedded Tansu).
+broker (a private embedded Kafka). The archive reads Kafka with Spark's connector, all in Spark's JVM.
 
 - throughput: a backlog of ``messages`` records archived by an ``availableNow`` query, twice: the first
-  (cold) run starts Spark's Python workers, the second measures the archive itself; then the plain consumer
-  reads the same number of records into the same layout;
+  (cold) run pays for the first query's start (class loading, JIT), the second measures the archive itself;
+  then the plain consumer reads the same number of records into the same layout;
 - lag: ``rate`` messages/s for ``seconds`` while the archive runs with its usual trigger; a message's lag is
   from its publish timestamp to the commit of the micro-batch that archived it (from the query's progress).
   The plain consumer's lag is from publish to the end of the Parquet write that holds it.
@@ -178,7 +178,7 @@ def archive_throughput(
         backlog = _context(spark, connection, root, "backlog")
         started = time.monotonic()
         start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
-        cold_seconds = time.monotonic() - started  # includes starting the Python workers
+        cold_seconds = time.monotonic() - started  # includes the first query's start
         _produce(connection, "bench.backlog", messages)
         started = time.monotonic()
         start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
@@ -190,7 +190,7 @@ def archive_throughput(
         plain_seconds = time.monotonic() - started
 
         live = start_archive(_context(spark, connection, root, "live"), ["bench.live"])
-        _produce(connection, "bench.live", 20)  # warm-up: the first batch starts the Python workers
+        _produce(connection, "bench.live", 20)  # warm-up: a query's first batch is slow
         while not _batch_commits(live):
             time.sleep(0.2)
         count = int(rate * seconds)
