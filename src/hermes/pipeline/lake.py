@@ -55,8 +55,11 @@ def hour_expired(hour: str, retention: timedelta, now: datetime) -> bool:
     return hour_start(hour) + timedelta(hours=1) <= now - retention
 
 
-def read_lake(spark: Any, lake: Lake, topic: str | None = None) -> Any:
-    """The archived messages (of one topic when given), each exactly once. An empty lake reads as empty."""
+def read_lake(spark: Any, lake: Lake | str | Path, topic: str | None = None) -> Any:
+    """The archived messages (of one topic when given), each exactly once. An empty lake reads as empty.
+    ``lake`` is a :class:`Lake` or its root (a directory or URI)."""
+    if not isinstance(lake, Lake):
+        lake = Lake(str(lake))
     if not urlparse(lake.root).scheme and not Path(lake.root).exists():  # spares Spark's warning
         frame = spark.createDataFrame([], LAKE_COLUMNS_DDL)  # nothing archived yet
     else:

@@ -52,11 +52,11 @@ def tracking_root(settings: Settings) -> Path:
     return (settings.pipeline_tracking_dir or settings.data_dir / "pipeline" / "tracking").absolute()
 
 
-def committed_files(sink_dir: Path) -> list[Path]:
+def committed_files(sink_dir: Path | str) -> list[Path]:
     """The data files a Spark file sink committed, from its metadata log: the newest ``<n>.compact`` file
     holds every earlier entry, plain ``<n>`` files one batch each. Compact files are parsed once per process
     (they grow with the table; the few batch files after them are read every time)."""
-    log_dir = sink_dir / SINK_LOG
+    log_dir = Path(sink_dir) / SINK_LOG
     if not log_dir.is_dir():
         return []
     batches: dict[int, Path] = {}
