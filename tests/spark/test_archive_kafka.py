@@ -13,9 +13,12 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
 
+from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.config import load_settings
 from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PROPAGATED_PREFIX, KAFKA_SCHEMA_VERSION
 from hermes.pipeline.archive_positions import POSITIONS_FILE
+from hermes.pipeline.connector import KAFKA_FORMAT, kafka_options
 from hermes.pipeline.lake import Lake, read_lake
 from hermes.pipeline.offline_storage import ArchiveJob, start_archive
 from hermes.pipeline.runner import PipelineContext
@@ -127,6 +130,27 @@ def test_lake_columns_come_from_the_frontends_kafka_headers(spark: Any, kafka: E
     )
     assert (foreign.message_id, foreign.schema_version, foreign.headers) == (f"{topic}-0-2", None, {})
     assert abs(foreign.publish_timestamp.replace(tzinfo=UTC) - datetime.now(UTC)) < timedelta(minutes=5)
+
+
+def test_the_sasl_password_stays_out_of_query_plans(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = load_settings(
+        {
+            "data_dir": tmp_path,
+            "kafka_security_protocol": "SASL_PLAINTEXT",
+            "kafka_sasl_mechanism": "PLAIN",
+            "kafka_sasl_username": "hermes",
+            "kafka_sasl_password": "pa55-w0rd",
+        }
+    )
+    options = kafka_options(KafkaConnection.from_settings(settings, "127.0.0.1:9"), ["g.secret"])
+
+    spark.readStream.format(KAFKA_FORMAT).options(**options).load().explain(True)
+
+    plans = capsys.readouterr().out
+    assert "kafka.sasl.jaas.config=*********(redacted)" in plans
+    assert "pa55-w0rd" not in plans
 
 
 @pytest.fixture

@@ -17,10 +17,6 @@ from hermes.jars import jar_paths
 
 KAFKA_FORMAT = "kafka"
 
-# Option names whose values Spark replaces with "*********(redacted)" in query plans: the JAAS config holds the
-# SASL password, and Spark's own patterns (password, secret, token) do not match its name. ``url`` is Spark's default.
-REDACTED_OPTIONS = r"(?i)url|sasl\.jaas\.config"
-
 # The SASL mechanisms Hermes' username and password settings are for, and their JAAS login modules in Java.
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -52,6 +48,8 @@ def client_options(connection: KafkaConnection) -> dict[str, str]:
                 f"{', '.join(_LOGIN_MODULES)}, not {mechanism or 'unset'}"
             )
         username, password = (_jaas_quoted(security.get(k, "")) for k in ("sasl.username", "sasl.password"))
+        # Spark redacts an option in query plans when its value matches spark.redaction.regex: this one's
+        # "password=" does, so the password never shows
         options["kafka.sasl.jaas.config"] = f'{module} required username="{username}" password="{password}";'
     if "ssl.ca.location" in security:
         options["kafka.ssl.truststore.type"] = "PEM"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes.errors import StartupError
-from hermes.pipeline.connector import KAFKA_FORMAT, REDACTED_OPTIONS, connector_jars
+from hermes.pipeline.connector import KAFKA_FORMAT, connector_jars
 
 
 def build_session(
@@ -53,7 +53,6 @@ def build_session(
         session.sparkContext.setLogLevel("WARN")
     session.conf.set("spark.sql.session.timeZone", "UTC")  # lake hours are UTC hours
     session.conf.set("spark.sql.mapKeyDedupPolicy", "LAST_WIN")  # a header sent twice keeps its last value
-    session.conf.set("spark.sql.redaction.options.regex", REDACTED_OPTIONS)
     if remote:
         _require_connector(session, remote)
     return session
