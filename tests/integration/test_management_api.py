@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hermes.broker.admin import BrokerAdmin
 from hermes.management import openapi
 from hermes.runtime import Role
+from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, unique
 
 pytestmark = pytest.mark.integration
@@ -200,7 +201,7 @@ def test_groups_topics_and_their_kafka_topics(hermes: Any, client: HermesClient)
         "retentionUnit": "HOURS",
     }
     assert client.management.delete(f"/topics/{topic}").status_code == 200
-    assert not admin.topic_exists(topic), "deleting the topic deletes its Kafka topic"
+    wait_until(lambda: not admin.topic_exists(topic), 10)  # Kafka deletes a topic asynchronously
     assert client.management.delete(f"/groups/{group}").status_code == 200
     assert group not in client.management.get("/groups").json()
 

@@ -12,6 +12,9 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from jsonpath_ng.exceptions import JSONPathError
+from jsonpath_ng.ext import parse as parse_jsonpath  # type: ignore[attr-defined]
+
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import TopicName, validate_simple_name
 from hermes.domain.oauth import OAuthProvider
@@ -50,6 +53,7 @@ from hermes.domain.topic import (
 from hermes.errors import FormattingError, ValidationError
 
 SECRET_MASK = "******"
+MAX_CHAOS_DELAY_MS = 300_000
 MIN_MAX_MESSAGE_SIZE = 1024
 MAX_MAX_MESSAGE_SIZE = 2 * 1024 * 1024 * 1024  # librdkafka's message.max.bytes ceiling is far below; see docs
 
@@ -192,7 +196,7 @@ def topic_from_json(data: Any, *, topic_partitions_limit: int | None = None) -> 
         offline_storage=OfflineStorage(
             enabled=_bool(offline, "enabled", False, "offlineStorage.enabled"),
             retention_time=OfflineRetentionTime(
-                duration=_int(offline_retention, "duration", 60, "offlineStorage.retentionTime.duration", 1),
+                duration=_int(offline_retention, "duration", 60, "offlineStorage.retentionTime.duration", 1, 36_500),
                 infinite=_bool(offline_retention, "infinite", False, "offlineStorage.retentionTime.infinite"),
             ),
         ),
@@ -220,11 +224,11 @@ def _publishing_auth(value: Any) -> PublishingAuth:
 
 def _chaos_policy(value: Any, field: str) -> ChaosPolicy:
     data = _obj(value, field)
-    delay_from = _int(data, "delayFrom", 0, f"{field}.delayFrom", 0)
+    delay_from = _int(data, "delayFrom", 0, f"{field}.delayFrom", 0, MAX_CHAOS_DELAY_MS)
     return ChaosPolicy(
         probability=_int(data, "probability", 0, f"{field}.probability", 0, 100),
         delay_from=delay_from,
-        delay_to=_int(data, "delayTo", delay_from, f"{field}.delayTo", delay_from),
+        delay_to=_int(data, "delayTo", delay_from, f"{field}.delayTo", delay_from, MAX_CHAOS_DELAY_MS),
         complete_with_error=_bool(data, "completeWithError", False, f"{field}.completeWithError"),
     )
 
@@ -294,8 +298,8 @@ def topic_to_json(topic: Topic) -> Json:
 # --- subscriptions -----------------------------------------------------------------------------------
 
 FILTER_TYPES = frozenset({"jsonpath", "avropath", "header"})
-_JSONPATH = re.compile(r"^\$(\.\.?[A-Za-z0-9_*\-]+|\[[^\]]+\])*$")
-_AVROPATH = re.compile(r"^(\.[A-Za-z_][A-Za-z0-9_]*(\[(\d+|\*)\])?)+$")
+JSONPATH = re.compile(r"^\$(\.\.?[A-Za-z0-9_*\-]+|\[[^\]]+\])*$")
+AVROPATH = re.compile(r"^(\.[A-Za-z_][A-Za-z0-9_]*(\[(\d+|\*)\])?)+$")
 
 
 def _serial_policy(data: Mapping[str, Any]) -> SerialSubscriptionPolicy:
@@ -353,8 +357,13 @@ def filters_from_json(value: Any) -> tuple[MessageFilterSpecification, ...]:
         if kind == "header":
             if not header:
                 raise ValidationError("is required for a header filter", f + ".header")
-        elif not path or not (_JSONPATH if kind == "jsonpath" else _AVROPATH).match(path):
+        elif not path or not (JSONPATH if kind == "jsonpath" else AVROPATH).match(path):
             raise ValidationError(f"is not a valid {kind} path", f + ".path")
+        elif kind == "jsonpath":
+            try:  # the consumers compile it: what their parser refuses would stop the subscription's deliveries
+                parse_jsonpath(path)
+            except JSONPathError as exc:
+                raise ValidationError(f"is not a valid jsonpath path ({exc})", f + ".path") from None
         strategy = _enum(item, "matchingStrategy", MatchingStrategy, MatchingStrategy.ALL, f + ".matchingStrategy")
         out.append(MessageFilterSpecification(kind, matcher, path, header, strategy))
     return tuple(out)
@@ -444,7 +453,7 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
         auto_delete_with_topic_enabled=_bool(body, "autoDeleteWithTopicEnabled", False),
         monitoring_details=_monitoring_details(body.get("monitoringDetails")),
         profiling_enabled=_bool(body, "profilingEnabled", False),
-        profiling_threshold_ms=_int(body, "profilingThresholdMs", 0, "profilingThresholdMs", 0),
+        profiling_threshold_ms=_int(body, "profilingThresholdMs", 0, "profilingThresholdMs", 0, 3_600_000),
         metrics_config=_metrics_config(body.get("metricsConfig")),
         created_at=_timestamp(body, "createdAt"),
         modified_at=_timestamp(body, "modifiedAt"),
@@ -466,10 +475,14 @@ def _metrics_config(value: Any) -> MessageProcessingMetrics:
     if (
         not isinstance(thresholds, list)
         or len(thresholds) > 10
-        or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0 for t in thresholds)
+        or not all(
+            isinstance(t, int | float) and not isinstance(t, bool) and t == int(t) and 0 < t <= 3_600_000
+            for t in thresholds
+        )
     ):
-        raise ValidationError("must be at most 10 positive integers", f"{field}.thresholdsMilliseconds")
-    return MessageProcessingMetrics(_bool(data, "enabled", False, f"{field}.enabled"), tuple(thresholds))
+        raise ValidationError("must be at most 10 integers from 1 to 3600000", f"{field}.thresholdsMilliseconds")
+    enabled = _bool(data, "enabled", False, f"{field}.enabled")
+    return MessageProcessingMetrics(enabled, tuple(int(t) for t in thresholds))
 
 
 def _policy_to_json(sub: Subscription) -> Json:

@@ -127,13 +127,16 @@ def _equal(actual: Any, expected: Any) -> bool:
     return bool(actual == expected and type(actual) is type(expected)) or _text(actual) == _text(expected)
 
 
+_NUMERIC = re.compile(r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$")
+
+
 def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or value is None or value is _MISSING:
-        return None
-    try:
+    """A number, or a string that is one (as Java's ``Double.parseDouble`` reads it); anything else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
-    except (TypeError, ValueError):
-        return None
+    if isinstance(value, str) and _NUMERIC.match(value):
+        return float(value)
+    return None
 
 
 def _compare(actual: Any, op: str, bound: float) -> bool:

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from hermes.errors import FormattingError
+from hermes.errors import FormattingError, ValidationError
 from hermes.http.server import read_json
 from hermes.management.openapi.components import SCHEMAS
 from hermes.management.openapi.schemas import Schema, ref
@@ -29,6 +29,16 @@ async def read_object(request: web.Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise FormattingError("the body must be a JSON object")
     return body
+
+
+def flag(request: web.Request, name: str, default: bool = False) -> bool:
+    """A boolean query parameter: ``true`` or ``false`` (any case); anything else is a 400 naming it."""
+    value = request.query.get(name)
+    if value is None:
+        return default
+    if value.lower() not in ("true", "false"):
+        raise ValidationError("must be true or false", name)
+    return value.lower() == "true"
 
 
 def ignored_fields(value: Any, schema: Schema, path: str = "") -> list[str]:

@@ -25,6 +25,7 @@ READINESS_NAMESPACE = "datacenter-readiness"
 CONSTRAINTS_NAMESPACE = "workload-constraints"
 READ_WRITE, READ_ONLY, READ_ONLY_ADMIN = "readWrite", "readOnly", "readOnlyAdmin"
 INACTIVITY_THRESHOLD_S = 7 * 24 * 3600
+MAX_CONSUMERS_NUMBER = 10_000
 
 
 class ReadOnlyMode(HermesError):
@@ -137,8 +138,11 @@ def _constraints(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValidationError("must be an object {consumersNumber, reason}", "constraints")
     number = data.get("consumersNumber")
-    if not isinstance(number, int) or isinstance(number, bool) or number < 1:
-        raise ValidationError("must be an integer of at least 1", "constraints.consumersNumber")
+    if not isinstance(number, int | float) or isinstance(number, bool) or number != int(number):
+        raise ValidationError("must be an integer", "constraints.consumersNumber")
+    if not 1 <= number <= MAX_CONSUMERS_NUMBER:
+        raise ValidationError(f"must be from 1 to {MAX_CONSUMERS_NUMBER}", "constraints.consumersNumber")
+    number = int(number)
     reason = data.get("reason", "")
     if not isinstance(reason, str):
         raise ValidationError("must be a string", "constraints.reason")

@@ -8,6 +8,7 @@ import asyncio
 
 from aiohttp import web
 
+from hermes.domain.names import validate_simple_name
 from hermes.errors import ImplementationAbsent
 from hermes.http.server import json_response
 from hermes.management.api.topics import topic_name
@@ -39,5 +40,8 @@ async def dashboard(_: web.Request) -> web.Response:
     raise ImplementationAbsent("Dashboard url implementation is absent")
 
 
-async def tracking_urls(_: web.Request) -> web.Response:
+async def tracking_urls(request: web.Request) -> web.Response:
+    topic_name(request)
+    if "subscription" in request.match_info:
+        validate_simple_name(request.match_info["subscription"], "subscriptionName")
     return json_response([])

@@ -18,6 +18,7 @@ from hermes.errors import NotFoundError
 from hermes.frontend.metrics import TOPIC_METRICS_NAMESPACE
 from hermes.http.server import json_response, read_json
 from hermes.management import operations, query
+from hermes.management.api.bodies import flag
 from hermes.management.api.owners import PLAINTEXT
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
@@ -113,7 +114,14 @@ async def consumer_groups(request: web.Request) -> web.Response:
             for m in group.members
         ]
         cluster = service.settings.cluster_name
-        return [{"clusterName": cluster, "groupId": sub.consumer_group_id, "state": _GROUP_STATES.get(group.state, "Unknown"), "members": members}]
+        return [
+            {
+                "clusterName": cluster,
+                "groupId": sub.consumer_group_id,
+                "state": _GROUP_STATES.get(group.state, "Unknown"),
+                "members": members,
+            }
+        ]
 
     return json_response(await asyncio.to_thread(describe))
 
@@ -136,7 +144,7 @@ async def retransmit(request: web.Request) -> web.Response:
     except orjson.JSONDecodeError:
         body = raw  # the older POST form sends the bare date or "-6h"
     moment = operations.parse_retransmission_date(body)
-    dry_run = request.query.get("dryRun", "false").lower() == "true"
+    dry_run = flag(request, "dryRun")
     summary = await asyncio.to_thread(
         operations.retransmit, service.repository, service.admin, sub, moment, service.settings.cluster_name, dry_run
     )
@@ -180,7 +188,7 @@ async def unhealthy(request: web.Request) -> web.Response:
     topics; ``Accept: text/plain`` answers one ``name - problems`` line each."""
     service = request.app[SERVICE]
     params = request.query
-    respect = params.get("respectMonitoringSeverity", "true").lower() != "false"
+    respect = flag(request, "respectMonitoringSeverity", default=True)
     names = set(params.getall("subscriptionNames", []))
     topics = set(params.getall("qualifiedTopicNames", []))
     owner: Owner | None = None

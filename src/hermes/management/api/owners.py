@@ -9,6 +9,7 @@ import asyncio
 from aiohttp import web
 
 from hermes.domain import codec
+from hermes.domain.names import validate_simple_name
 from hermes.domain.topic import Owner
 from hermes.errors import OwnerSourceNotFound
 from hermes.http.server import json_response
@@ -86,4 +87,5 @@ async def topic_roles(request: web.Request) -> web.Response:
 
 async def subscription_roles(request: web.Request) -> web.Response:
     topic_name(request)
+    validate_simple_name(request.match_info["subscription"], "subscriptionName")
     return json_response([*_ROLES, "topicOwner", "subscriptionOwner"])

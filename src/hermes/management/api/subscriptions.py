@@ -10,7 +10,7 @@ from hermes.domain import codec
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import ValidationError
 from hermes.http.server import json_response, read_json
-from hermes.management.api.bodies import ignored_fields_header, read_object
+from hermes.management.api.bodies import flag, ignored_fields_header, read_object
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 from hermes.management.openapi.components import SCHEMAS
@@ -42,7 +42,7 @@ async def list_subscriptions(request: web.Request) -> web.Response:
     topic = topic_name(request)
     await asyncio.to_thread(service.repository.get_topic, topic)
     subs = await asyncio.to_thread(service.repository.list_subscriptions, topic)
-    tracked = request.query.get("tracked", "false") == "true"
+    tracked = flag(request, "tracked")
     return json_response([s.name for s in subs if s.tracking_enabled or not tracked])
 
 

@@ -15,7 +15,7 @@ from hermes.domain.names import TopicName
 from hermes.domain.topic import ContentType, Topic
 from hermes.errors import OperationDisabled, SchemaNotFound, ValidationError
 from hermes.http.server import json_response, read_json
-from hermes.management.api.bodies import ignored_fields_header, read_object
+from hermes.management.api.bodies import flag, ignored_fields_header, read_object
 from hermes.management.context import SERVICE
 from hermes.metadata.repository import MetadataRepository
 
@@ -41,7 +41,7 @@ def topic_name(request: web.Request) -> TopicName:
 async def list_topics(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     topics = await asyncio.to_thread(service.repository.list_topics, request.query.get("groupName") or None)
-    tracked = request.query.get("tracked", "false") == "true"
+    tracked = flag(request, "tracked")
     return json_response([t.qualified_name for t in topics if t.tracking_enabled or not tracked])
 
 

@@ -10,6 +10,7 @@ from hermes.management.openapi.schemas import (
     NULLABLE_INT,
     NUM,
     STR,
+    SUBSCRIPTION_NAME,
     TOPIC_NAME,
     Schema,
     array,
@@ -19,6 +20,24 @@ from hermes.management.openapi.schemas import (
 )
 
 DECIMAL: Schema = {"type": "string", "pattern": "^-?[0-9]+(\\.[0-9]+)?$|^unavailable$"}
+
+_NUMERIC = r"^\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*$"
+_SCALAR: Schema = {"type": ["string", "number", "boolean", "null"]}
+# operators are matched ignoring case, as Hermes matches them
+_OPERATION: Schema = {
+    "type": "object",
+    "minProperties": 1,
+    "maxProperties": 1,
+    "patternProperties": {
+        "^(?i:eq|ne)$": _SCALAR,
+        "^(?i:like)$": {**_SCALAR, "format": "regex"},
+        "^(?i:in)$": array(_SCALAR),
+        "^(?i:gt|lt)$": {"anyOf": [NUM, {"type": "string", "pattern": _NUMERIC}]},
+    },
+    "additionalProperties": False,
+}
+# an operator where an attribute is expected (and, or, not are only themselves in lower case)
+_MISPLACED_OPERATOR = "^(?i:eq|ne|like|in|gt|lt)$|^(?!(?:and|or|not)$)(?i:and|or|not)$"
 
 SCHEMAS: dict[str, Schema] = {
     **ENTITIES,
@@ -199,9 +218,18 @@ SCHEMAS: dict[str, Schema] = {
         ],
     ),
     "SchemaVersion": obj({"version": INT}),
-    "Query": obj(
-        {"query": {"type": "object", "description": "conditions: eq, ne, like, in, gt, lt, not, and, or"}},
-    ),
+    "Query": obj({"query": ref("QueryConditions")}),
+    "QueryConditions": {
+        "type": "object",
+        "description": "all must hold: attribute: value, attribute: {operator: operand}, and/or: [...], not: {...}",
+        "properties": {
+            "and": array(ref("QueryConditions")),
+            "or": array(ref("QueryConditions")),
+            "not": {**ref("QueryConditions"), "minProperties": 1, "maxProperties": 1},
+        },
+        "propertyNames": {"not": {"pattern": _MISPLACED_OPERATOR}},
+        "additionalProperties": {"anyOf": [_SCALAR, _OPERATION]},
+    },
     "SearchResults": obj(
         {
             "results": array(
@@ -227,7 +255,11 @@ SCHEMAS: dict[str, Schema] = {
     "FiltersVerification": obj(
         {
             "filters": array(ENTITIES["Subscription"]["properties"]["filters"]["items"]),
-            "message": {"type": "string", "contentEncoding": "base64"},
+            "message": {
+                "type": "string",
+                "contentEncoding": "base64",
+                "pattern": "^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+            },
         },
         ["message"],
     ),
@@ -237,11 +269,11 @@ SCHEMAS: dict[str, Schema] = {
     "MessagePreview": obj({"content": STR, "truncated": BOOL}),
     "Readiness": obj({"isReady": BOOL}),
     "DatacenterReadiness": obj({"datacenter": STR, "status": enum("READY", "NOT_READY")}),
-    "Constraints": obj({"consumersNumber": {"type": "integer", "minimum": 1}, "reason": STR}, ["consumersNumber"]),
-    "TopicConstraints": obj({"topicName": TOPIC_NAME, "constraints": ref("Constraints")}),
-    "SubscriptionConstraints": obj(
-        {"subscriptionName": {"type": "string", "pattern": "^.+\\..+\\$.+$"}, "constraints": ref("Constraints")}
+    "Constraints": obj(
+        {"consumersNumber": {"type": "integer", "minimum": 1, "maximum": 10_000}, "reason": STR}, ["consumersNumber"]
     ),
+    "TopicConstraints": obj({"topicName": TOPIC_NAME, "constraints": ref("Constraints")}),
+    "SubscriptionConstraints": obj({"subscriptionName": SUBSCRIPTION_NAME, "constraints": ref("Constraints")}),
     "WorkloadConstraints": obj(
         {
             "topicConstraints": {"type": "object", "additionalProperties": ref("Constraints")},

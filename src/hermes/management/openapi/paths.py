@@ -10,6 +10,7 @@ from hermes.management.openapi.schemas import (
     INT,
     NAMES,
     STR,
+    TOPIC_NAME,
     Schema,
     array,
     enum,
@@ -33,13 +34,14 @@ def _op(
     errors: tuple[int, ...] = (400, 404, 503),
     empty: tuple[int, ...] = (),
     query: dict[str, Schema] | None = None,
+    media: str = "application/json",
 ) -> Schema:
     """An operation answering ``ok`` (with ``body``), the ``empty`` statuses without a body, or an error.
     An operation with a JSON object ``request`` names ignored request fields in a response header."""
     success: dict[str, Any] = {"description": "OK"}
     if body is not None:
-        success["content"] = {"application/json": {"schema": body}}
-    if request is not None and request is not STR:
+        success["content"] = {media: {"schema": body}}
+    if request is not None and ("$ref" in request or request.get("type") == "object"):
         success["headers"] = _IGNORED
     responses: dict[str, Any] = {str(ok): success}
     for status in empty:
@@ -58,6 +60,7 @@ _T = "/topics/{topic}"
 _S = "/topics/{topic}/subscriptions/{subscription}"
 _TRACKED = {"tracked": BOOL}
 _DELETE_ERRORS = (400, 403, 404, 503)
+_STATE = enum("ACTIVE", "SUSPENDED")
 
 _UNHEALTHY = _op(
     "Unhealthy subscriptions (JSON, or text/plain lines)",
@@ -91,7 +94,7 @@ PATHS: dict[str, dict[str, Schema]] = {
     },
     _T: {
         "get": _op("Get a topic, with the latest schema of an AVRO topic", body=ref("Topic")),
-        "put": _op("Update the fields sent", body=ref("Topic"), request=ref("Topic")),
+        "put": _op("Update the fields sent", body=ref("Topic"), request=ref("TopicPatch")),
         "delete": _op("Delete a topic without subscriptions", errors=_DELETE_ERRORS),
     },
     _T + "/metrics": {"get": _op("Topic metrics", body=ref("TopicMetrics"))},
@@ -111,13 +114,13 @@ PATHS: dict[str, dict[str, Schema]] = {
     },
     _S: {
         "get": _op("Get a subscription", body=ref("Subscription")),
-        "put": _op("Update the fields sent", body=ref("Subscription"), request=ref("Subscription")),
+        "put": _op("Update the fields sent", body=ref("Subscription"), request=ref("SubscriptionPatch")),
         "delete": _op("Delete a subscription"),
     },
     _S + "/state": {
         "get": _op("State", body=STR),
-        "put": _op('Set "ACTIVE" or "SUSPENDED"', request=STR),
-        "post": _op('Set "ACTIVE" or "SUSPENDED" (older form)', request=STR),
+        "put": _op('Set "ACTIVE" or "SUSPENDED"', request=_STATE),
+        "post": _op('Set "ACTIVE" or "SUSPENDED" (older form)', request=_STATE),
     },
     _S + "/metrics": {"get": _op("Subscription metrics", body=ref("SubscriptionMetrics"))},
     _S + "/metrics/persistent": {
@@ -169,7 +172,16 @@ PATHS: dict[str, dict[str, Schema]] = {
             "Republish a time range of a topic's offline storage to a topic",
             201,
             ref("OfflineRetransmissionTask"),
-            obj({"sourceTopic": STR, "targetTopic": STR, "startTimestamp": STR, "endTimestamp": STR}),
+            obj(
+                {
+                    "type": {"const": "TOPIC"},
+                    "sourceTopic": TOPIC_NAME,
+                    "targetTopic": TOPIC_NAME,
+                    "startTimestamp": {"type": "string", "format": "date-time"},
+                    "endTimestamp": {"type": "string", "format": "date-time"},
+                },
+                ["sourceTopic", "targetTopic", "startTimestamp", "endTimestamp"],
+            ),
         ),
     },
     "/offline-retransmission/tasks/{taskId}": {"delete": _op("Delete a task (a running one stops)")},
@@ -179,7 +191,7 @@ PATHS: dict[str, dict[str, Schema]] = {
     },
     "/oauth/providers/{provider}": {
         "get": _op("Get a provider", body=ref("OAuthProvider")),
-        "put": _op("Update the fields sent", body=ref("OAuthProvider"), request=ref("OAuthProvider")),
+        "put": _op("Update the fields sent", body=ref("OAuthProvider"), request=ref("OAuthProviderPatch")),
         "delete": _op("Delete a provider"),
     },
     "/query/groups": {"post": _op("Groups matching a query", body=array(ref("Group")), request=ref("Query"))},
@@ -238,7 +250,7 @@ PATHS: dict[str, dict[str, Schema]] = {
         "get": _op("Tracking links: none here", body=array(ANY))
     },
     "/mode": {
-        "get": _op("readWrite, readOnly or readOnlyAdmin (text/plain)", body=ANY),
+        "get": _op("The mode", body=enum("readWrite", "readOnly", "readOnlyAdmin"), media="text/plain"),
         "post": _op("Set the mode", query={"mode": enum("readWrite", "readOnly", "readOnlyAdmin")}),
     },
     "/readiness/datacenters": {"get": _op("Readiness of the datacenter", body=array(ref("DatacenterReadiness")))},

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes.domain.codec import MAX_MAX_MESSAGE_SIZE, MIN_MAX_MESSAGE_SIZE
+from hermes.domain.codec import AVROPATH, JSONPATH, MAX_CHAOS_DELAY_MS, MAX_MAX_MESSAGE_SIZE, MIN_MAX_MESSAGE_SIZE
+from hermes.domain.endpoint import URL_PATTERN
 from hermes.domain.subscription import MAX_MESSAGE_TTL_SECONDS
 
 Schema = dict[str, Any]
@@ -20,9 +21,14 @@ BOOL: Schema = {"type": "boolean"}
 NULLABLE_INT: Schema = {"type": ["integer", "null"]}
 NAMES: Schema = {"type": "array", "items": STR}
 ANY: Schema = {}
-GROUP_NAME: Schema = {"type": "string", "pattern": r"^[a-zA-Z0-9_-][a-zA-Z0-9_.-]{0,198}[a-zA-Z0-9_-]$|^[a-zA-Z0-9_-]$"}
-SIMPLE_NAME: Schema = {"type": "string", "pattern": r"^[a-zA-Z0-9_-]{1,200}$"}
-TOPIC_NAME: Schema = {"type": "string", "pattern": r"^[a-zA-Z0-9_-][a-zA-Z0-9_.-]*\.[a-zA-Z0-9_-]{1,200}$"}
+_GROUP = r"[a-zA-Z0-9_-](?:[a-zA-Z0-9_.-]{0,198}[a-zA-Z0-9_-])?"
+_SIMPLE = r"[a-zA-Z0-9_-]{1,200}"
+GROUP_NAME: Schema = {"type": "string", "pattern": f"^{_GROUP}$"}
+SIMPLE_NAME: Schema = {"type": "string", "pattern": f"^{_SIMPLE}$"}
+TOPIC_NAME: Schema = {"type": "string", "pattern": f"^{_GROUP}\\.{_SIMPLE}$", "description": "group.topic"}
+SUBSCRIPTION_NAME: Schema = {"type": "string", "pattern": f"^{_GROUP}\\.{_SIMPLE}\\${_SIMPLE}$"}
+HTTP_URL: Schema = {"type": "string", "pattern": URL_PATTERN}
+REGEX: Schema = {"type": "string", "format": "regex"}
 EPOCH_SECONDS: Schema = {"type": "number", "minimum": 0}
 
 
@@ -49,7 +55,13 @@ def ranged(lo: int, hi: int | None = None) -> Schema:
 
 OWNER = obj({"source": STR, "id": STR})
 _CHAOS_POLICY = obj(
-    {"probability": ranged(0, 100), "delayFrom": ranged(0), "delayTo": ranged(0), "completeWithError": BOOL}, []
+    {
+        "probability": ranged(0, 100),
+        "delayFrom": ranged(0, MAX_CHAOS_DELAY_MS),
+        "delayTo": ranged(0, MAX_CHAOS_DELAY_MS),
+        "completeWithError": BOOL,
+    },
+    [],
 )
 
 SERIAL_POLICY = obj(
@@ -80,16 +92,72 @@ BATCH_POLICY = obj(
     [],
 )
 
-_FILTER = obj(
+_STRATEGY = enum("all", "any")
+_FILTER: Schema = {
+    "anyOf": [
+        obj(
+            {
+                "type": {"const": "jsonpath"},
+                "path": {"type": "string", "pattern": JSONPATH.pattern},
+                "matcher": REGEX,
+                "matchingStrategy": _STRATEGY,
+            },
+            ["type", "path", "matcher"],
+        ),
+        obj(
+            {
+                "type": {"const": "avropath"},
+                "path": {"type": "string", "pattern": AVROPATH.pattern},
+                "matcher": REGEX,
+                "matchingStrategy": _STRATEGY,
+            },
+            ["type", "path", "matcher"],
+        ),
+        obj(
+            {
+                "type": {"const": "header"},
+                "header": {"type": "string", "minLength": 1},
+                "matcher": REGEX,
+                "matchingStrategy": _STRATEGY,
+            },
+            ["type", "header", "matcher"],
+        ),
+    ]
+}
+
+_BATCH: Schema = {"properties": {"deliveryType": {"const": "BATCH"}}, "required": ["deliveryType"]}
+_PASSWORD_GRANT: Schema = {
+    "properties": {"oAuthPolicy": {"properties": {"grantType": {"const": "password"}}, "required": ["grantType"]}},
+    "required": ["oAuthPolicy"],
+}
+# what codec.subscription_from_json checks across fields
+_SUBSCRIPTION_RULES: list[Schema] = [
     {
-        "type": enum("jsonpath", "avropath", "header"),
-        "path": STR,
-        "header": STR,
-        "matcher": STR,
-        "matchingStrategy": enum("all", "any"),
+        "if": _BATCH,
+        "then": {
+            "properties": {
+                "subscriptionPolicy": BATCH_POLICY,
+                "mode": {"not": {"const": "BROADCAST"}},
+                "contentType": {"not": {"const": "AVRO"}},
+            }
+        },
+        "else": {"properties": {"subscriptionPolicy": SERIAL_POLICY}},
     },
-    ["type", "matcher"],
-)
+    {
+        "if": _PASSWORD_GRANT,
+        "then": {
+            "properties": {
+                "oAuthPolicy": {"required": ["username", "password"], "properties": {"username": {"minLength": 1}}}
+            }
+        },
+    },
+]
+
+
+def patch(schema: Schema) -> Schema:
+    """The schema of a PUT: the fields sent change, so none is required."""
+    return {**schema, "required": []}
+
 
 ENTITIES: dict[str, Schema] = {
     "Error": obj({"message": STR, "code": STR}),
@@ -111,7 +179,7 @@ ENTITIES: dict[str, Schema] = {
             "trackingEnabled": BOOL,
             "maxMessageSize": ranged(MIN_MAX_MESSAGE_SIZE, MAX_MAX_MESSAGE_SIZE),
             "offlineStorage": obj(
-                {"enabled": BOOL, "retentionTime": obj({"duration": ranged(1), "infinite": BOOL}, [])}, []
+                {"enabled": BOOL, "retentionTime": obj({"duration": ranged(1, 36_500), "infinite": BOOL}, [])}, []
             ),
             "subscribingRestricted": BOOL,
             "auth": obj({"publishers": NAMES, "enabled": BOOL, "unauthenticatedAccessEnabled": BOOL}, []),
@@ -136,7 +204,7 @@ ENTITIES: dict[str, Schema] = {
         {
             "topicName": TOPIC_NAME,
             "name": SIMPLE_NAME,
-            "endpoint": {"type": "string", "format": "uri", "pattern": "^https?://"},
+            "endpoint": HTTP_URL,
             "description": STR,
             "owner": OWNER,
             "supportTeam": {"type": "string", "description": "older request shape: the owner's id"},
@@ -144,9 +212,16 @@ ENTITIES: dict[str, Schema] = {
             "state": enum("PENDING", "ACTIVE", "SUSPENDED"),
             "contentType": enum("JSON", "AVRO"),
             "deliveryType": enum("SERIAL", "BATCH"),
-            "subscriptionPolicy": {"anyOf": [SERIAL_POLICY, BATCH_POLICY]},
+            "subscriptionPolicy": {"type": "object", "description": "SERIAL or BATCH policy, by deliveryType"},
             "mode": enum("ANYCAST", "BROADCAST"),
-            "headers": array(obj({"name": STR, "value": STR})),
+            "headers": array(
+                obj(
+                    {
+                        "name": {"type": "string", "pattern": r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"},
+                        "value": {"type": "string", "pattern": r"^[^\r\n]*$"},
+                    }
+                )
+            ),
             "filters": array(_FILTER),
             "endpointAddressResolverMetadata": {"type": "object"},
             "subscriptionIdentityHeadersEnabled": BOOL,
@@ -155,7 +230,7 @@ ENTITIES: dict[str, Schema] = {
             "oAuthPolicy": obj(
                 {
                     "grantType": enum("clientCredentials", "password"),
-                    "providerName": STR,
+                    "providerName": {"type": "string", "minLength": 1},
                     "scope": STR,
                     "username": STR,
                     "password": STR,
@@ -166,12 +241,12 @@ ENTITIES: dict[str, Schema] = {
             "autoDeleteWithTopicEnabled": BOOL,
             "monitoringDetails": obj({"severity": enum("CRITICAL", "IMPORTANT", "NON_IMPORTANT"), "reaction": STR}, []),
             "profilingEnabled": BOOL,
-            "profilingThresholdMs": ranged(0),
+            "profilingThresholdMs": ranged(0, 3_600_000),
             "metricsConfig": obj(
                 {
                     "messageProcessing": obj(
                         {
-                            "thresholdsMilliseconds": {**array(ranged(1)), "maxItems": 10},
+                            "thresholdsMilliseconds": {**array(ranged(1, 3_600_000)), "maxItems": 10},
                             "enabled": BOOL,
                         },
                         [],
@@ -183,13 +258,14 @@ ENTITIES: dict[str, Schema] = {
             "modifiedAt": EPOCH_SECONDS,
         },
         ["name", "endpoint"],
-    ),
+    )
+    | {"allOf": _SUBSCRIPTION_RULES},
     "OAuthProvider": obj(
         {
             "name": SIMPLE_NAME,
-            "tokenEndpoint": {"type": "string", "format": "uri"},
-            "clientId": STR,
-            "clientSecret": {"type": "string", "description": "answered as ******"},
+            "tokenEndpoint": HTTP_URL,
+            "clientId": {"type": "string", "minLength": 1},
+            "clientSecret": {"type": "string", "minLength": 1, "description": "answered as ******"},
             "tokenRequestInitialDelay": ranged(1, 3_600_000),
             "tokenRequestMaxDelay": ranged(1, 3_600_000),
             "requestTimeout": ranged(1, 300_000),
@@ -198,3 +274,4 @@ ENTITIES: dict[str, Schema] = {
         ["name", "tokenEndpoint", "clientId", "clientSecret"],
     ),
 }
+ENTITIES |= {f"{name}Patch": patch(ENTITIES[name]) for name in ("Topic", "Subscription", "OAuthProvider")}
