@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hermes.broker.admin import BrokerAdmin
-from hermes.broker.consumer import BrokerConsumer
+from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.domain.message import Message
 from hermes.runtime import Role

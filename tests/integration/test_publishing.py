@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from hermes.broker.admin import BrokerAdmin
-from hermes.broker.consumer import BrokerConsumer
+from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.domain.message import Message
 from hermes.tracking import TRACKING_TOPIC
 from tests.conftest import wait_until

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hermes.broker.connection import KafkaConnection
-from hermes.broker.consumer import BrokerConsumer
+from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.consumers.content import ContentConverter
 from hermes.consumers.failure_log import FailureLog, describe
 from hermes.consumers.filtering import MessageFilters

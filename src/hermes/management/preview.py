@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from hermes.broker.admin import BrokerAdmin
-from hermes.broker.consumer import BrokerConsumer
+from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.domain.avro import avro_to_json
 from hermes.domain.message import Message
 from hermes.domain.topic import ContentType, Topic

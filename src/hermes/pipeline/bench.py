@@ -30,7 +30,7 @@ from typing import Any
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
-from hermes.broker.consumer import BrokerConsumer
+from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.broker.producer import BrokerProducer
 from hermes.config import load_settings

@@ -61,7 +61,7 @@ def _header(name: str) -> str:
     return f"get(filter(headers, h -> h.key = '{name}'), 0).value"
 
 
-# The frontend's Kafka headers (hermes.frontend.publishing, read by hermes.broker.consumer.to_message) as lake
+# The frontend's Kafka headers (hermes.frontend.publishing, read by hermes.broker.kafka_consumer.to_message) as lake
 # columns, in Spark SQL so no row leaves the JVM.
 _LAKE_COLUMNS = {
     "message_id": (
