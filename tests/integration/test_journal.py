@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from hermes.broker.admin import BrokerAdmin
-from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.domain.message import Message
 from hermes.runtime import Role
 from tests.conftest import wait_until

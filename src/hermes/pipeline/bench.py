@@ -30,8 +30,8 @@ from typing import Any
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
-from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.broker.producer import BrokerProducer
 from hermes.config import load_settings
 from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, Message
