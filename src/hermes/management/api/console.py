@@ -60,7 +60,7 @@ async def configuration(request: web.Request) -> web.Response:
                 "offlineStorage": {"enabled": False, "retentionTime": {"duration": 60, "retentionUnit": "DAYS"}},
             },
             "contentTypes": _choices("JSON", "AVRO"),
-            "readOnlyModeEnabled": True,
+            "readOnlyModeEnabled": False,  # the console would refuse to edit topics
             "retentionUnits": _choices(*(u.value for u in RetentionUnit)),
             "offlineRetransmission": {
                 "enabled": True,
