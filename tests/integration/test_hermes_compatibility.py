@@ -288,3 +288,16 @@ def test_unhealthy_respects_severity_and_filters(client: HermesClient) -> None:
     assert unhealthy(ownerSourceName="Plaintext", ownerId="nobody") == []
     text = client.management.get("/unhealthy/", params={"qualifiedTopicNames": topic}, headers={"Accept": "text/plain"})
     assert text.headers["Content-Type"].startswith("text/plain") and text.text.startswith(f"{loud} - ")
+
+
+def test_oauth_provider_error_codes(client: HermesClient) -> None:
+    provider = {"name": "dup", "tokenEndpoint": "http://auth/token", "clientId": "c", "clientSecret": "s"}
+    name = f"p{time.time_ns()}"
+    assert client.management.post("/oauth/providers", json={**provider, "name": name}).status_code == 201
+    _error(
+        client.management.post("/oauth/providers", json={**provider, "name": name}),
+        400,
+        "OAUTH_PROVIDER_ALREADY_EXISTS",
+    )
+    _error(client.management.get("/oauth/providers/nosuchprovider"), 404, "OAUTH_PROVIDER_NOT_EXISTS")
+    _error(client.management.delete(f"/topics/{client.create_topic()}/schema"), 406, "OPERATION_DISABLED")

@@ -85,7 +85,7 @@ PATHS: dict[str, dict[str, Schema]] = {
     },
     "/groups/{group}": {
         "get": _op("Get a group", body=ref("Group")),
-        "put": _op("Update a group (its name cannot change)", 204, request=ref("Group")),
+        "put": _op("Update a group (its name cannot change)", 204, request=ref("GroupPatch")),
         "delete": _op("Delete a group without topics", errors=_DELETE_ERRORS),
     },
     "/topics": {

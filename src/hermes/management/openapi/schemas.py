@@ -274,4 +274,4 @@ ENTITIES: dict[str, Schema] = {
         ["name", "tokenEndpoint", "clientId", "clientSecret"],
     ),
 }
-ENTITIES |= {f"{name}Patch": patch(ENTITIES[name]) for name in ("Topic", "Subscription", "OAuthProvider")}
+ENTITIES |= {f"{name}Patch": patch(ENTITIES[name]) for name in ("Group", "Topic", "Subscription", "OAuthProvider")}
