@@ -64,8 +64,12 @@ def _run(settings: Settings, _: argparse.Namespace) -> int:
     return _serve(settings, ALL_ROLES)
 
 
-@command("frontend", "Run only the publishing API.")
+@command("frontend", "Run only the publishing API, in --workers processes.")
 def _frontend(settings: Settings, _: argparse.Namespace) -> int:
+    if settings.workers > 1:
+        from hermes.frontend.workers import run_workers
+
+        return run_workers(settings)
     return _serve(settings, frozenset({Role.FRONTEND}))
 
 

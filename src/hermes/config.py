@@ -109,6 +109,13 @@ class Settings(BaseSettings):
         "interval", description="When the journal forces its file to disk (process crashes are safe with any)."
     )
     frontend_journal_fsync_interval: float = Field(0.05, gt=0, description="Seconds between journal fsyncs.")
+    workers: int = Field(
+        default_factory=lambda: os.cpu_count() or 1,
+        ge=1,
+        le=256,
+        description="Processes of `hermes frontend`, each with its own producer and journal, all on --frontend-port "
+        "(default: the number of cores). `hermes run` is one process.",
+    )
 
     # --- consumers ---
     consumer_commit_interval: float = Field(
@@ -281,6 +288,7 @@ SECTIONS = (
             "frontend_journal_fsync_interval",
         ),
     ),
+    Section("hermes frontend", ("frontend",), ("workers",)),
     Section("management", ("run", "management"), ("management_port",)),
     Section(
         "consumers",

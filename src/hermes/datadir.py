@@ -1,7 +1,8 @@
 """A data directory has one owner: the process whose frontend keeps its journal there (``hermes run`` also keeps
 the embedded broker's and the pipeline's files there). Consumers and management processes keep nothing of their
 own in it, only the SQLite metadata, which several processes share by design: they take no lock, so that they can
-run beside a ``hermes run`` or a ``hermes frontend`` on the same machine."""
+run beside a ``hermes run`` or a ``hermes frontend`` on the same machine. The workers of one ``hermes frontend
+--workers N`` share their master's lock: the directory stays locked while any of them lives."""
 
 from __future__ import annotations
 
@@ -40,6 +41,10 @@ class DataDirLock:
         file.write(f"{holder} (pid {os.getpid()})\n")
         file.flush()
         return cls(file)
+
+    def fileno(self) -> int:
+        """The lock's file: a process that inherits it shares the lock (the workers of ``hermes frontend``)."""
+        return self._file.fileno()
 
     def release(self) -> None:
         self._file.close()

@@ -26,6 +26,7 @@ from hermes.consumers.supervisor import ConsumersSupervisor
 from hermes.datadir import DataDirLock
 from hermes.domain.topic import Topic
 from hermes.errors import StartupError
+from hermes.http.lean import LeanServer
 from hermes.http.server import Server
 from hermes.logs import log_path
 from hermes.metadata.cache import MetadataCache
@@ -55,17 +56,20 @@ def check_data_dir(settings: Settings) -> None:
 
 
 class Hermes:
-    """The running system (or part of it) in this process."""
+    """The running system (or part of it) in this process. A ``worker`` is one of the processes of ``hermes
+    frontend --workers N``: its master holds the data directory's lock (shared with the workers) and the port,
+    on which every worker listens (SO_REUSEPORT)."""
 
-    def __init__(self, settings: Settings, roles: frozenset[Role] = ALL_ROLES) -> None:
+    def __init__(self, settings: Settings, roles: frozenset[Role] = ALL_ROLES, worker: bool = False) -> None:
         self.settings = settings
         self.roles = roles
+        self.worker = worker
         self.broker: EmbeddedBroker | None = None
         self.connection: KafkaConnection | None = None
         self.repository: MetadataRepository | None = None
         self.cache: MetadataCache | None = None
         self.producer: BrokerProducer | None = None
-        self.servers: dict[Role, Server] = {}
+        self.servers: dict[Role, Server | LeanServer] = {}
         self.supervisor: ConsumersSupervisor | None = None
         self.tracking_producer: BrokerProducer | None = None
         self._stoppers: list[Any] = []
@@ -96,7 +100,7 @@ class Hermes:
     async def _start(self) -> None:
         settings = self.settings
         check_data_dir(settings)
-        if Role.FRONTEND in self.roles:  # its journal (and hermes run's broker and pipeline files) is its alone
+        if Role.FRONTEND in self.roles and not self.worker:  # its journal (and hermes run's files) is its alone
             self._lock = DataDirLock.take(settings.data_dir, self.name)
             ensure_port_free(settings.host, settings.frontend_port, "frontend")
         if Role.MANAGEMENT in self.roles:
@@ -156,7 +160,7 @@ class Hermes:
                 await self._serve(Role.CONSUMERS, status_app(), settings.consumers_port)
 
         if Role.FRONTEND in self.roles:
-            from hermes.frontend.app import create_app as frontend_app
+            from hermes.frontend.app import PublishingApi
             from hermes.frontend.journal import Journal
             from hermes.frontend.metrics import JOURNAL_BYTES, JOURNAL_MESSAGES, PublishedCounter
             from hermes.frontend.publishing import Publisher, PublishTimeouts
@@ -193,7 +197,11 @@ class Hermes:
             for entry in pending:
                 publisher.resend(entry)
             published = PublishedCounter()
-            await self._serve(Role.FRONTEND, frontend_app(publisher, self.cache, published), settings.frontend_port)
+            api = PublishingApi(publisher, self.cache, published)
+            server = LeanServer(api, settings.host, settings.frontend_port, Role.FRONTEND.value, reuse_port=self.worker)
+            await server.start()
+            self.servers[Role.FRONTEND] = server
+            self._stoppers.append(server.stop)
             reporter = asyncio.create_task(self._report_published(published), name="published-metrics")
             self._stoppers.append(lambda: _cancel(reporter))
 
@@ -314,13 +322,22 @@ async def _cancel(task: asyncio.Task[None]) -> None:
         await task
 
 
-async def serve(settings: Settings, roles: frozenset[Role]) -> None:
-    """Runs until SIGINT or SIGTERM, then shuts everything down cleanly."""
-    hermes = Hermes(settings, roles)
+async def serve(settings: Settings, roles: frozenset[Role], worker: bool = False) -> None:
+    """Runs until SIGINT or SIGTERM, then shuts everything down cleanly. A frontend ``worker`` also stops when
+    its master goes away (its standard input, a pipe from the master, ends); it tells the master it is ready
+    on its standard output instead of logging the banner."""
+    hermes = Hermes(settings, roles, worker)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if worker:
+
+        def master_gone() -> None:
+            if not os.read(0, 4096):
+                stop.set()
+
+        loop.add_reader(0, master_gone)
     try:
         await hermes.start()
         # What start-up built lives as long as the process. Frozen, it is left out of the collector's full
@@ -328,9 +345,12 @@ async def serve(settings: Settings, roles: frozenset[Role]) -> None:
         # waits out), about 0 after.
         gc.collect()
         gc.freeze()
-        from hermes.banner import banner  # it reads this module's Hermes
+        if worker:
+            os.write(1, b"ready\n")
+        else:
+            from hermes.banner import banner  # it reads this module's Hermes
 
-        log.info(banner(hermes))
+            log.info(banner(hermes))
         await stop.wait()
         log.info("shutting down")
     finally:

@@ -10,52 +10,46 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from hermes.domain.message import new_message_id
-from hermes.errors import BrokerUnavailable
-from hermes.frontend.acks import TIMED_OUT, AckTimeouts
+from hermes.frontend.acks import AckTimeouts
 from hermes.frontend.metrics import PublishRequests
 
 pytestmark = pytest.mark.unit
 
 
-def test_an_outcome_before_the_timeout_completes_the_wait() -> None:
-    async def scenario() -> tuple[object, object]:
-        timeouts = AckTimeouts(5.0)
-        loop = asyncio.get_running_loop()
-        acked, refused = timeouts.start(loop), timeouts.start(loop)
-        refusal = BrokerUnavailable("down")
-        loop.call_soon(acked.settled, None)
-        loop.call_soon(refused.settled, refusal)
-        return await asyncio.wait_for(acked.waiter, 1), (await asyncio.wait_for(refused.waiter, 1)) is refusal
+class _Wait:
+    """A pending publish that records when it expired."""
 
-    assert asyncio.run(scenario()) == (None, True)
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, timeouts: AckTimeouts, expired: list[tuple[str, float]]
+    ) -> None:
+        self.deadline = loop.time() + timeouts.seconds
+        self.answered = False
+        self._loop = loop
+        self._expired = expired
+        timeouts.track(self, loop)
+
+    def expire(self) -> None:
+        assert not self.answered
+        self.answered = True
+        self._expired.append((str(id(self)), self._loop.time()))
 
 
-def test_waits_without_an_outcome_time_out_in_order_and_a_late_outcome_is_handed_over() -> None:
-    async def scenario() -> tuple[list[bool], list[float], list[object]]:
+def test_waits_without_an_outcome_expire_in_order_and_answered_ones_never() -> None:
+    async def scenario() -> tuple[list[str], list[float], list[str]]:
         timeouts = AckTimeouts(0.05)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        waits = [timeouts.start(loop)]
+        expired: list[tuple[str, float]] = []
+        waits = [_Wait(loop, timeouts, expired)]
         await asyncio.sleep(0.02)
-        waits.append(timeouts.start(loop))
-        waits.append(timeouts.start(loop))
-        waits[2].settled(None)  # acknowledged in time: not timed out, even though an earlier one is pending
-        ended: list[float] = []
-        outcomes = []
-        for wait in waits:
-            outcomes.append(await asyncio.wait_for(wait.waiter, 2))
-            ended.append(loop.time() - started)
-        handed: list[object] = []
-        waits[0].hand_over(handed.append)  # taken over before its outcome comes
-        waits[0].settled(None)
-        waits[1].settled(BrokerUnavailable("down"))  # comes before it is taken over
-        waits[1].hand_over(handed.append)
-        return [o is TIMED_OUT for o in outcomes], ended, handed
+        waits += [_Wait(loop, timeouts, expired), _Wait(loop, timeouts, expired)]
+        waits[2].answered = True  # acknowledged in time: not expired, even though an earlier one is pending
+        await asyncio.sleep(0.2)
+        return [name for name, _ in expired], [at - started for _, at in expired], [str(id(w)) for w in waits]
 
-    timed_out, ended, handed = asyncio.run(scenario())
-    assert timed_out == [True, True, False]
-    assert 0.045 <= ended[0] < 1.0 and 0.065 <= ended[1] < 1.0, ended
-    assert handed[0] is None and isinstance(handed[1], BrokerUnavailable)
+    names, times, ids = asyncio.run(scenario())
+    assert names == ids[:2]
+    assert 0.045 <= times[0] < 1.0 and 0.065 <= times[1] < 1.0, times
 
 
 def test_message_ids_are_random_version_4_uuids() -> None:

@@ -1,73 +1,50 @@
-"""Waiting for the broker's ack of one publish, within the topic's ack timeout, at little cost per message.
+"""Expiring the publishes that wait for the broker's ack, at little cost per message.
 
-Each publish waits on one future. The broker's outcome or the timeout completes it, whichever comes first. The
-timeouts share one timer per timeout value: publishes with the same timeout expire in the order they started,
-so a queue ordered by deadline and one timer set to its oldest entry replace a timer per publish.
+Publishes with the same ack timeout expire in the order they started, so a queue ordered by deadline and one timer
+set to its oldest entry replace a timer per publish.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
-from typing import Final
+from typing import Protocol
 
-# What a timed-out wait returns (a delivery returns None or the broker's error); never raised.
-TIMED_OUT: Final = TimeoutError("the broker did not acknowledge within the ack timeout")
 # A timer may fire this much before its deadline (the event loop's clock resolution).
 _EARLY = 0.001
 
 
-class AckWait:
-    """One publish waiting for its ack. The outcome is recorded even after a timeout, and handed to ``then``
-    (set by whoever took the message over after the timeout: the journal)."""
+class Pending(Protocol):
+    """A publish waiting for its ack: ``answered`` once the broker's outcome or the timeout answered it."""
 
-    __slots__ = ("deadline", "done", "error", "then", "waiter")
+    deadline: float
+    answered: bool
 
-    def __init__(self, waiter: asyncio.Future[Exception | None], deadline: float) -> None:
-        self.waiter = waiter
-        self.deadline = deadline
-        self.done = False
-        self.error: Exception | None = None
-        self.then: Callable[[Exception | None], None] | None = None
-
-    def settled(self, error: Exception | None) -> None:
-        self.done, self.error = True, error
-        if not self.waiter.done():
-            self.waiter.set_result(error)
-        elif self.then is not None:
-            self.then(error)
-
-    def hand_over(self, then: Callable[[Exception | None], None]) -> None:
-        """After a timeout: ``then`` gets the outcome, now if it has come meanwhile, else when it comes."""
-        if self.done:
-            then(self.error)
-        else:
-            self.then = then
+    def expire(self) -> None:
+        """The timeout came first (called once, and only while not ``answered``)."""
 
 
 class AckTimeouts:
-    """Expires the waits of one timeout value, with one timer for all of them."""
+    """Expires the pending publishes of one timeout value, with one timer for all of them."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
-        self._waits: deque[AckWait] = deque()
+        self._waits: deque[Pending] = deque()
         self._timer: asyncio.TimerHandle | None = None
 
-    def start(self, loop: asyncio.AbstractEventLoop) -> AckWait:
-        wait = AckWait(loop.create_future(), loop.time() + self.seconds)
-        self._waits.append(wait)
+    def track(self, pending: Pending, loop: asyncio.AbstractEventLoop) -> None:
+        """``pending.deadline`` must be ``loop.time() + seconds``, set now."""
+        self._waits.append(pending)
         if self._timer is None:
-            self._timer = loop.call_at(wait.deadline, self._expire, loop)
-        return wait
+            self._timer = loop.call_at(pending.deadline, self._expire, loop)
 
     def _expire(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
         now = loop.time() + _EARLY
         waits = self._waits
-        while waits and (waits[0].waiter.done() or waits[0].deadline <= now):
-            waiter = waits.popleft().waiter
-            if not waiter.done():
-                waiter.set_result(TIMED_OUT)
+        while waits and (waits[0].answered or waits[0].deadline <= now):
+            pending = waits.popleft()
+            if not pending.answered:
+                pending.expire()
         if waits:
             self._timer = loop.call_at(waits[0].deadline, self._expire, loop)

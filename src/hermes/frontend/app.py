@@ -1,24 +1,33 @@
-"""The publishing API application."""
+"""The publishing API on the lean HTTP server: ``POST /topics/{topic}`` and the status routes, with Hermes'
+statuses, headers and error shape."""
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 import time
+from urllib.parse import unquote
 
-from aiohttp import web
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hermes.domain.message import MESSAGE_ID_HEADER
 from hermes.domain.topic import Topic
 from hermes.errors import HermesError, TopicNotFound, UnsupportedMediaType
 from hermes.frontend.metrics import PUBLISH_REQUESTS, PublishedCounter
-from hermes.frontend.publishing import Publisher
-from hermes.http import status as status_routes
-from hermes.http.server import answer_routing_errors, error_answer, shaped
+from hermes.frontend.publishing import Publisher, PublishResult
+from hermes.http.lean import Request, error_body
 from hermes.metadata.cache import MetadataCache
 
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
 # An unknown topic is looked up in the store at most once per this many seconds (the cache is fed by
 # change notifications; this only closes the gap of a topic created a moment ago).
 _NEGATIVE_TTL = 1.0
+_TOPICS = "/topics/"
+_HEALTH = b'{"status":"UP"}'
 
 
 class TopicLookup:
@@ -47,47 +56,87 @@ def _accepts(content_type: str) -> bool:
     return kind in ("", "application/json", "text/plain", "*/*") or kind.endswith("+json")
 
 
-def create_app(
-    publisher: Publisher, cache: MetadataCache, published: PublishedCounter, max_body: int = 64 * 1024 * 1024
-) -> web.Application:
-    # No middleware: the publish handler answers its own errors in the error shape, sparing every publish the
-    # two coroutines a middleware costs; the other routes and the routing errors are shaped one by one.
-    app = web.Application(client_max_size=max_body)
-    app.router.add_post("/topics/{topic}", _PublishHandler(publisher, cache, TopicLookup(cache), published).publish)
-    status_routes.register(app.router, shaped)
-    answer_routing_errors(app.router)
-    return app
+class PublishingApi:
+    """The request handler of the publishing port (``hermes.http.lean.Handler``)."""
 
-
-class _PublishHandler:
-    """``POST /topics/{topic}``, with what it needs bound."""
-
-    def __init__(
-        self, publisher: Publisher, cache: MetadataCache, topics: TopicLookup, published: PublishedCounter
-    ) -> None:
+    def __init__(self, publisher: Publisher, cache: MetadataCache, published: PublishedCounter) -> None:
         self._publisher = publisher
         self._cache = cache
-        self._topics = topics
+        self._topics = TopicLookup(cache)
         self._published = published
+        self._lookups: set[asyncio.Task[None]] = set()  # tasks looking up topics missing from the cache
 
-    async def publish(self, request: web.Request) -> web.StreamResponse:
+    def __call__(self, request: Request) -> None:
+        path = request.path
+        if path.startswith(_TOPICS):
+            name = unquote(path[len(_TOPICS) :]) if "%" in path else path[len(_TOPICS) :]
+            if not name or "/" in name:
+                _not_found(request)
+            elif request.method != "POST":
+                _not_allowed(request, "POST")
+            else:
+                self._publish(request, name)
+        elif path in ("/status/health", "/status/ready", "/status/prometheus"):
+            if request.method not in ("GET", "HEAD"):
+                _not_allowed(request, "GET,HEAD")
+            elif path == "/status/prometheus":
+                request.respond(200, body=generate_latest(), content_type=CONTENT_TYPE_LATEST)
+            else:
+                request.respond(200, body=_HEALTH, content_type=JSON)
+        else:
+            _not_found(request)
+
+    def _publish(self, request: Request, name: str) -> None:
         started = time.perf_counter()
-        name = request.match_info["topic"]
-        status = 500
+        answer = functools.partial(self._answer, request, name, started)
         try:
-            content_type = request.headers.get("Content-Type", "")
+            content_type = request.headers.get("content-type", "")
             if not _accepts(content_type):
                 raise UnsupportedMediaType(
                     f"Content-Type {content_type} is not accepted; publish JSON (application/json)"
                 )
-            topic = self._cache.topic(name) or await self._topics.get(name)
-            body = await request.read()
-            result = await self._publisher.publish(topic, body, request.headers)
-            status = 201 if result.acknowledged else 202
+            topic = self._cache.topic(name)
+            if topic is None:
+                self._publish_uncached(request, name, answer)
+                return
+            self._publisher.publish(topic, request.body, request.headers, answer)
+        except HermesError as exc:
+            answer(exc)
+
+    def _publish_uncached(self, request: Request, name: str, answer: functools.partial[None]) -> None:
+        """A topic the cache does not know (yet): looked up in the store, as a task."""
+
+        async def look_up() -> None:
+            try:
+                topic = await self._topics.get(name)
+                self._publisher.publish(topic, request.body, request.headers, answer)
+            except HermesError as exc:
+                answer(exc)
+
+        task = asyncio.get_running_loop().create_task(look_up())
+        self._lookups.add(task)
+        task.add_done_callback(self._lookups.discard)
+
+    def _answer(self, request: Request, name: str, started: float, outcome: PublishResult | Exception) -> None:
+        if isinstance(outcome, PublishResult):
+            status = 201 if outcome.acknowledged else 202
             self._published.count(name)
-            return web.Response(status=status, headers={MESSAGE_ID_HEADER: result.message_id})
-        except Exception as exc:
-            status = exc.status if isinstance(exc, HermesError | web.HTTPException) else 500
-            return error_answer(request, exc)
-        finally:
-            PUBLISH_REQUESTS.record(name if status != 404 else "unknown", status, time.perf_counter() - started)
+            request.respond(status, ((MESSAGE_ID_HEADER, outcome.message_id),))
+        elif isinstance(outcome, HermesError):
+            status = outcome.status
+            request.respond(status, body=orjson.dumps(outcome.to_body()), content_type=JSON)
+        else:
+            status = 500
+            log.error("unhandled error publishing to %s", name, exc_info=outcome)
+            request.respond(status, body=error_body("internal error", "INTERNAL_ERROR"), content_type=JSON)
+        PUBLISH_REQUESTS.record(name if status != 404 else "unknown", status, time.perf_counter() - started)
+
+
+def _not_found(request: Request) -> None:
+    request.respond(404, body=error_body("Not Found", "NOT_FOUND"), content_type=JSON)
+
+
+def _not_allowed(request: Request, allow: str) -> None:
+    request.respond(
+        405, (("Allow", allow),), body=error_body("Method Not Allowed", "METHOD_NOT_ALLOWED"), content_type=JSON
+    )

@@ -6,6 +6,11 @@ acknowledgement record follows. After a crash (SIGKILL included: written records
 next start reads every message without an acknowledgement and sends it again, so a 202 is never lost; a
 message acknowledged just before the crash may be sent twice.
 
+Each frontend process (each worker of ``hermes frontend --workers N``) writes a journal file of its own,
+``<data-dir>/journal/<pid>-<random>.log``, and holds an ``flock`` on it while it lives. At start a process claims
+every journal file nobody holds (its writer stopped or died, with whatever number of workers): it copies the
+unacknowledged messages into its own journal, forces that to disk, deletes the old file and sends them again.
+
 Records are ``len (4 bytes) | crc32 (4 bytes) | payload``; a torn last record fails its length or CRC and is
 ignored. ``fsync`` decides how often the file is forced to disk: ``always`` (every record), ``interval``
 (at most every ``fsync_interval`` seconds) or ``never`` (process crashes are safe, machine crashes are not).
@@ -16,16 +21,17 @@ answers 503) rather than accept what it cannot keep.
 from __future__ import annotations
 
 import base64
+import fcntl
 import logging
 import os
+import secrets
 import struct
 import threading
 import time
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Literal
+from typing import Any, BinaryIO, Literal, NamedTuple
 
 import orjson
 
@@ -35,16 +41,15 @@ log = logging.getLogger(__name__)
 
 FsyncPolicy = Literal["always", "interval", "never"]
 _HEADER = struct.Struct(">II")
-ACTIVE = "journal.log"
+SUFFIX = ".log"
 
 
-@dataclass(frozen=True)
-class JournalEntry:
+class JournalEntry(NamedTuple):  # a tuple: one is made for every publish, journaled or not
     message_id: str
     topic: str
     value: bytes
     key: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
+    headers: Sequence[tuple[str, bytes]]
     ack: str
 
     def encode(self) -> bytes:
@@ -74,8 +79,7 @@ class JournalEntry:
         )
 
 
-def _records(path: Path) -> Iterator[dict[str, Any]]:
-    data = path.read_bytes()
+def _records(data: bytes, path: Path) -> Iterator[dict[str, Any]]:
     position = 0
     while position + _HEADER.size <= len(data):
         length, crc = _HEADER.unpack_from(data, position)
@@ -102,30 +106,28 @@ class Journal:
         self._file: BinaryIO | None = None
 
     def recover(self) -> list[JournalEntry]:
-        """Opens the journal; returns the messages of earlier runs that were never acknowledged. They are
-        carried into the fresh journal, so they stay safe until this run sees them acknowledged."""
+        """Opens this process's journal; returns the unacknowledged messages of every journal nobody holds (of
+        earlier runs, or of workers that died). They are carried into this journal first, so they stay safe
+        until this process sees them acknowledged."""
         self._directory.mkdir(parents=True, exist_ok=True)
-        old = self._directory / ACTIVE
+        own = self._directory / f"{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}"
+        self._file = open(own, "ab")  # noqa: SIM115 - kept open (and locked) for the journal's lifetime
+        fcntl.flock(self._file, fcntl.LOCK_EX)
         entries: dict[str, JournalEntry] = {}
-        if old.exists():
-            for record in _records(old):
-                if record.get("op") == "put":
-                    entry = JournalEntry.decode(record)
-                    entries[entry.message_id] = entry
-                else:
-                    entries.pop(str(record.get("id")), None)
-            recovering = old.with_suffix(".recovering")
-            os.replace(old, recovering)
-        else:
-            recovering = None
-        self._file = open(old, "ab")  # noqa: SIM115 - kept open for the journal's lifetime
+        claimed = []
+        for path in sorted(self._directory.glob(f"*{SUFFIX}")):
+            found = _claim(path) if path != own else None
+            if found is not None:
+                claimed.append((path, found[0]))
+                entries.update(found[1])
         for entry in entries.values():
-            self._append(entry.encode(), force=True)
+            self._append(entry.encode())
             self._pending[entry.message_id] = len(entry.value)
             self._pending_bytes += len(entry.value)
         self._sync(force=True)
-        if recovering is not None:
-            recovering.unlink()
+        for path, file in claimed:  # safe in this journal now
+            path.unlink()
+            file.close()
         if entries:
             log.warning("journal: re-sending %d messages accepted before the last stop", len(entries))
         return list(entries.values())
@@ -138,21 +140,13 @@ class Journal:
     def pending_bytes(self) -> int:
         return self._pending_bytes
 
-    def put(
-        self,
-        message_id: str,
-        topic: str,
-        value: bytes,
-        key: bytes | None,
-        headers: Sequence[tuple[str, bytes]],
-        ack: str,
-    ) -> None:
+    def put(self, entry: JournalEntry) -> None:
         with self._lock:
-            if self._pending_bytes + len(value) > self._max_bytes:
+            if self._pending_bytes + len(entry.value) > self._max_bytes:
                 raise ServiceUnavailable("the frontend's journal of unacknowledged messages is full; try again later")
-            self._append(JournalEntry(message_id, topic, value, key, tuple(headers), ack).encode())
-            self._pending[message_id] = len(value)
-            self._pending_bytes += len(value)
+            self._append(entry.encode())
+            self._pending[entry.message_id] = len(entry.value)
+            self._pending_bytes += len(entry.value)
 
     def acknowledge(self, message_id: str) -> None:
         with self._lock:
@@ -165,9 +159,12 @@ class Journal:
                 self._rotate()
 
     def close(self) -> None:
+        """Closes the journal, deleting it when nothing in it awaits an acknowledgement."""
         with self._lock:
             if self._file is not None:
                 self._sync(force=True)
+                if not self._pending:
+                    os.unlink(self._file.name)
                 self._file.close()
                 self._file = None
 
@@ -190,7 +187,30 @@ class Journal:
             self._last_sync = now
 
     def _rotate(self) -> None:
-        """Nothing is pending: start an empty file instead of growing this one forever."""
+        """Nothing is pending: empty the file instead of growing it forever (in place: the lock stays)."""
         assert self._file is not None
-        self._file.close()
-        self._file = open(self._directory / ACTIVE, "wb")  # noqa: SIM115 - kept open for the journal's lifetime
+        self._file.truncate(0)
+
+
+def _claim(path: Path) -> tuple[BinaryIO, dict[str, JournalEntry]] | None:
+    """The journal at ``path``, locked, and its unacknowledged messages, if nobody holds it (else None). The
+    caller keeps it open, so locked, until it has journaled them itself, then deletes it."""
+    try:
+        file = open(path, "rb")  # noqa: SIM115 - the caller closes it
+    except FileNotFoundError:
+        return None  # claimed and deleted by another process meanwhile
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.stat(path).st_ino != os.fstat(file.fileno()).st_ino:
+            raise FileNotFoundError  # deleted (and maybe made anew) between our open and our lock
+    except (BlockingIOError, FileNotFoundError):  # held by a live process, or claimed by another one
+        file.close()
+        return None
+    entries: dict[str, JournalEntry] = {}
+    for record in _records(file.read(), path):
+        if record.get("op") == "put":
+            entry = JournalEntry.decode(record)
+            entries[entry.message_id] = entry
+        else:
+            entries.pop(str(record.get("id")), None)
+    return file, entries

@@ -1,11 +1,12 @@
-"""Publishing one message: validate, stamp a message id, produce, and wait for the ack within the timeout."""
+"""Publishing one message: validate, stamp a message id, produce, and answer on the broker's ack or at the ack
+timeout, whichever comes first (201 or 202). No coroutine or future per publish: the broker's outcome and the
+timeout call back into the message's ``_InFlight``, which answers the request."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -24,7 +25,7 @@ from hermes.domain.message import (
 )
 from hermes.domain.topic import Ack, ContentType, Topic
 from hermes.errors import HermesError, PayloadTooLarge, ValidationError
-from hermes.frontend.acks import TIMED_OUT, AckTimeouts, AckWait
+from hermes.frontend.acks import AckTimeouts
 from hermes.frontend.journal import Journal, JournalEntry
 from hermes.frontend.metrics import PRODUCER_ERRORS
 from hermes.frontend.schemas import SchemaSource
@@ -32,6 +33,9 @@ from hermes.tracking import TraceStatus, Tracker
 
 # A journaled message the broker refused is produced again after this many seconds.
 _RESEND_DELAY = 5.0
+# Request headers arrive keyed by lower-case name.
+_SCHEMA_VERSION = SCHEMA_VERSION_HEADER.lower()
+_PARTITION_KEY = PARTITION_KEY_HEADER.lower()
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,10 @@ class PublishResult(NamedTuple):
     acknowledged: bool  # False: accepted (202), the broker has not acknowledged yet
 
 
+# Called once per publish: with the result, or with the error that refused the message.
+Answer = Callable[[PublishResult | Exception], None]
+
+
 class Publisher:
     def __init__(
         self,
@@ -60,36 +68,49 @@ class Publisher:
         propagated_headers: frozenset[str] = frozenset(),
         journal: Journal | None = None,
     ) -> None:
-        self._journal = journal
+        self.journal = journal
         self._producer = producer
-        self._waits = {ack: AckTimeouts(timeouts.for_ack(ack)) for ack in Ack}
+        self._timeouts = {ack: AckTimeouts(timeouts.for_ack(ack)) for ack in Ack}
         self._schemas = schemas
         self._tracker = tracker
-        self._propagated = frozenset(h.lower() for h in propagated_headers)
+        self._propagated = {h.lower(): h for h in propagated_headers}  # as configured: the Kafka header's name
+        self._avro_tasks: set[asyncio.Task[None]] = set()
 
-    async def _encode_avro(self, topic: Topic, body: bytes, headers: Mapping[str, str]) -> tuple[bytes, int]:
-        if self._schemas is None:
-            raise ValidationError(f"topic {topic.qualified_name} takes Avro, and no schema is available")
-        requested = headers.get(SCHEMA_VERSION_HEADER)
-        if requested is not None and not requested.isdigit():
-            raise ValidationError("must be a schema version number", SCHEMA_VERSION_HEADER)
-        version, schema = await self._schemas.get(topic.name, int(requested) if requested else None)
-        return json_to_avro(schema, body), version
-
-    async def publish(self, topic: Topic, body: bytes, headers: Mapping[str, str]) -> PublishResult:
+    def publish(self, topic: Topic, body: bytes, headers: Mapping[str, str], answer: Answer) -> None:
+        """Raises what is wrong with the message; otherwise produces it, and ``answer`` gets the outcome.
+        ``headers`` are the request's, keyed by lower-case name."""
         if len(body) > topic.max_message_size:
             raise PayloadTooLarge(
                 f"Message size {len(body)} exceeds the topic's maxMessageSize {topic.max_message_size}"
             )
-        schema_version = None
         if topic.content_type is ContentType.JSON:
             try:
                 orjson.loads(body)
             except orjson.JSONDecodeError as exc:
                 raise ValidationError(f"the message is not valid JSON: {exc}") from None
-            value = body
-        else:
-            value, schema_version = await self._encode_avro(topic, body, headers)
+            self._produce(topic, body, None, headers, answer)
+        else:  # the schema may have to be read from the repository first
+            task = asyncio.get_running_loop().create_task(self._publish_avro(topic, body, headers, answer))
+            self._avro_tasks.add(task)
+            task.add_done_callback(self._avro_tasks.discard)
+
+    async def _publish_avro(self, topic: Topic, body: bytes, headers: Mapping[str, str], answer: Answer) -> None:
+        try:
+            if self._schemas is None:
+                raise ValidationError(f"topic {topic.qualified_name} takes Avro, and no schema is available")
+            requested = headers.get(_SCHEMA_VERSION)
+            if requested is not None and not requested.isdigit():
+                raise ValidationError("must be a schema version number", SCHEMA_VERSION_HEADER)
+            version, schema = await self._schemas.get(topic.name, int(requested) if requested else None)
+            value = json_to_avro(schema, body)
+        except HermesError as exc:
+            answer(exc)
+            return
+        self._produce(topic, value, version, headers, answer)
+
+    def _produce(
+        self, topic: Topic, value: bytes, schema_version: int | None, headers: Mapping[str, str], answer: Answer
+    ) -> None:
         message_id = new_message_id()
         kafka_headers = [
             (KAFKA_MESSAGE_ID, message_id.encode()),
@@ -97,52 +118,82 @@ class Publisher:
         ]
         if schema_version is not None:
             kafka_headers.append((KAFKA_SCHEMA_VERSION, str(schema_version).encode()))
-        if self._propagated:
-            for header, header_value in headers.items():
-                if header.lower() in self._propagated:
-                    kafka_headers.append((KAFKA_PROPAGATED_PREFIX + header, header_value.encode()))
-        partition_key = headers.get(PARTITION_KEY_HEADER)
+        for lower, name in self._propagated.items():
+            propagated = headers.get(lower)
+            if propagated is not None:
+                kafka_headers.append((KAFKA_PROPAGATED_PREFIX + name, propagated.encode()))
+        partition_key = headers.get(_PARTITION_KEY)
         key = partition_key.encode() if partition_key else None
-        name = topic.qualified_name
         tracker = self._tracker if topic.tracking_enabled else None
+        entry = JournalEntry(message_id, topic.qualified_name, value, key, tuple(kafka_headers), topic.ack)
         if tracker is not None:
-            tracker.frontend(message_id, name, TraceStatus.INFLIGHT)
-        wait = self._waits[topic.ack].start(asyncio.get_running_loop())
-        settled = functools.partial(_settled, wait, name, message_id, tracker)
-        self._producer.produce(name, value, settled, key=key, headers=kafka_headers, ack=topic.ack)
-        error = await wait.waiter
-        if error is None:
-            return PublishResult(message_id, True)
-        if error is not TIMED_OUT:
-            raise error
-        if self._journal is not None:  # kept on disk before the 202 leaves: a crash cannot lose it
-            entry = JournalEntry(message_id, name, value, key, tuple(kafka_headers), topic.ack)
-            self._journal.put(entry.message_id, entry.topic, entry.value, entry.key, entry.headers, entry.ack)
-            wait.hand_over(functools.partial(self._journaled_settled, entry))
-        return PublishResult(message_id, False)
+            tracker.frontend(message_id, entry.topic, TraceStatus.INFLIGHT)
+        loop = asyncio.get_running_loop()
+        timeouts = self._timeouts[topic.ack]
+        inflight = _InFlight(self, entry, tracker, answer, loop.time() + timeouts.seconds)
+        timeouts.track(inflight, loop)
+        self._producer.produce(entry.topic, value, inflight.settled, key=key, headers=kafka_headers, ack=topic.ack)
 
     def resend(self, entry: JournalEntry) -> None:
         """Produces a journaled message again (at start-up, or after the broker refused it)."""
-        settled = functools.partial(self._journaled_settled, entry)
         self._producer.produce(
-            entry.topic, entry.value, settled, key=entry.key, headers=entry.headers, ack=Ack(entry.ack)
+            entry.topic,
+            entry.value,
+            lambda error: self.journaled_settled(entry, error),
+            key=entry.key,
+            headers=entry.headers,
+            ack=Ack(entry.ack),
         )
 
-    def _journaled_settled(self, entry: JournalEntry, error: Exception | None) -> None:
+    def journaled_settled(self, entry: JournalEntry, error: Exception | None) -> None:
         if error is None:
-            assert self._journal is not None
-            self._journal.acknowledge(entry.message_id)
+            assert self.journal is not None
+            self.journal.acknowledge(entry.message_id)
         else:
             asyncio.get_running_loop().call_later(_RESEND_DELAY, self.resend, entry)
 
 
-def _settled(wait: AckWait, topic: str, message_id: str, tracker: Tracker | None, error: Exception | None) -> None:
-    """The broker's outcome of a publish, within its ack timeout or later: counted, traced, then handed to
-    the wait. It runs inside the producer's poll, so the trace event is produced a moment later."""
-    if error is not None:
-        PRODUCER_ERRORS.labels(topic).inc()
-    if tracker is not None:
-        reason = error.message if isinstance(error, HermesError) else None
-        status = TraceStatus.FAILED if error else TraceStatus.SUCCESS
-        asyncio.get_running_loop().call_soon(tracker.frontend, message_id, topic, status, reason)
-    wait.settled(error)
+class _InFlight:
+    """One publish between produce and the broker's outcome. Answered by the outcome or the ack timeout, whichever
+    comes first; a message answered 202 is journaled first, and its later outcome goes to the journal."""
+
+    __slots__ = ("_answer", "_entry", "_journaled", "_publisher", "_tracker", "answered", "deadline")
+
+    def __init__(
+        self, publisher: Publisher, entry: JournalEntry, tracker: Tracker | None, answer: Answer, deadline: float
+    ) -> None:
+        self._publisher = publisher
+        self._entry = entry
+        self._tracker = tracker
+        self._answer = answer
+        self._journaled = False
+        self.answered = False
+        self.deadline = deadline
+
+    def settled(self, error: Exception | None) -> None:
+        """The broker's outcome. It runs inside the producer's poll, so the trace event is produced a moment later."""
+        entry = self._entry
+        if error is not None:
+            PRODUCER_ERRORS.labels(entry.topic).inc()
+        if self._tracker is not None:
+            reason = error.message if isinstance(error, HermesError) else None
+            status = TraceStatus.FAILED if error else TraceStatus.SUCCESS
+            asyncio.get_running_loop().call_soon(self._tracker.frontend, entry.message_id, entry.topic, status, reason)
+        if not self.answered:
+            self.answered = True
+            self._answer(PublishResult(entry.message_id, True) if error is None else error)
+        elif self._journaled:
+            self._publisher.journaled_settled(entry, error)
+
+    def expire(self) -> None:
+        """The ack timeout came first: kept on disk before the 202 leaves, so a crash cannot lose it."""
+        self.answered = True
+        journal = self._publisher.journal
+        if journal is not None:
+            try:
+                journal.put(self._entry)
+            except HermesError as exc:
+                self._answer(exc)
+                return
+            self._journaled = True
+        self._answer(PublishResult(self._entry.message_id, False))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import logging
 from typing import Any
 
@@ -49,39 +48,6 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except Exception as exc:
         return error_answer(request, exc)
-
-
-def shaped(handler: Handler) -> Handler:
-    """``handler``, answering its errors in the error shape itself: for an app without ``error_middleware``
-    (a middleware costs every request of the app two more coroutines)."""
-
-    @functools.wraps(handler)
-    async def answer(request: web.Request) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except Exception as exc:
-            return error_answer(request, exc)
-
-    return answer
-
-
-def answer_routing_errors(router: web.UrlDispatcher) -> None:
-    """A wrong method (405, with Allow) and an unknown path (404) answered in the error shape, as
-    ``error_middleware`` does: for an app without it. Called after the app's last route."""
-    for resource in list(router.resources()):
-        methods = {route.method for route in resource}
-        if isinstance(resource, web.Resource) and "*" not in methods:
-            resource.add_route("*", _refusal(web.HTTPMethodNotAllowed, methods))
-    router.add_route("*", "/{path:.*}", _refusal(web.HTTPNotFound, set()))
-
-
-def _refusal(kind: type[web.HTTPMethodNotAllowed] | type[web.HTTPNotFound], methods: set[str]) -> Handler:
-    async def refuse(request: web.Request) -> web.StreamResponse:
-        if kind is web.HTTPMethodNotAllowed:
-            return error_answer(request, web.HTTPMethodNotAllowed(request.method, methods))
-        return error_answer(request, web.HTTPNotFound())
-
-    return refuse
 
 
 async def read_json(request: web.Request) -> Any:

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from aiohttp import web
-from aiohttp.typedefs import Handler
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hermes.http.server import error_middleware, json_response
 
 
-def register(router: web.UrlDispatcher, wrap: Callable[[Handler], Handler] = lambda handler: handler) -> None:
-    """The status routes; ``wrap`` wraps each handler (``shaped``, in an app without ``error_middleware``)."""
-    router.add_get("/status/health", wrap(health))
-    router.add_get("/status/ready", wrap(health))
-    router.add_get("/status/prometheus", wrap(prometheus))
+def register(router: web.UrlDispatcher) -> None:
+    """The status routes of an aiohttp app (the publishing port's own server serves the same ones)."""
+    router.add_get("/status/health", health)
+    router.add_get("/status/ready", health)
+    router.add_get("/status/prometheus", prometheus)
 
 
 def status_app() -> web.Application:

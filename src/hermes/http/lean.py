@@ -1,0 +1,318 @@
+"""A lean HTTP/1.1 server for the publishing port: httptools' parser on an asyncio protocol, no framework.
+
+aiohttp spent about 60% of a publish's CPU in its own request handling (docs/benchmarks.md); here a request costs
+a handful of parser callbacks and one write. The handler is a plain function that must call ``request.respond``
+once, now or later (no coroutine or task per request). Pipelined requests are answered in order: the next one is
+handed to the handler only when the previous one has been answered. Bodies may be sized or chunked; ``Expect:
+100-continue`` is honoured; a malformed request is a 400 and a body over ``max_body`` a 413, both in Hermes' error
+shape, and the connection is closed after them. Idle connections are closed after ``keepalive`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import socket
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any, cast
+
+import httptools
+import orjson
+
+from hermes.errors import StartupError
+
+log = logging.getLogger(__name__)
+
+REASONS = {
+    100: "Continue",
+    200: "OK",
+    201: "Created",
+    202: "Accepted",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    413: "Payload Too Large",
+    415: "Unsupported Media Type",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+# Pipelined requests waiting behind an unanswered one before the connection stops reading.
+_QUEUED_MAX = 16
+
+
+class Request:
+    """One parsed request. ``headers`` are keyed by lower-case name (the first of repeated names wins)."""
+
+    __slots__ = ("_connection", "body", "headers", "method", "path")
+
+    def __init__(self, connection: _Connection, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        self._connection = connection
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.body = body
+
+    def respond(
+        self, status: int, headers: Iterable[tuple[str, str]] = (), body: bytes = b"", content_type: str = ""
+    ) -> None:
+        """Answers this request (once; later calls and calls after the client went away do nothing)."""
+        self._connection.respond(self, status, headers, body, content_type)
+
+
+Handler = Callable[[Request], None]
+
+
+def error_body(message: str, code: str) -> bytes:
+    return orjson.dumps({"message": message, "code": code})
+
+
+class _Clock:
+    """The Date header, formatted once a second by the server's timer, not once per response."""
+
+    def __init__(self) -> None:
+        self.date = b""
+        self.tick()
+
+    def tick(self) -> None:
+        self.date = email.utils.formatdate(usegmt=True).encode()
+
+
+class _Connection(asyncio.Protocol):
+    def __init__(self, server: LeanServer) -> None:
+        self._server = server
+        self._loop = server.loop
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._url = b""
+        self._headers: dict[str, str] = {}
+        self._body: list[bytes] = []
+        self._body_size = 0
+        self._current: Request | None = None  # handed to the handler, not answered yet
+        self._queued: deque[Request] = deque()
+        self._keep_alive = True
+        self._closing = False
+        self._paused = False
+        self.idle_since = self._loop.time()
+
+    # --- asyncio.Protocol ---
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        self._server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._server.connections.discard(self)
+        self._transport = None
+        self._queued.clear()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            return
+        self.idle_since = self._loop.time()
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._keep_alive = False  # no protocol switch here: answer what was asked, then close
+        except httptools.HttpParserError as exc:
+            self._refuse(400, "BAD_REQUEST", f"malformed HTTP request: {exc}")
+        except _TooLarge:
+            self._refuse(413, "MESSAGE_TOO_LARGE", f"the body exceeds {self._server.max_body} bytes")
+
+    def pause_writing(self) -> None:
+        self._pause()
+
+    def resume_writing(self) -> None:
+        self._resume()
+
+    # --- httptools callbacks ---
+
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = {}
+        self._body = []
+        self._body_size = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        if key not in self._headers:
+            self._headers[key] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        length = self._headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self._server.max_body:
+            raise _TooLarge
+        if self._headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        self._body_size += len(body)
+        if self._body_size > self._server.max_body:
+            raise _TooLarge
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        url = self._url
+        path = url.split(b"?", 1)[0].decode("latin-1") if b"?" in url else url.decode("latin-1")
+        request = Request(self, self._parser.get_method().decode(), path, self._headers, b"".join(self._body))
+        if not self._parser.should_keep_alive():
+            self._keep_alive = False
+        if self._current is None:
+            self._dispatch(request)
+        else:
+            self._queued.append(request)
+            if len(self._queued) >= _QUEUED_MAX:
+                self._pause()
+
+    # --- answering ---
+
+    def _dispatch(self, request: Request) -> None:
+        self._current = request
+        try:
+            self._server.handler(request)
+        except Exception:
+            log.exception("unhandled error on %s %s", request.method, request.path)
+            self.respond(request, 500, (), error_body("internal error", "INTERNAL_ERROR"), "application/json")
+
+    def respond(
+        self, request: Request, status: int, headers: Iterable[tuple[str, str]], body: bytes, content_type: str
+    ) -> None:
+        if request is not self._current:
+            return  # answered already
+        self._current = None
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        last = not self._keep_alive and not self._queued
+        head = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}\r\n".encode()]
+        for name, value in headers:
+            head.append(f"{name}: {value}\r\n".encode("latin-1"))
+        if content_type:
+            head.append(f"Content-Type: {content_type}\r\n".encode())
+        head.append(b"Content-Length: %d\r\nDate: %s\r\n" % (len(body), self._server.clock.date))
+        if last:
+            head.append(b"Connection: close\r\n")
+        head.append(b"\r\n")
+        if request.method != "HEAD":
+            head.append(body)
+        transport.write(b"".join(head))
+        if last:
+            self._closing = True
+            transport.close()
+        elif self._queued:
+            if self._paused and len(self._queued) < _QUEUED_MAX:
+                self._resume()
+            self._dispatch(self._queued.popleft())
+        else:
+            self.idle_since = self._loop.time()
+
+    def _refuse(self, status: int, code: str, message: str) -> None:
+        """A request that cannot be parsed or taken: answered after those before it, then the connection closes."""
+        self._closing, self._keep_alive = True, False
+        self._queued.clear()
+        transport = self._transport
+        if transport is None or self._current is not None:
+            return  # the answer to the earlier request in progress closes the connection
+        body = error_body(message, code)
+        head = (
+            f"HTTP/1.1 {status} {REASONS[status]}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n"
+        )
+        transport.write(head.encode() + body)
+        transport.close()
+
+    def _pause(self) -> None:
+        if not self._paused and self._transport is not None:
+            self._paused = True
+            self._transport.pause_reading()
+
+    def _resume(self) -> None:
+        if self._paused and self._transport is not None:
+            self._paused = False
+            self._transport.resume_reading()
+
+    def close_if_idle(self, before: float) -> None:
+        if self._current is None and self.idle_since < before and self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class LeanServer:
+    """Serves ``handler`` on host:port (port 0 picks a free one). ``reuse_port``: several processes listen on
+    the same port, and the kernel spreads the connections among them (``hermes frontend --workers``)."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        host: str,
+        port: int,
+        what: str,
+        max_body: int = 64 * 1024 * 1024,
+        keepalive: float = 75.0,
+        reuse_port: bool = False,
+    ) -> None:
+        self.handler = handler
+        self.host = host
+        self.port = port
+        self.what = what
+        self.max_body = max_body
+        self.clock = _Clock()
+        self.connections: set[_Connection] = set()
+        self._keepalive = keepalive
+        self._reuse_port = reuse_port
+        self._server: asyncio.Server | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self.loop: asyncio.AbstractEventLoop  # set by start(), before any connection
+
+    async def start(self) -> int:
+        self.loop = asyncio.get_running_loop()
+        options: dict[str, Any] = {"reuse_port": True} if self._reuse_port else {"reuse_address": True}
+        try:
+            self._server = await self.loop.create_server(
+                lambda: _Connection(self), self.host, self.port, backlog=1024, **options
+            )
+        except OSError as exc:
+            raise StartupError(f"the {self.what} cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
+        sock: socket.socket = self._server.sockets[0]
+        self.port = int(sock.getsockname()[1])
+        self._timer = self.loop.call_later(1.0, self._tick)
+        log.info("%s listening on http://%s:%d", self.what, self.host, self.port)
+        return self.port
+
+    def _tick(self) -> None:
+        self.clock.tick()
+        before = self.loop.time() - self._keepalive
+        for connection in list(self.connections):
+            connection.close_if_idle(before)
+        self._timer = self.loop.call_later(1.0, self._tick)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stops accepting, lets the requests in progress be answered (``grace`` seconds at most), closes."""
+        if self._server is None:
+            return
+        self._server.close()
+        if self._timer is not None:
+            self._timer.cancel()
+        deadline = self.loop.time() + grace
+        while self.loop.time() < deadline:
+            for connection in list(self.connections):
+                connection.close_if_idle(float("inf"))
+            if not self.connections:
+                break
+            await asyncio.sleep(0.02)
+        for connection in list(self.connections):
+            connection.abort()
+        await self._server.wait_closed()
+        self._server = None
