@@ -14,6 +14,11 @@ from tests.support.subscriber import Reply, SubscriberServer, always
 pytestmark = pytest.mark.integration
 
 READ_AHEAD_BYTES = 64 * 1024  # the smallest allowed: the SERIAL read-ahead's byte bound must not apply to BATCH
+CITY_SCHEMA = {
+    "type": "record",
+    "name": "Visit",
+    "fields": [{"name": "n", "type": "int"}, {"name": "city", "type": "string"}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +76,26 @@ def test_a_batch_is_sent_when_batch_volume_is_reached(client: HermesClient, subs
     first, second = subscriber.wait_for(2, timeout=20)
     assert [m["n"] for m in orjson.loads(first.body)] == [0, 1]
     assert [m["n"] for m in orjson.loads(second.body)] == [2, 3]
+
+
+def test_a_filtered_batch_of_an_avro_topic_holds_its_matching_messages_as_json(
+    client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    """Filters read Avro messages as records, as for SERIAL (they were read as JSON, so nothing matched), and the
+    batch is a JSON array of the messages converted to JSON (they were joined as Avro binary)."""
+    topic = client.create_topic(contentType="AVRO", schema=CITY_SCHEMA)
+    client.create_subscription(
+        topic,
+        subscriber.url,
+        deliveryType="BATCH",
+        subscriptionPolicy={"batchSize": 2, "batchTime": 60_000},
+        filters=[{"type": "avropath", "path": ".city", "matcher": "W.*"}],
+    )
+    for n, city in enumerate(("Warsaw", "Berlin", "Wroclaw")):
+        assert client.publish(topic, orjson.dumps({"n": n, "city": city}), headers={"Partition-Key": "one"}).is_success
+    [received] = subscriber.wait_for(1, timeout=20)
+    assert orjson.loads(received.body) == [{"n": 0, "city": "Warsaw"}, {"n": 2, "city": "Wroclaw"}]
+    assert received.headers["Content-Type"] == "application/json"
 
 
 def test_a_failed_batch_is_retried_as_a_whole(client: HermesClient) -> None:

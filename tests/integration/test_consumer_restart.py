@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 
 from hermes.broker.connection import KafkaConnection
-from hermes.consumers.consumer import ConsumerContext, SerialConsumer
 from hermes.consumers.content import ContentConverter
+from hermes.consumers.context import ConsumerContext
+from hermes.consumers.process import ConsumerProcess
 from hermes.consumers.sender.http import HttpSender
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import TopicName
@@ -115,10 +116,10 @@ def test_a_kafka_client_that_cannot_start_is_reported_as_a_crash(
     subscription = Subscription(TopicName("g", "t"), "s", EndpointAddress.parse("http://127.0.0.1:9/"))
     crashes: list[BaseException] = []
 
-    async def run() -> SerialConsumer:
+    async def run() -> ConsumerProcess:
         content = ContentConverter(sqlite_repository)
         context = ConsumerContext(connection, HttpSender(), sqlite_repository, content, "node", "primary")
-        consumer = SerialConsumer(subscription, context, crashes.append)
+        consumer = ConsumerProcess(subscription, context, crashes.append)
         await consumer.start()
         for _ in range(200):
             if crashes:

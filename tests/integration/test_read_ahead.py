@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from hermes.broker.embedded import EmbeddedBroker
-from hermes.consumers.consumer import SerialConsumer
+from hermes.consumers.process import ConsumerProcess
+from hermes.consumers.serial import SerialConsumer
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings
 from tests.support.subscriber import Received, Reply, SubscriberServer
@@ -50,9 +51,13 @@ def serve(servers: list[SubscriberServer], delay: float) -> SubscriberServer:
     return server
 
 
-def unfinished(consumer: SerialConsumer) -> int:
-    with consumer._lock:
-        return consumer._tracker.inflight()
+def unfinished(consumer: ConsumerProcess) -> int:
+    return consumer.receiver.unfinished()
+
+
+def read_ahead_bytes(consumer: ConsumerProcess) -> int:
+    assert isinstance(consumer.consumer, SerialConsumer)
+    return READ_AHEAD_BYTES - consumer.consumer.read_ahead.byte_budget()
 
 
 def numbered(received: list[Received]) -> list[int]:
@@ -134,7 +139,7 @@ def test_the_read_ahead_holds_at_most_its_bytes(
     wait_until(lambda: unfinished(consumer) >= 1 + READ_AHEAD_BYTES // size, timeout=30)
     samples = []
     for _ in range(20):
-        samples.append((unfinished(consumer), READ_AHEAD_BYTES - consumer._read_ahead.byte_budget()))
+        samples.append((unfinished(consumer), read_ahead_bytes(consumer)))
         time.sleep(0.05)
     most = max(u for u, _ in samples)
     assert most <= 1 + READ_AHEAD_BYTES // size + 1, f"{most} messages read ahead of 16 KiB each: {samples}"

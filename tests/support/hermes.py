@@ -18,7 +18,7 @@ import httpx
 
 from hermes.broker.embedded import free_port
 from hermes.config import Settings, commands_of, flag, load_settings
-from hermes.consumers.consumer import SerialConsumer
+from hermes.consumers.process import ConsumerProcess
 from hermes.runtime import ALL_ROLES, Hermes, Role
 from tests.support.waiting import wait_until
 
@@ -51,7 +51,7 @@ class InProcessHermes:
             self._thread.join(10)
             self._loop.close()
 
-    def consumer(self, topic: str, name: str, within: float = 20) -> SerialConsumer:
+    def consumer(self, topic: str, name: str, within: float = 20) -> ConsumerProcess:
         """The subscription's consumer, once started (which must take less than ``within`` seconds)."""
         supervisor = self.hermes.supervisor
         assert supervisor is not None

@@ -5,8 +5,8 @@ import pytest
 
 from hermes.consumers.filtering import MessageFilters
 from hermes.consumers.rate import AdaptiveRateLimiter, RateMode, RateSettings
-from hermes.consumers.retry import Backoff, judge
-from hermes.consumers.sender.result import SendResult
+from hermes.consumers.retry import Backoff
+from hermes.consumers.sender.result import SendResult, judge
 from hermes.domain.message import Message
 from hermes.domain.subscription import MatchingStrategy, MessageFilterSpecification
 

@@ -1,8 +1,7 @@
 import pytest
 
-from hermes.consumers.retry import judge
 from hermes.consumers.sender.oauth import TokenRequestDelay, parse_token_response, token_form
-from hermes.consumers.sender.result import SendResult
+from hermes.consumers.sender.result import SendResult, judge
 from hermes.domain.oauth import OAuthProvider
 from hermes.domain.subscription import OAuthPolicy
 from hermes.errors import OAuthTokenUnavailable

@@ -4,23 +4,26 @@ A batch is sent when it holds ``batchSize`` messages, its bodies reach ``batchVo
 ms passed since its first message, whichever comes first. One batch is in flight at a time, so batches (and
 the messages of every partition) arrive in order. A batch is retried as a whole with the batch policy; its
 offsets are finished only when it was delivered or discarded. A single message larger than ``batchVolume``
-is sent alone rather than dropped.
+is sent alone rather than dropped. Messages of Avro topics are filtered as records and sent as JSON.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from hermes.consumers.consumer import ConsumerContext, CrashListener, SerialConsumer
-from hermes.consumers.retry import Backoff, judge
+from hermes.consumers.content import JSON
+from hermes.consumers.context import CrashListener
+from hermes.consumers.delivery import Delivery
+from hermes.consumers.receiver import Limits, MessageReceiver
+from hermes.consumers.retry import retry_until_ttl
 from hermes.consumers.sender.result import SendResult
-from hermes.domain.message import BATCH_ID_HEADER, Message
+from hermes.domain.message import BATCH_ID_HEADER, MESSAGE_ID_HEADER, Message
 from hermes.domain.subscription import Subscription
-from hermes.errors import EndpointResolutionError
 from hermes.tracking import TraceStatus
 
 log = logging.getLogger(__name__)
@@ -30,136 +33,124 @@ MESSAGE_IDS_HEADER = "Hermes-Message-Ids"
 
 @dataclass
 class Batch:
-    messages: list[tuple[Message, int]]  # with the generation each was read in
-    volume: int
-    started: float
+    started: float  # messageTtl counts from here
+    messages: list[Message] = field(default_factory=list)
+    generations: list[int] = field(default_factory=list)  # the generation each message was read in
+    bodies: list[bytes] = field(default_factory=list)  # as the subscriber gets them
+    volume: int = 0
+
+    def add(self, message: Message, generation: int, body: bytes) -> None:
+        self.messages.append(message)
+        self.generations.append(generation)
+        self.bodies.append(body)
+        self.volume += len(body)
 
     @property
     def body(self) -> bytes:
-        return b"[" + b",".join(m.body for m, _ in self.messages) + b"]"
+        return b"[" + b",".join(self.bodies) + b"]"
 
 
-class BatchConsumer(SerialConsumer):
-    def __init__(
-        self, subscription: Subscription, context: ConsumerContext, on_crash: CrashListener | None = None
-    ) -> None:
-        super().__init__(subscription, context, on_crash)
+class BatchConsumer:
+    def __init__(self, delivery: Delivery, receiver: MessageReceiver, on_crash: CrashListener) -> None:
+        self._delivery = delivery
+        self._receiver = receiver
+        self._on_crash = on_crash
         self._queue: asyncio.Queue[tuple[Message, int]] = asyncio.Queue()
         self._batcher: asyncio.Task[None] | None = None
-        self._carry: tuple[Message, int] | None = None
+        self._carry: tuple[Message, int] | None = None  # the first message of the next batch
 
-    async def start(self) -> None:
-        await super().start()
-        self._batcher = asyncio.create_task(self._run_batches(), name=f"batches-{self.name}")
+    def start(self) -> None:
+        self._receiver.start(self)
+        self._batcher = asyncio.create_task(self._run_batches(), name=f"batches-{self._delivery.name}")
         self._batcher.add_done_callback(self._batcher_done)
+
+    async def stop(self, drain_timeout: float) -> None:
+        """An unfinished batch stays uncommitted: it comes again after a restart."""
+        if self._batcher is not None:
+            self._batcher.cancel()
+            await asyncio.wait([self._batcher])
 
     def _batcher_done(self, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and (error := task.exception()) is not None:
-            log.error("batching of %s crashed", self.name, exc_info=error)
-            self._crashed(error)
+            log.error("batching of %s crashed", self._delivery.name, exc_info=error)
+            self._on_crash(error)
 
-    async def stop(self, drain_timeout: float = 5.0) -> None:
-        if self._batcher is not None:
-            self._batcher.cancel()  # an unfinished batch stays uncommitted: it comes again after a restart
-            await asyncio.wait([self._batcher])
-        await super().stop(drain_timeout)
+    # --- the receiver's flow ---
 
-    def _capacity(self) -> int:
-        return 2 * self.subscription.batch_policy.batch_size
+    def limits(self) -> Limits:
+        # bounded by twice the batch size, and each batch by batchVolume: no byte budget
+        return Limits(capacity=2 * self._delivery.subscription.batch_policy.batch_size, refill_at=1)
 
-    def _refill_at(self) -> int:
-        return 1
+    def read(self, messages: list[Message]) -> None:
+        """Nothing to count: the capacity bounds what waits in the queue."""
 
-    def _byte_budget(self) -> int | None:
-        return None  # bounded by twice the batch size, and each batch by batchVolume
-
-    def _dispatch(self, messages: list[Message], generation: int) -> None:
+    def receive(self, messages: list[Message], generation: int) -> None:
         for message in messages:
             self._queue.put_nowait((message, generation))
 
-    def _finish(self, message: Message, generation: int) -> None:
-        super()._finish(message, generation)
-        self._finished.set()
+    def moved(self, generation: int) -> None:
+        """Nothing to cancel: queued messages of older generations are dropped as they are collected."""
+
+    # --- batches ---
 
     async def _run_batches(self) -> None:
         while True:
             batch = await self._collect()
             if batch.messages:
-                await self._deliver_batch(batch)
+                await self._deliver(batch)
 
     async def _collect(self) -> Batch:
-        if self._carry is not None:
-            (message, generation), self._carry = self._carry, None
-        else:
-            message, generation = await self._queue.get()
-        batch = Batch([], 0, time.monotonic())
+        batch = Batch(time.monotonic())
         while True:
-            policy = self.subscription.batch_policy
-            if generation == self._generation:
-                if self._filters and not self._filters.passes(message):
-                    self.metrics.count("filtered")
-                    self._finish(message, generation)
-                elif batch.messages and batch.volume + message.size > policy.batch_volume:
-                    self._carry = (message, generation)  # starts the next batch, ahead of everything queued
-                    return batch
-                else:
-                    batch.messages.append((message, generation))
-                    batch.volume += message.size
-                    self._trace(message, TraceStatus.INFLIGHT)
+            policy = self._delivery.subscription.batch_policy
             if len(batch.messages) >= policy.batch_size or batch.volume >= policy.batch_volume:
                 return batch
-            remaining = batch.started + policy.batch_time / 1000 - time.monotonic()
-            if remaining <= 0:
-                return batch
             try:
-                message, generation = await asyncio.wait_for(self._queue.get(), remaining)
+                message, generation = await self._next(batch)
             except TimeoutError:
                 return batch
+            if not self._receiver.pending(message, generation):
+                continue  # read before a retransmission moved the group, or its partition was revoked
+            schema = await self._delivery.schema(message)
+            if not self._delivery.passes(message, schema):
+                self._receiver.finish(message, generation)
+                self._receiver.wake()
+                continue
+            body, _, _ = self._delivery.context.content.body(self._delivery.subscription, message, schema)
+            if batch.messages and batch.volume + len(body) > policy.batch_volume:
+                self._carry = (message, generation)  # starts the next batch, ahead of everything queued
+                return batch
+            batch.add(message, generation, body)
+            self._delivery.trace(message, TraceStatus.INFLIGHT)
 
-    async def _deliver_batch(self, batch: Batch) -> None:
-        batch_id = str(uuid.uuid4())
-        retries = 0
-        while True:
-            sub = self.subscription
-            policy = sub.batch_policy
-            result, url = await self._send(sub, batch, batch_id, retries)
-            verdict = judge(result, policy.retry_client_errors)
-            self._attempted(result, url)
-            if not verdict.retry:
-                for message, _ in batch.messages:
-                    self.metrics.count("delivered")
-                    self._trace(message, TraceStatus.SUCCESS)
-                break
-            backoff = Backoff(policy.message_backoff / 1000, 1.0, policy.message_backoff / 1000).delay(
-                retries, result.retry_after
-            )
-            if backoff > self._ttl_left(batch.started):
-                for message, _ in batch.messages:
-                    await self._discard(message, result.description)
-                break
-            for message, _ in batch.messages:
-                self._trace(message, TraceStatus.FAILED, result.description)
-            retries += 1
-            await self._backoff(backoff)
-        for message, generation in batch.messages:
-            self._finish(message, generation)
+    async def _next(self, batch: Batch) -> tuple[Message, int]:
+        """The next message for ``batch``; TimeoutError when its batchTime ends first."""
+        if self._carry is not None:
+            item, self._carry = self._carry, None
+            return item
+        if not batch.messages:  # the batch time counts from its first message
+            item = await self._queue.get()
+            batch.started = time.monotonic()
+            return item
+        remaining = batch.started + self._delivery.subscription.batch_policy.batch_time / 1000 - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        return await asyncio.wait_for(self._queue.get(), remaining)
+
+    async def _deliver(self, batch: Batch) -> None:
+        send = functools.partial(self._send, batch, str(uuid.uuid4()))
+        await retry_until_ttl(self._delivery, batch.messages, batch.started, send, paced=False)
+        for message, generation in zip(batch.messages, batch.generations, strict=True):
+            self._receiver.finish(message, generation)
+        self._receiver.wake()
 
     async def _send(
-        self, sub: Subscription, batch: Batch, batch_id: str, retries: int
-    ) -> tuple[SendResult, str | None]:
-        """The result, and the address it came from (None when there was none to send to)."""
-        first = batch.messages[0][0]
-        headers = self._context.sender.headers(sub, first, retries, "application/json")
+        self, batch: Batch, batch_id: str, subscription: Subscription, url: str, retries: int
+    ) -> SendResult:
+        headers = self._delivery.context.sender.headers(subscription, batch.messages[0], retries, JSON)
         headers[BATCH_ID_HEADER] = batch_id
-        headers[MESSAGE_IDS_HEADER] = ",".join(m.message_id for m, _ in batch.messages)
-        del headers["Hermes-Message-Id"]
-        try:  # batches are ANYCAST only: the first resolved address
-            addresses = await self._context.resolver.resolve(sub.endpoint, sub.endpoint_address_resolver_metadata)
-        except EndpointResolutionError as exc:
-            return SendResult.failure(exc.message), None
-        if not addresses:
-            return SendResult.failure("the endpoint address resolver returned no address"), None
-        result = await self._context.sender.send(
-            sub, addresses[0], batch.body, headers, sub.batch_policy.request_timeout
+        headers[MESSAGE_IDS_HEADER] = ",".join(m.message_id for m in batch.messages)
+        del headers[MESSAGE_ID_HEADER]
+        return await self._delivery.context.sender.send(
+            subscription, url, batch.body, headers, subscription.batch_policy.request_timeout
         )
-        return result, addresses[0]

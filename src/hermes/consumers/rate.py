@@ -1,7 +1,7 @@
 """Sending rate: a hard maximum that is never exceeded and, below it, Hermes' adaptive rate.
 
 Every ``period`` the limiter looks at the attempts of the last period (only failures that "slow down",
-see ``retry.judge``, count as failures) and moves between three modes:
+see ``sender.result.judge``, count as failures) and moves between three modes:
 
 - NORMAL: if most attempts failed it turns SLOW at once (as in Hermes: a subscriber failing everything
   must not keep taking hundreds of attempts a second, from itself or from the process); if more than

@@ -12,8 +12,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from hermes.consumers.retry import judge
-from hermes.consumers.sender.result import SendResult
+from hermes.consumers.sender.result import SendResult, judge
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.subscription import SubscriptionMode
 

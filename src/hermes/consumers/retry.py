@@ -1,56 +1,22 @@
-"""What to do after an attempt: the success/failure table of the Hermes subscribing guide, and backoff.
+"""Retrying a delivery until its messageTtl ends: the one loop of SERIAL and BATCH delivery, and its backoff.
 
-| status              | retryClientErrors | Retry-After | retry | slow down |
-|---------------------|-------------------|-------------|-------|-----------|
-| 2xx                 | -                 | -           | no    | no        |
-| 401, OAuth policy   | -                 | -           | yes   | no        |
-| 4xx (except 429)    | false             | -           | no    | no        |
-| 4xx (except 429)    | true              | -           | yes   | yes       |
-| 429                 | false             | -           | no    | yes       |
-| 429                 | true              | no          | yes   | yes       |
-| 429                 | true              | yes         | yes   | no        |
-| 5xx (except 503)    | -                 | -           | yes   | yes       |
-| 503                 | -                 | no          | yes   | yes       |
-| 503                 | -                 | yes         | yes   | no        |
-| network error/timeout | -               | -           | yes   | yes       |
+Whether an attempt is retried, and whether it slows the sending rate down, is the subscribing guide's table in
+``sender/result.py``; which addresses each attempt goes to is ``recipients.py``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hermes.consumers.sender.result import SendResult
+from hermes.consumers.delivery import Delivery, Send
+from hermes.consumers.recipients import Recipients
+from hermes.domain.message import Message
+from hermes.domain.subscription import Subscription
+from hermes.tracking import TraceStatus
 
-
-@dataclass(frozen=True)
-class Verdict:
-    retry: bool
-    slow_down: bool
-
-    @property
-    def delivered(self) -> bool:
-        """Handled without a retry: success, or a client error the subscriber will never accept."""
-        return not self.retry
-
-
-def judge(result: SendResult, retry_client_errors: bool) -> Verdict:
-    status = result.status
-    if result.succeeded:
-        return Verdict(retry=False, slow_down=False)
-    if status is None:
-        return Verdict(retry=True, slow_down=True)
-    if result.reauthorize:  # an expired token is no sign of overload
-        return Verdict(retry=True, slow_down=False)
-    has_retry_after = result.retry_after is not None
-    if status == 429:
-        if not retry_client_errors:
-            return Verdict(retry=False, slow_down=True)
-        return Verdict(retry=True, slow_down=not has_retry_after)
-    if 400 <= status < 500:
-        return Verdict(retry=retry_client_errors, slow_down=retry_client_errors)
-    if status == 503:
-        return Verdict(retry=True, slow_down=not has_retry_after)
-    return Verdict(retry=True, slow_down=True)  # 5xx, and anything else that is not 2xx
+# The undelivered reason of a message whose TTL ended before the rate limiter let its first attempt go.
+HELD_BACK = "Message sending failed: messageTtl ended while the sending rate was limited"
 
 
 @dataclass(frozen=True)
@@ -61,6 +27,15 @@ class Backoff:
     multiplier: float
     maximum: float
 
+    @classmethod
+    def of(cls, subscription: Subscription) -> Backoff:
+        """The subscription's backoff; a BATCH one waits messageBackoff before every retry."""
+        if subscription.is_batch:
+            seconds = subscription.batch_policy.message_backoff / 1000
+            return cls(seconds, 1.0, seconds)
+        policy = subscription.serial_policy
+        return cls(policy.message_backoff / 1000, policy.backoff_multiplier, policy.backoff_max_interval_in_sec)
+
     def delay(self, retries_so_far: int, retry_after: float | None = None) -> float:
         """The wait before the next attempt; a subscriber's Retry-After replaces the computed backoff."""
         if retry_after is not None:
@@ -70,3 +45,32 @@ class Backoff:
         except OverflowError:  # a few hundred retries at a multiplier of 10: far beyond any maximum
             return self.maximum
         return min(grown, self.maximum)
+
+
+async def retry_until_ttl(
+    delivery: Delivery, messages: Sequence[Message], started: float, send: Send, *, paced: bool
+) -> None:
+    """Attempts to deliver ``messages`` (one message, or a batch sent as one request) until they are delivered,
+    or discarded once their messageTtl, counted from ``started``, ends before the next attempt. Each attempt
+    uses the subscription as it is then (an update may come while they wait). A ``paced`` delivery waits for
+    the rate limiter before each attempt, within the TTL, and tells it how the attempt went."""
+    recipients = Recipients(delivery.subscription.mode)
+    reason = HELD_BACK  # why the messages are not delivered yet
+    retries = 0
+    while not paced or await delivery.slot(delivery.ttl_left(started)):
+        subscription = delivery.subscription
+        outcome = await delivery.attempt(subscription, recipients, send)
+        if paced:
+            delivery.rate.record(failed=outcome.slow_down)
+        if not outcome.retry:
+            delivery.delivered(messages)
+            return
+        reason = outcome.reason
+        backoff = Backoff.of(subscription).delay(retries, outcome.retry_after)
+        if backoff > delivery.ttl_left(started):
+            break
+        for message in messages:
+            delivery.trace(message, TraceStatus.FAILED, reason)
+        retries += 1
+        await delivery.pause(backoff)
+    await delivery.discard(messages, reason)

@@ -16,9 +16,9 @@ import aiohttp
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
 from hermes.config import Settings
-from hermes.consumers.batch import BatchConsumer
-from hermes.consumers.consumer import ConsumerContext, CrashListener, SerialConsumer
 from hermes.consumers.content import ContentConverter
+from hermes.consumers.context import ConsumerContext, CrashListener
+from hermes.consumers.process import ConsumerProcess
 from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import load_resolver
 from hermes.consumers.sender.http import HttpSender
@@ -48,7 +48,7 @@ class ConsumersSupervisor:
         self._repository = repository
         self._tracker = tracker
         self._context: ConsumerContext | None = None
-        self._consumers: dict[tuple[str, str], SerialConsumer] = {}
+        self._consumers: dict[tuple[str, str], ConsumerProcess] = {}
         self._session: aiohttp.ClientSession | None = None
         self._oauth: OAuthTokens | None = None
         self._lock = asyncio.Lock()
@@ -101,7 +101,7 @@ class ConsumersSupervisor:
             await self._session.close()
 
     @property
-    def consumers(self) -> dict[tuple[str, str], SerialConsumer]:
+    def consumers(self) -> dict[tuple[str, str], ConsumerProcess]:
         return dict(self._consumers)
 
     def crashes(self, topic: str, name: str) -> int:
@@ -184,8 +184,7 @@ class ConsumersSupervisor:
                 current.update(subscription)
             elif current is None and active and subscription is not None:
                 assert self._context is not None
-                kind = BatchConsumer if subscription.is_batch else SerialConsumer
-                consumer = kind(subscription, self._context, self._crash_listener(key))
+                consumer = ConsumerProcess(subscription, self._context, self._crash_listener(key))
                 self._consumers[key] = consumer
                 await consumer.start()
                 log.info("started consumer of %s$%s", topic, name)

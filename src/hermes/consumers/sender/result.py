@@ -1,4 +1,20 @@
-"""The outcome of one delivery attempt."""
+"""The outcome of one delivery attempt, and what it means: the success/failure table of the Hermes subscribing
+guide.
+
+| status              | retryClientErrors | Retry-After | retry | slow down |
+|---------------------|-------------------|-------------|-------|-----------|
+| 2xx                 | -                 | -           | no    | no        |
+| 401, OAuth policy   | -                 | -           | yes   | no        |
+| 4xx (except 429)    | false             | -           | no    | no        |
+| 4xx (except 429)    | true              | -           | yes   | yes       |
+| 429                 | false             | -           | no    | yes       |
+| 429                 | true              | no          | yes   | yes       |
+| 429                 | true              | yes         | yes   | no        |
+| 5xx (except 503)    | -                 | -           | yes   | yes       |
+| 503                 | -                 | no          | yes   | yes       |
+| 503                 | -                 | yes         | yes   | no        |
+| network error/timeout | -               | -           | yes   | yes       |
+"""
 
 from __future__ import annotations
 
@@ -34,3 +50,29 @@ class SendResult:
         if self.status is not None:
             return f"Message sending failed with status code:{self.status}"
         return f"Message sending failed: {self.error}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    retry: bool
+    slow_down: bool
+
+
+def judge(result: SendResult, retry_client_errors: bool) -> Verdict:
+    status = result.status
+    if result.succeeded:
+        return Verdict(retry=False, slow_down=False)
+    if status is None:
+        return Verdict(retry=True, slow_down=True)
+    if result.reauthorize:  # an expired token is no sign of overload
+        return Verdict(retry=True, slow_down=False)
+    has_retry_after = result.retry_after is not None
+    if status == 429:
+        if not retry_client_errors:
+            return Verdict(retry=False, slow_down=True)
+        return Verdict(retry=True, slow_down=not has_retry_after)
+    if 400 <= status < 500:
+        return Verdict(retry=retry_client_errors, slow_down=retry_client_errors)
+    if status == 503:
+        return Verdict(retry=True, slow_down=not has_retry_after)
+    return Verdict(retry=True, slow_down=True)  # 5xx, and anything else that is not 2xx

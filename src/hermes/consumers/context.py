@@ -1,0 +1,36 @@
+"""What every consumer of a process shares: the broker connection, the sender, the store and the settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from hermes.broker.connection import KafkaConnection
+from hermes.consumers.content import ContentConverter
+from hermes.consumers.rate import RateSettings
+from hermes.consumers.resolver import EndpointAddressResolver, EndpointItself
+from hermes.consumers.sender.http import HttpSender
+from hermes.metadata.repository import MetadataRepository
+from hermes.tracking import Tracker
+
+CrashListener = Callable[[BaseException], None]
+
+
+@dataclass(frozen=True)
+class ConsumerContext:
+    connection: KafkaConnection
+    sender: HttpSender
+    repository: MetadataRepository
+    content: ContentConverter
+    node_id: str
+    cluster: str
+    tracker: Tracker | None = None
+    commit_interval: float = 1.0
+    metrics_interval: float = 1.0
+    session_timeout_ms: int = 6000
+    fetch_wait_ms: int = 500
+    read_ahead_messages: int = 200
+    read_ahead_bytes: int = 4 * 1024 * 1024
+    rate: RateSettings = field(default_factory=RateSettings)
+    failure_log_interval: float = 30.0
+    resolver: EndpointAddressResolver = field(default_factory=EndpointItself)

@@ -1,0 +1,186 @@
+"""One subscription's delivery, shared by its SERIAL or BATCH consumer: the subscription as it is now (an update
+reaches the next attempt of every message in flight), its filters, the rate limiter, attempts over the resolved
+addresses, metrics, the failure log, tracing and discards."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from hermes.consumers.context import ConsumerContext
+from hermes.consumers.failure_log import FailureLog, describe
+from hermes.consumers.filtering import MessageFilters
+from hermes.consumers.metrics import UNDELIVERED_NAMESPACE, SubscriptionMetrics, UndeliveredMessage
+from hermes.consumers.rate import AdaptiveRateLimiter, RateMode
+from hermes.consumers.recipients import Outcome, Recipients
+from hermes.consumers.sender.result import SendResult
+from hermes.domain.message import Message
+from hermes.domain.subscription import Subscription, TrackingMode
+from hermes.errors import EndpointResolutionError
+from hermes.tracking import TraceStatus
+
+log = logging.getLogger(__name__)
+
+# One request: (the subscription as it is at the attempt, an address, that address's retry count) -> result
+Send = Callable[[Subscription, str, int], Awaitable[SendResult]]
+
+
+def _destination(subscription: Subscription) -> tuple[object, ...]:
+    """Where the subscription's messages go: a change makes it another subscriber."""
+    return subscription.endpoint, subscription.endpoint_address_resolver_metadata
+
+
+class Delivery:
+    def __init__(self, subscription: Subscription, context: ConsumerContext) -> None:
+        self.subscription = subscription
+        self.context = context
+        self._filters = MessageFilters(subscription.filters)
+        self.rate = AdaptiveRateLimiter(subscription.serial_policy.rate, context.rate)
+        self.metrics = SubscriptionMetrics(subscription.topic_name.qualified, subscription.name)
+        self.failures = FailureLog(self.name, context.failure_log_interval)
+        self._redirected = asyncio.Event()  # set (and replaced) when the endpoint changes
+        self._waiting: set[asyncio.Task[Any]] = set()  # deliveries waiting for a retry or a rate slot
+
+    @property
+    def name(self) -> str:
+        return self.subscription.qualified_name.qualified
+
+    def update(self, subscription: Subscription) -> None:
+        """Takes a changed subscription (endpoint, policy, filters, headers...) for every following attempt,
+        those of messages in flight included. A new endpoint is a new subscriber: the retries waiting for the
+        old one (their backoff, the rate limiter's slow or heartbeat slots) go at once."""
+        redirected = _destination(subscription) != _destination(self.subscription)
+        self.subscription = subscription
+        self._filters = MessageFilters(subscription.filters)
+        self.rate.set_max_rate(subscription.serial_policy.rate)
+        if redirected:
+            self._redirected.set()
+            self._redirected = asyncio.Event()
+            self.rate.reset()
+
+    @property
+    def failing(self) -> bool:
+        """The rate limiter has slowed down: the subscriber fails."""
+        return self.rate.mode is not RateMode.NORMAL
+
+    def ttl_left(self, started: float) -> float:
+        """Seconds left of the messageTtl (as the subscription says now) of a delivery begun at ``started``."""
+        return started + self.subscription.message_ttl_seconds - time.monotonic()
+
+    async def schema(self, message: Message) -> str | None:
+        """The Avro schema of an Avro message; None for JSON, or when it cannot be read."""
+        try:
+            return await self.context.content.schema(message)
+        except Exception:
+            log.warning("no schema version %s for %s", message.schema_version, message.topic, exc_info=True)
+            return None
+
+    def passes(self, message: Message, schema: str | None) -> bool:
+        """Whether the message passes the filters (Avro ones read as records); one that does not is counted."""
+        if not self._filters or self._filters.passes(message, lambda m: self.context.content.document(m, schema)):
+            return True
+        self.metrics.count("filtered")
+        return False
+
+    async def slot(self, within: float) -> bool:
+        """Waits for a sending slot; False when ``within`` seconds (the message's TTL) end first."""
+        try:
+            async with asyncio.timeout(max(within, 0.0)):
+                await self._wait(self.rate.acquire())
+        except TimeoutError:
+            return False
+        return True
+
+    async def pause(self, seconds: float) -> None:
+        """Sleeps before a retry; less when the endpoint changes, since the wait was for the old one."""
+        redirected = self._redirected
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wait(redirected.wait())
+
+    def waiting(self, task: asyncio.Task[Any]) -> bool:
+        """Whether the delivery ``task`` waits for a retry or a rate slot (rather than sending)."""
+        return task in self._waiting
+
+    async def _wait(self, waiting: Awaitable[Any]) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._waiting.add(task)
+        try:
+            await waiting
+        finally:
+            self._waiting.discard(task)
+
+    async def attempt(self, subscription: Subscription, recipients: Recipients, send: Send) -> Outcome:
+        """Sends once to this attempt's addresses, counting each request's result in the metrics and, when the
+        attempt failed, in the failure log."""
+        policy = subscription.batch_policy if subscription.is_batch else subscription.serial_policy
+        results: dict[str, SendResult] = {}
+        try:
+            addresses = await self.context.resolver.resolve(
+                subscription.endpoint, subscription.endpoint_address_resolver_metadata
+            )
+        except EndpointResolutionError as exc:
+            outcome = recipients.unresolved(exc.message)
+        else:
+            outcome, results = await recipients.attempt(
+                addresses, functools.partial(send, subscription), policy.retry_client_errors
+            )
+        for url, result in results.items():
+            self.metrics.response(result.status, result.timed_out)
+            if not result.succeeded:
+                self.failures.failed(describe(result, url))
+        if outcome.retry and not results:  # no address to send to
+            self.failures.failed(outcome.reason)
+        return outcome
+
+    def delivered(self, messages: Iterable[Message]) -> None:
+        for message in messages:
+            self.metrics.count("delivered")
+            self.trace(message, TraceStatus.SUCCESS)
+
+    async def discard(self, messages: Iterable[Message], reason: str) -> None:
+        """Gives up on ``messages``: counted, traced and recorded as the last undelivered message."""
+        for message in messages:
+            self.metrics.count("discarded")
+            self.trace(message, TraceStatus.DISCARDED, reason)
+            record = UndeliveredMessage(
+                timestamp=int(time.time() * 1000),
+                subscription=self.subscription.name,
+                topicName=self.subscription.topic_name.qualified,
+                status="DISCARDED",
+                reason=reason,
+                message=message.body.decode("utf-8", "replace"),
+                partition=message.partition,
+                offset=message.offset,
+                cluster=self.context.cluster,
+            )
+            log.info("discarded %s of %s: %s", message.message_id, self.name, reason)
+            try:
+                await asyncio.to_thread(
+                    self.context.repository.put_document, UNDELIVERED_NAMESPACE, self.name, record.to_document()
+                )
+            except Exception:
+                log.warning("recording the undelivered message of %s failed", self.name, exc_info=True)
+
+    def trace(self, message: Message, status: TraceStatus, reason: str | None = None) -> None:
+        tracker = self.context.tracker
+        if tracker is None or not self.subscription.tracking_enabled:
+            return
+        if status is not TraceStatus.DISCARDED and self.subscription.tracking_mode is TrackingMode.DISCARDED_ONLY:
+            return
+        tracker.consumer(
+            message.message_id,
+            message.topic,
+            self.subscription.name,
+            status,
+            message.partition,
+            message.offset,
+            reason,
+            message.publish_timestamp,
+        )

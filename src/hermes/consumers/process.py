@@ -1,0 +1,134 @@
+"""One subscription's consumer on this node, as the supervisor runs it (Hermes' ``ConsumerProcess``): a receiver
+reading the topic, SERIAL or BATCH delivery using it, and what both need around them: start and stop, subscription
+updates, and once per metrics interval the metrics snapshot and a look for retransmission requests.
+
+An unexpected exception in the Kafka thread, a delivery or the batching is a crash: it is reported once through
+``on_crash`` (the supervisor then restarts the consumer). Crashed deliveries stay unfinished, so their messages
+come again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from hermes.consumers.batch import BatchConsumer
+from hermes.consumers.context import ConsumerContext, CrashListener
+from hermes.consumers.delivery import Delivery
+from hermes.consumers.metrics import SNAPSHOT_NAMESPACE, SubscriptionMetrics
+from hermes.consumers.rate import AdaptiveRateLimiter
+from hermes.consumers.receiver import MessageReceiver
+from hermes.consumers.serial import SerialConsumer
+from hermes.domain.subscription import Subscription
+
+log = logging.getLogger(__name__)
+
+RETRANSMISSION_NAMESPACE = "retransmission"
+
+
+class ConsumerProcess:
+    def __init__(
+        self, subscription: Subscription, context: ConsumerContext, on_crash: CrashListener | None = None
+    ) -> None:
+        self._context = context
+        self._on_crash = on_crash
+        self.crash: BaseException | None = None
+        self._stopping = False
+        self.delivery = Delivery(subscription, context)
+        self.receiver = MessageReceiver(
+            self.name, subscription.topic_name.qualified, subscription.consumer_group_id, context, self._crashed
+        )
+        self.consumer: SerialConsumer | BatchConsumer = (BatchConsumer if subscription.is_batch else SerialConsumer)(
+            self.delivery, self.receiver, self._crashed
+        )
+        self._retransmission_seen: int | None = None
+        self._reporter: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.subscription.qualified_name.qualified
+
+    @property
+    def subscription(self) -> Subscription:
+        return self.delivery.subscription
+
+    @property
+    def rate(self) -> AdaptiveRateLimiter:
+        return self.delivery.rate
+
+    @property
+    def metrics(self) -> SubscriptionMetrics:
+        return self.delivery.metrics
+
+    async def start(self) -> None:
+        snapshot = await asyncio.to_thread(
+            self._context.repository.get_document, SNAPSHOT_NAMESPACE, self._snapshot_key
+        )
+        self.metrics.restore(snapshot)
+        request = await asyncio.to_thread(self._context.repository.get_document, RETRANSMISSION_NAMESPACE, self.name)
+        self._retransmission_seen = request.get("requestedAt") if request else None
+        self.consumer.start()
+        self._reporter = asyncio.create_task(self._report(), name=f"metrics-{self.name}")
+
+    def update(self, subscription: Subscription) -> None:
+        self.delivery.update(subscription)
+
+    async def stop(self, drain_timeout: float = 5.0) -> None:
+        """Stops reading, lets deliveries that are sending finish for a moment, commits what is done and closes."""
+        self._stopping = True
+        self.receiver.stop_reading()
+        await self.consumer.stop(drain_timeout)
+        await self.receiver.close()
+        if self._reporter is not None:
+            self._reporter.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reporter
+        await self._publish_metrics()
+
+    def _crashed(self, error: BaseException) -> None:
+        """Reports the first crash (none once stopping: the stop's own cancellations are not crashes)."""
+        if self.crash is not None or self._stopping:
+            return
+        self.crash = error
+        if self._on_crash is not None:
+            self._on_crash(error)
+
+    @property
+    def _snapshot_key(self) -> str:
+        return f"{self.name}/{self._context.node_id}"
+
+    async def _report(self) -> None:
+        while True:
+            await asyncio.sleep(self._context.metrics_interval)
+            self.delivery.failures.flush()
+            try:
+                await self._publish_metrics()
+                await self._check_retransmission()
+            except Exception:
+                log.warning("reporting of %s failed", self.name, exc_info=True)
+
+    async def _publish_metrics(self) -> None:
+        self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value)
+        await asyncio.to_thread(
+            self._context.repository.put_document, SNAPSHOT_NAMESPACE, self._snapshot_key, self.metrics.snapshot()
+        )
+
+    async def _check_retransmission(self) -> None:
+        repository = self._context.repository
+        request: dict[str, Any] | None = await asyncio.to_thread(
+            repository.get_document, RETRANSMISSION_NAMESPACE, self.name
+        )
+        if not request or request.get("requestedAt") == self._retransmission_seen:
+            return
+        self._retransmission_seen = request.get("requestedAt")
+        topic = self.subscription.topic_name.qualified
+        self.receiver.seek({(topic, int(p)): int(o) for p, o in request.get("offsets", {}).items()})
+        await asyncio.to_thread(
+            repository.put_document,
+            RETRANSMISSION_NAMESPACE,
+            self.name,
+            {**request, "appliedAt": int(time.time() * 1000)},
+        )

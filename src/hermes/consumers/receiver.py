@@ -1,0 +1,236 @@
+"""The Kafka side of one subscription's consumer (Hermes' ``receiver/``): reads the topic in the subscription's
+consumer group, hands what it read to the delivery on the asyncio loop, seeks for a retransmission and commits
+only offsets below every message still unfinished.
+
+librdkafka calls block, so the Kafka consumer lives on its own thread. Its user, SERIAL or BATCH delivery, says
+through ``Flow`` how much may be read. A message counts as unfinished from the moment it is read until its user
+finishes it (delivered, discarded or filtered out), so no offset is committed before its message is done. A
+retransmission moves the group to new offsets and starts a new *generation*: messages read before it can no
+longer finish an offset, and the user drops them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from hermes.broker.kafka_consumer import BrokerConsumer
+from hermes.consumers.context import ConsumerContext, CrashListener
+from hermes.consumers.offsets import OffsetTracker, Partition
+from hermes.domain.message import Message
+
+log = logging.getLogger(__name__)
+
+# Seconds a receiver may sit at its limit before its partitions are paused (see _read).
+_PAUSE_AFTER = 10.0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How much may be read now, as the delivery sees it."""
+
+    capacity: int
+    """Read messages that may be unfinished (sending, waiting or buffered) before reading stops."""
+    refill_at: int
+    """The room that must be free before reading starts again."""
+    byte_budget: int | None = None
+    """Bytes that may still be read (None: no bound)."""
+    failing: bool = False
+    """The subscriber is failing: a receiver at its limit pauses its partitions at once."""
+
+
+class Flow(Protocol):
+    """The delivery a receiver reads for."""
+
+    def limits(self) -> Limits:
+        """Asked by the Kafka thread before each read."""
+        ...
+
+    def read(self, messages: list[Message]) -> None:
+        """Called by the Kafka thread with what it just read, before the loop gets it."""
+        ...
+
+    def receive(self, messages: list[Message], generation: int) -> None:
+        """Called on the loop with what was read in ``generation``."""
+        ...
+
+    def moved(self, generation: int) -> None:
+        """Called on the loop when a retransmission started ``generation``: older messages are void."""
+        ...
+
+
+class MessageReceiver:
+    def __init__(self, name: str, topic: str, group_id: str, context: ConsumerContext, on_crash: CrashListener) -> None:
+        self._name = name
+        self._topic = topic
+        self._group_id = group_id
+        self._context = context
+        self._on_crash = on_crash
+        self._tracker = OffsetTracker()
+        self._lock = threading.Lock()  # the tracker and the generation, shared by the thread and the loop
+        self._stopping = threading.Event()  # no more reading
+        self._closing = threading.Event()  # the thread commits and leaves the group
+        self._woken = threading.Event()  # room was freed, a seek was asked for, or the receiver is stopping
+        self._seek_to: dict[Partition, int] | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._flow: Flow | None = None
+        self.generation = 0
+
+    def start(self, flow: Flow) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._flow = flow
+        self._thread = threading.Thread(target=self._run, name=f"consumer-{self._name}", daemon=True)
+        self._thread.start()
+
+    def stop_reading(self) -> None:
+        """Reads no more; what is unfinished may still be finished and is committed by ``close``."""
+        self._stopping.set()
+        self._woken.set()
+
+    async def close(self) -> None:
+        """Commits what is finished and leaves the group."""
+        self.stop_reading()
+        self._closing.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+
+    def wake(self) -> None:
+        """Room was freed: a receiver waiting at its limit reads again."""
+        self._woken.set()
+
+    def seek(self, offsets: Mapping[Partition, int]) -> None:
+        """Moves the group to ``offsets`` (a retransmission), starting a new generation."""
+        self._seek_to = dict(offsets)
+        self._woken.set()
+
+    def pending(self, message: Message, generation: int) -> bool:
+        """Whether ``message`` is still to be delivered: not of an older generation nor of a revoked partition."""
+        with self._lock:
+            return generation == self.generation and self._tracker.pending(
+                (message.topic, message.partition), message.offset
+            )
+
+    def finish(self, message: Message, generation: int) -> None:
+        with self._lock:
+            if generation == self.generation:
+                self._tracker.finish((message.topic, message.partition), message.offset)
+
+    def unfinished(self) -> int:
+        with self._lock:
+            return self._tracker.inflight()
+
+    # --- the Kafka thread ---
+
+    def _run(self) -> None:
+        try:
+            consumer = BrokerConsumer(
+                self._context.connection,
+                self._group_id,
+                session_timeout_ms=self._context.session_timeout_ms,
+                fetch_wait_ms=self._context.fetch_wait_ms,
+                on_revoke=lambda partitions: self._commit(consumer, only=partitions, forget=True),
+            )
+        except Exception as exc:  # e.g. a TLS file that cannot be read
+            self._crashed(exc)
+            return
+        try:
+            consumer.subscribe([self._topic])
+            self._read(consumer)
+            self._commit(consumer)
+        except Exception as exc:
+            self._crashed(exc)
+        finally:
+            consumer.close()
+
+    def _read(self, consumer: BrokerConsumer) -> None:
+        assert self._flow is not None and self._loop is not None
+        paused = False
+        full_since: float | None = None
+        last_commit = time.monotonic()
+        while not self._closing.is_set():
+            if self._seek_to is not None:
+                self._apply_seek(consumer)
+            limits = self._flow.limits()
+            with self._lock:
+                room = limits.capacity - self._tracker.inflight()
+                generation = self.generation
+            budget = limits.byte_budget
+            full = (
+                self._stopping.is_set()
+                or room < min(limits.refill_at, limits.capacity)
+                or (budget is not None and budget <= 0)
+            )
+            # A full receiver first just stops taking messages: librdkafka keeps prefetching into its bounded
+            # queue. Pausing would drop that queue (a resume fetches from scratch, which cut throughput tenfold),
+            # so partitions are paused only in a long stall, to keep polling (and with it the group membership)
+            # going while nothing can be taken. A full receiver whose subscriber is failing is paused at once:
+            # its prefetching would only load the broker and this process for the other subscriptions.
+            now = time.monotonic()
+            full_since = (full_since or now) if full else None
+            stalled = full_since is not None and (now - full_since > _PAUSE_AFTER or limits.failing)
+            if stalled != paused:
+                (consumer.pause if stalled else consumer.resume)(consumer.assignment())
+                paused = stalled
+            if full:
+                # Sleeps until room is freed: a receiver stuck at its limit (a failing subscriber) must not keep
+                # waking up and contending for the GIL with every other consumer. Paused, it still polls now and
+                # then, without waiting, to serve the group's callbacks.
+                self._woken.wait(0.5 if paused else 0.05)
+                self._woken.clear()
+                messages = consumer.poll(max_messages=100, timeout=0) if paused else []
+            else:  # never more than the room left: the capacity bounds the messages read and unfinished
+                messages = consumer.poll(max_messages=min(room, 500), timeout=0.1, max_bytes=budget)
+            if messages:
+                with self._lock:
+                    if generation != self.generation:
+                        continue  # read before a retransmission moved the group: dropped
+                    for message in messages:
+                        self._tracker.read((message.topic, message.partition), message.offset)
+                self._flow.read(messages)
+                self._loop.call_soon_threadsafe(self._flow.receive, messages, generation)
+            if time.monotonic() - last_commit >= self._context.commit_interval:
+                self._commit(consumer)
+                last_commit = time.monotonic()
+
+    def _crashed(self, error: Exception) -> None:
+        log.error("Kafka consumer of %s failed", self._name, exc_info=error)
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._on_crash, error)
+
+    def _apply_seek(self, consumer: BrokerConsumer) -> None:
+        assert self._flow is not None and self._loop is not None
+        offsets, self._seek_to = self._seek_to or {}, None
+        with self._lock:
+            self.generation += 1
+            self._tracker.forget(list(self._tracker.partitions()))
+        assigned = set(consumer.assignment())
+        for (topic, partition), offset in offsets.items():
+            if (topic, partition) in assigned:
+                consumer.seek(topic, partition, offset)
+        try:
+            consumer.commit(offsets)  # a crash right after still restarts from the retransmission date
+        except Exception:
+            log.warning("committing retransmission offsets of %s failed", self._name, exc_info=True)
+        self._loop.call_soon_threadsafe(self._flow.moved, self.generation)
+        log.info("retransmission of %s from %s", self._name, offsets)
+
+    def _commit(self, consumer: BrokerConsumer, only: list[Partition] | None = None, forget: bool = False) -> None:
+        with self._lock:
+            offsets = self._tracker.committable()
+            if only is not None:
+                offsets = {p: o for p, o in offsets.items() if p in only}
+        try:
+            consumer.commit(offsets)
+        except Exception:
+            log.warning("committing offsets of %s failed; will retry", self._name, exc_info=True)
+            return
+        with self._lock:
+            self._tracker.mark_committed(offsets)
+            if forget and only is not None:
+                self._tracker.forget(only)

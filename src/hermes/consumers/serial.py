@@ -1,0 +1,126 @@
+"""SERIAL delivery: each message is pushed on its own, up to ``inflightSize`` at once, in any order.
+
+Messages read beyond the inflightSize window wait in a bounded buffer on the loop (``read_ahead.py``;
+``--consumer-read-ahead-messages`` and ``-bytes``) so the next delivery starts the moment one ends; they count as
+unfinished, so their offsets are not committed before they are delivered. A retransmission cancels the deliveries
+of the generation before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+
+from hermes.consumers.context import CrashListener
+from hermes.consumers.delivery import Delivery
+from hermes.consumers.read_ahead import ReadAhead
+from hermes.consumers.receiver import Limits, MessageReceiver
+from hermes.consumers.retry import retry_until_ttl
+from hermes.consumers.sender.result import SendResult
+from hermes.domain.message import Message
+from hermes.domain.subscription import Subscription
+from hermes.tracking import TraceStatus
+
+log = logging.getLogger(__name__)
+
+
+class SerialConsumer:
+    def __init__(self, delivery: Delivery, receiver: MessageReceiver, on_crash: CrashListener) -> None:
+        self._delivery = delivery
+        self._receiver = receiver
+        self._on_crash = on_crash
+        self.read_ahead = ReadAhead(delivery.context.read_ahead_messages, delivery.context.read_ahead_bytes)
+        self._tasks: dict[asyncio.Task[None], int] = {}  # deliveries, with the generation of their message
+        self._stopping = False
+
+    def start(self) -> None:
+        self._receiver.start(self)
+
+    async def stop(self, drain_timeout: float) -> None:
+        """Lets deliveries that are sending finish for a moment. Deliveries cut short, or waiting for a retry or
+        a rate slot, stay unfinished: their messages come again after a restart. (Waiting for those would hold a
+        failing subscription's stop for the whole timeout.)"""
+        self._stopping = True
+        deadline = time.monotonic() + drain_timeout
+        while (sending := [t for t in self._tasks if not self._delivery.waiting(t)]) and time.monotonic() < deadline:
+            await asyncio.wait(sending, timeout=0.05)  # short: a delivery may go from sending to waiting
+        for task in list(self._tasks):
+            task.cancel()
+        self.read_ahead.clear()  # unfinished, so never committed: they come again after a restart
+
+    # --- the receiver's flow ---
+
+    def limits(self) -> Limits:
+        return Limits(
+            capacity=self._delivery.subscription.serial_policy.inflight_size + self.read_ahead.messages,
+            refill_at=self.read_ahead.refill_at,
+            byte_budget=self.read_ahead.byte_budget(),
+            failing=self._delivery.failing,
+        )
+
+    def read(self, messages: list[Message]) -> None:
+        self.read_ahead.count(messages)
+
+    def receive(self, messages: list[Message], generation: int) -> None:
+        if generation != self._receiver.generation:
+            self.read_ahead.uncount(messages)
+            return
+        self.read_ahead.add(messages, generation)
+        self._start_deliveries()
+
+    def moved(self, generation: int) -> None:
+        for task, task_generation in list(self._tasks.items()):
+            if task_generation < generation:
+                task.cancel()
+        self.read_ahead.drop_older_than(generation)
+
+    # --- deliveries ---
+
+    def _start_deliveries(self) -> None:
+        """Starts buffered messages while fewer than inflightSize deliveries run; wakes the receiver when enough
+        room is free. Messages of an older generation or of a revoked partition are dropped."""
+        limit = self._delivery.subscription.serial_policy.inflight_size
+        while len(self._tasks) < limit and not self._stopping and (item := self.read_ahead.take()):
+            message, generation = item
+            if not self._receiver.pending(message, generation):
+                continue
+            task = asyncio.create_task(self._deliver(message, generation))
+            self._tasks[task] = generation
+            task.add_done_callback(self._delivery_done)
+        if self.read_ahead.low():
+            self._receiver.wake()
+
+    def _delivery_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.pop(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            log.error("delivery of %s crashed", self._delivery.name, exc_info=error)
+            self._on_crash(error)
+        self._start_deliveries()
+
+    async def _deliver(self, message: Message, generation: int) -> None:
+        """Delivers until success, a final failure or the TTL. A cancelled delivery stays unfinished, so its
+        offset is never committed and the message comes again after a restart."""
+        started = time.monotonic()  # messageTtl counts from here
+        delivery = self._delivery
+        schema = await delivery.schema(message)
+        if delivery.passes(message, schema):
+            delivery.trace(message, TraceStatus.INFLIGHT)
+            if delay := delivery.subscription.serial_policy.sending_delay / 1000:
+                # counted from publishing, so a backlog of older messages goes at once; never longer than the
+                # delay itself, whatever the publishing node's clock said
+                await asyncio.sleep(min(delay, message.publish_timestamp / 1000 + delay - time.time()))
+            send = functools.partial(self._send, message, schema)
+            await retry_until_ttl(delivery, [message], started, send, paced=True)
+        self._receiver.finish(message, generation)
+
+    async def _send(
+        self, message: Message, schema: str | None, subscription: Subscription, url: str, retries: int
+    ) -> SendResult:
+        content = self._delivery.context.content
+        body, content_type, extra = content.body(subscription, message, schema)
+        headers = {**self._delivery.context.sender.headers(subscription, message, retries, content_type), **extra}
+        return await self._delivery.context.sender.send(
+            subscription, url, body, headers, subscription.serial_policy.request_timeout
+        )
