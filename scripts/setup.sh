@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything Hermes needs on a fresh Debian machine: the Debian packages (ZooKeeper for the
-# ZooKeeper metadata repository and its tests, Java for Kafka, ZooKeeper and Spark, Maven to fetch jars), a
+# ZooKeeper metadata repository and its tests, Java for Kafka, ZooKeeper and Spark, Maven to fetch jars, wrk for
+# the benchmark), a
 # virtualenv in .venv with the package and its extras, and the pinned jars of jars/*.pom.xml (the embedded
 # Apache Kafka broker, Spark's Kafka connector) in .venv/share/hermes/jars. Safe to run again: every step is
 # idempotent, and nothing is downloaded at run time.
@@ -11,6 +12,7 @@ need_apt=()
 [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need_apt+=(zookeeper)
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
+command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # the load generator of hermes bench's publish maxima
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -1,5 +1,6 @@
-"""Publishing: closed-loop maximum and open-loop latency at fixed rates, each beside a no-op endpoint on the
-same HTTP stack; and large messages, publish and delivery time with the processes' memory."""
+"""Publishing: the closed-loop maximum (wrk) of one frontend process and of two workers beside the fastest Python
+no-op server, CPU per publish, and open-loop latency at fixed rates; and large messages, publish and delivery
+time with the processes' memory."""
 
 from __future__ import annotations
 
@@ -10,27 +11,24 @@ from typing import Any
 
 import aiohttp
 
-from hermes.bench.load import JSON_HEADERS, Sink, closed_loop, json_body, open_loop
+from hermes.bench import noop, wrk
+from hermes.bench.load import JSON_HEADERS, Sink, json_body, open_loop
 from hermes.bench.stats import ratio, summarize, summarize_runs
-from hermes.bench.system import Management, System, child, cpu_seconds, warm_up
+from hermes.bench.system import Management, System, child, warm_up
 from hermes.broker.embedded import free_port
 
 BODY = json_body(1024)
 _KEYS = ["throughput", "latency_ms.p50", "latency_ms.p99", "latency_ms.p999"]
 
 
-async def _closed(url: str, seconds: float, concurrency: int, reps: int, pid: int) -> dict[str, Any]:
-    """Closed-loop runs, with the CPU time the server process ``pid`` spent per request."""
-    runs = []
-    for _ in range(reps):
-        before = cpu_seconds(pid)
-        run = await closed_loop(url, BODY, seconds, concurrency)
-        run["server_cpu_us"] = round((cpu_seconds(pid) - before) / max(run["requests"], 1) * 1e6, 1)
-        runs.append(run)
+def _closed(url: str, seconds: float, concurrency: int, reps: int, pid: int) -> dict[str, Any]:
+    """wrk runs (the maximum), with the CPU time the server (process ``pid`` and its children) spent per request."""
+    wrk.run(url, BODY, 1.0, concurrency)  # warm-up: connections, caches, the producer's metadata
+    runs = [wrk.run(url, BODY, seconds, concurrency, pid) for _ in range(reps)]
     return {
-        **summarize_runs(runs, [*_KEYS, "server_cpu_us"]),
-        "codes": runs[-1]["codes"],
-        "errors": sum(r["errors"] for r in runs),
+        **summarize_runs(runs, ["throughput", "server_cpu_us"]),
+        "non_2xx": sum(r["non_2xx"] for r in runs),
+        "socket_errors": sum(r["socket_errors"] for r in runs),
     }
 
 
@@ -44,41 +42,44 @@ async def _open(url: str, rate: float, seconds: float, reps: int) -> dict[str, A
     }
 
 
-async def _noop_runs(
-    noop: str, seconds: float, concurrency: int, rates: list[float], reps: int, pid: int
-) -> dict[str, Any]:
-    await closed_loop(noop, BODY, 1.0, concurrency)  # warm-up, as for the frontend
-    return {
-        "closed": await _closed(noop, seconds, concurrency, reps, pid),
-        "open": [await _open(noop, rate, seconds, reps) for rate in rates],
-    }
+def _noops(seconds: float, concurrency: int, reps: int) -> dict[str, Any]:
+    """The closed-loop maximum of each no-op server."""
+    out = {}
+    for server in noop.SERVERS:
+        port = free_port()
+        with child([sys.executable, "-m", "hermes.bench.noop", server, str(port)], port) as process:
+            out[server] = _closed(f"http://127.0.0.1:{port}/topics/t", seconds, concurrency, reps, process.pid)
+    return out
 
 
 async def publish(
     system: System, api: Management, seconds: float, concurrency: int, rates: list[float], reps: int
 ) -> dict[str, Any]:
-    """Scenario 1. The open-loop rates are ``rates`` plus half the measured closed-loop maximum."""
+    """Scenario 1: the maximum of one frontend process and of two workers (wrk), beside the fastest no-op; then
+    latency at fixed rates (the open-loop generator): ``rates`` and half the one-process maximum."""
     topic = await api.topic("benchp", "publish")
     url = f"{system.frontend}/topics/{topic}"
-    await closed_loop(url, BODY, 1.0, concurrency)  # warm-up: connections, caches, the producer's metadata
-    maximum = await _closed(url, seconds, concurrency, reps, system.processes["frontend"].pid)
+    maximum = _closed(url, seconds, concurrency, reps, system.processes["frontend"].pid)
+    with system.frontend_workers(2) as master:
+        two_workers = _closed(url, seconds, concurrency, reps, master.pid)
     half = round(maximum["throughput"]["median"] / 2, -1)
-    all_rates = sorted({*rates, half})
-    opened = [await _open(url, rate, seconds, reps) for rate in all_rates]
-    port = free_port()
-    with child([sys.executable, "-m", "hermes.bench.noop", str(port)], port) as process:
-        noop = await _noop_runs(f"http://127.0.0.1:{port}/topics/t", seconds, concurrency, all_rates, reps, process.pid)
+    opened = [await _open(url, rate, seconds, reps) for rate in sorted({*rates, half})]
+    noops = _noops(seconds, concurrency, reps)
+    fastest = max(noops, key=lambda name: noops[name]["throughput"]["median"])
     return {
         "body_bytes": len(BODY),
         "concurrency": concurrency,
         "seconds": seconds,
+        "generator": wrk.command(concurrency),
         "closed": maximum,
+        "two_workers": two_workers,
         "open": opened,
         "half_max_rate": half,
-        "noop": noop,
-        "ratio_to_noop": ratio(maximum["throughput"]["median"], noop["closed"]["throughput"]["median"]),
+        "noop": noops,
+        "fastest_noop": fastest,
+        "ratio_to_noop": ratio(maximum["throughput"]["median"], noops[fastest]["throughput"]["median"]),
         # the same ratio from CPU per request: what one core could sustain, whatever else the machine runs
-        "cpu_ratio_to_noop": ratio(noop["closed"]["server_cpu_us"]["median"], maximum["server_cpu_us"]["median"]),
+        "cpu_ratio_to_noop": ratio(noops[fastest]["server_cpu_us"]["median"], maximum["server_cpu_us"]["median"]),
     }
 
 

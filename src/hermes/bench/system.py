@@ -70,6 +70,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """``cpu_seconds`` of a process and its children, recursively (the workers of ``hermes frontend``)."""
+    total = cpu_seconds(pid)
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{pid}/children") as children:
+        total += sum(tree_cpu_seconds(int(child)) for child in children.read().split())
+    return total
+
+
 class System:
     """Broker and the three ``hermes`` role processes, with a small management client."""
 
@@ -93,27 +101,47 @@ class System:
         self._stack.callback(self.broker.stop)
         try:
             for role in ("management", "frontend", "consumers"):  # management first: it creates shared topics
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "hermes",
-                    role,
-                    "--data-dir",
-                    str(self.data_dir),
-                    "--kafka-bootstrap-servers",
-                    self.broker.bootstrap_servers,
-                    f"--{role}-port",
-                    str(self.ports[role]),
-                    "--log-level",
-                    "WARNING",
-                    "--metadata-poll-interval",
-                    "0.2",
-                ]
-                self.processes[role] = self._stack.enter_context(child(argv, self.ports[role]))
+                self.processes[role] = self._stack.enter_context(child(self._argv(role), self.ports[role]))
         except BaseException:
             self._stack.close()
             raise
         return self
+
+    def _argv(self, role: str, *extra: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "hermes",
+            role,
+            "--data-dir",
+            str(self.data_dir),
+            "--kafka-bootstrap-servers",
+            self.broker.bootstrap_servers,
+            f"--{role}-port",
+            str(self.ports[role]),
+            "--log-level",
+            "WARNING",
+            "--metadata-poll-interval",
+            "0.2",
+            *(("--workers", "1") if role == "frontend" and not extra else extra),
+        ]
+
+    @contextlib.contextmanager
+    def frontend_workers(self, workers: int) -> Iterator[subprocess.Popen[bytes]]:
+        """The frontend as ``hermes frontend --workers N`` on the same port while the block runs (its
+        master process is yielded), then the one-process frontend again."""
+        first = self.processes["frontend"]
+        first.terminate()
+        first.wait(30)
+        try:
+            argv = self._argv("frontend", "--workers", str(workers))
+            with child(argv, self.ports["frontend"]) as master:
+                time.sleep(1.0)  # every worker listening, not only the first
+                yield master
+        finally:
+            self.processes["frontend"] = self._stack.enter_context(
+                child(self._argv("frontend"), self.ports["frontend"])
+            )
 
     def __exit__(self, *_: object) -> None:
         self._stack.close()
