@@ -258,7 +258,8 @@ class EmbeddedBroker:
     def _format(self, jvm: list[str], config: Path) -> None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         result = subprocess.run(
-            [*jvm, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config)],
+            # "=": an id may begin with "-", which would read as an option
+            [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(config)],
             capture_output=True,
             text=True,
             check=False,
