@@ -240,6 +240,31 @@ def test_the_metadata_cache_follows_oauth_providers_of_another_instance(open_rep
     assert asyncio.run(follow()) == ["auth", "auth"]
 
 
+def test_the_metadata_cache_tells_of_documents_written_by_another_instance(open_repository: Factory) -> None:
+    """How consumers learn of retransmission requests."""
+    writer, reader = open_repository(), open_repository()
+
+    async def follow() -> list[str]:
+        cache = MetadataCache(reader)
+        await cache.start()
+        changed: list[str] = []
+
+        async def document_changed(key: str) -> None:
+            changed.append(key)
+
+        cache.on_document_change("retransmission", document_changed)
+        try:
+            writer.put_document("subscription-metrics", "g.t$s/node", {"delivered": 1})
+            writer.put_document("retransmission", "g.t$s", {"requestedAt": 1})
+            writer.delete_document("retransmission", "g.t$s")
+            await _until(lambda: len(changed) == 2)
+        finally:
+            await cache.stop()
+        return changed
+
+    assert asyncio.run(follow()) == ["g.t$s", "g.t$s"]
+
+
 async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     async with asyncio.timeout(timeout):
         while not condition():

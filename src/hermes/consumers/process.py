@@ -1,6 +1,6 @@
 """One subscription's consumer on this node, as the supervisor runs it (Hermes' ``ConsumerProcess``): a receiver
 reading the topic, SERIAL or BATCH delivery using it, and what both need around them: start and stop, subscription
-updates, and once per metrics interval the metrics snapshot and a look for retransmission requests.
+updates, retransmission requests and the periodic metrics snapshot.
 
 An unexpected exception in the Kafka thread, a delivery or the batching is a crash: it is reported once through
 ``on_crash`` (the supervisor then restarts the consumer). Crashed deliveries stay unfinished, so their messages
@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from typing import Any
 
 from hermes.consumers.batch import BatchConsumer
 from hermes.consumers.context import ConsumerContext, CrashListener
@@ -21,12 +19,11 @@ from hermes.consumers.delivery import Delivery
 from hermes.consumers.metrics import SNAPSHOT_NAMESPACE, SubscriptionMetrics
 from hermes.consumers.rate import AdaptiveRateLimiter
 from hermes.consumers.receiver import MessageReceiver
+from hermes.consumers.retransmission import RetransmissionRequests
 from hermes.consumers.serial import SerialConsumer
 from hermes.domain.subscription import Subscription
 
 log = logging.getLogger(__name__)
-
-RETRANSMISSION_NAMESPACE = "retransmission"
 
 
 class ConsumerProcess:
@@ -44,7 +41,7 @@ class ConsumerProcess:
         self.consumer: SerialConsumer | BatchConsumer = (BatchConsumer if subscription.is_batch else SerialConsumer)(
             self.delivery, self.receiver, self._crashed
         )
-        self._retransmission_seen: int | None = None
+        self._retransmissions = RetransmissionRequests(context.repository, subscription.topic_name.qualified, self.name)
         self._reporter: asyncio.Task[None] | None = None
 
     @property
@@ -68,13 +65,17 @@ class ConsumerProcess:
             self._context.repository.get_document, SNAPSHOT_NAMESPACE, self._snapshot_key
         )
         self.metrics.restore(snapshot)
-        request = await asyncio.to_thread(self._context.repository.get_document, RETRANSMISSION_NAMESPACE, self.name)
-        self._retransmission_seen = request.get("requestedAt") if request else None
+        await self._retransmissions.start()
         self.consumer.start()
         self._reporter = asyncio.create_task(self._report(), name=f"metrics-{self.name}")
 
     def update(self, subscription: Subscription) -> None:
         self.delivery.update(subscription)
+
+    async def retransmission_requested(self) -> None:
+        """The subscription's retransmission request changed: a new one moves the group to its offsets."""
+        if not self._stopping and (offsets := await self._retransmissions.new_offsets()) is not None:
+            self.receiver.seek(offsets)
 
     async def stop(self, drain_timeout: float = 5.0) -> None:
         """Stops reading, lets deliveries that are sending finish for a moment, commits what is done and closes."""
@@ -106,7 +107,6 @@ class ConsumerProcess:
             self.delivery.failures.flush()
             try:
                 await self._publish_metrics()
-                await self._check_retransmission()
             except Exception:
                 log.warning("reporting of %s failed", self.name, exc_info=True)
 
@@ -114,21 +114,4 @@ class ConsumerProcess:
         self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value)
         await asyncio.to_thread(
             self._context.repository.put_document, SNAPSHOT_NAMESPACE, self._snapshot_key, self.metrics.snapshot()
-        )
-
-    async def _check_retransmission(self) -> None:
-        repository = self._context.repository
-        request: dict[str, Any] | None = await asyncio.to_thread(
-            repository.get_document, RETRANSMISSION_NAMESPACE, self.name
-        )
-        if not request or request.get("requestedAt") == self._retransmission_seen:
-            return
-        self._retransmission_seen = request.get("requestedAt")
-        topic = self.subscription.topic_name.qualified
-        self.receiver.seek({(topic, int(p)): int(o) for p, o in request.get("offsets", {}).items()})
-        await asyncio.to_thread(
-            repository.put_document,
-            RETRANSMISSION_NAMESPACE,
-            self.name,
-            {**request, "appliedAt": int(time.time() * 1000)},
         )

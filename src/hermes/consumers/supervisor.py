@@ -1,4 +1,5 @@
-"""Runs one consumer per active subscription, following the metadata cache's notifications.
+"""Runs one consumer per active subscription, following the metadata cache's notifications (of subscriptions, and
+of retransmission requests, which go to the subscription's consumer).
 
 A consumer that crashes is stopped (what it finished is committed, the rest comes again) and started anew after
 a backoff that doubles with each crash in a row, up to ``consumer_restart_backoff_max``; the other consumers are
@@ -21,6 +22,7 @@ from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.process import ConsumerProcess
 from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import load_resolver
+from hermes.consumers.retransmission import RETRANSMISSION_NAMESPACE
 from hermes.consumers.sender.http import HttpSender
 from hermes.consumers.sender.oauth import OAuthTokens, TokenClient
 from hermes.domain.names import TopicName
@@ -84,6 +86,7 @@ class ConsumersSupervisor:
             resolver=resolver,
         )
         self._cache.on_subscription_change(self._on_change)
+        self._cache.on_document_change(RETRANSMISSION_NAMESPACE, self._on_retransmission)
         for subscription in list(self._cache.subscriptions.values()):
             await self._apply(subscription.topic_name, subscription.name, subscription)
 
@@ -162,6 +165,13 @@ class ConsumersSupervisor:
 
     async def _on_change(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
         await self._apply(topic, name, subscription)
+
+    async def _on_retransmission(self, subscription: str) -> None:
+        topic, _, name = subscription.partition("$")
+        async with self._lock:  # not while the consumer starts or stops
+            consumer = self._consumers.get((topic, name))
+            if consumer is not None:
+                await consumer.retransmission_requested()
 
     async def _apply(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
         key = (topic.qualified, name)

@@ -1,7 +1,7 @@
 """An in-memory view of topics, subscriptions and OAuth providers kept fresh by the repository's change notifications.
 
 Request paths (publishing, delivery) read this cache and never the metadata store. Listeners run on the
-asyncio loop that started the cache.
+asyncio loop that started the cache, one change after another in the order they happened.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from hermes.metadata.repository import ChangeAction, ChangeKind, MetadataChange,
 log = logging.getLogger(__name__)
 
 SubscriptionListener = Callable[[TopicName, str, Subscription | None], Awaitable[None]]
+DocumentListener = Callable[[str], Awaitable[None]]
 
 
 class MetadataCache:
@@ -32,6 +33,7 @@ class MetadataCache:
         self._subscription_listeners: list[SubscriptionListener] = []
         self._schema_listeners: list[Callable[[str], None]] = []
         self._topic_listeners: list[Callable[[str, Topic | None], None]] = []
+        self._document_listeners: dict[str, list[DocumentListener]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._unwatch: Unwatch | None = None
         self._changes: asyncio.Queue[MetadataChange] | None = None
@@ -71,6 +73,11 @@ class MetadataCache:
         """``listener(provider name)`` runs after a provider was created, updated or deleted."""
         self._provider_listeners.append(listener)
 
+    def on_document_change(self, namespace: str, listener: DocumentListener) -> None:
+        """``await listener(key)`` after a document of ``namespace`` was written or deleted (documents are not
+        cached: the listener reads what it needs)."""
+        self._document_listeners.setdefault(namespace, []).append(listener)
+
     def topic(self, qualified_name: str) -> Topic | None:
         return self.topics.get(qualified_name)
 
@@ -98,6 +105,10 @@ class MetadataCache:
                     await self._reload_subscription(topic, name, change.action)
                 elif change.kind is ChangeKind.OAUTH_PROVIDER:
                     await self._reload_provider(change.key)
+                elif change.kind is ChangeKind.DOCUMENT:
+                    namespace, _, key = change.key.partition("/")
+                    for document_listener in self._document_listeners.get(namespace, ()):
+                        await document_listener(key)
             except Exception:
                 log.exception("applying metadata change %s failed", change)
 
