@@ -122,7 +122,7 @@ class Settings(BaseSettings):
         1.0, gt=0, description="Seconds between offset commits of each subscription consumer."
     )
     consumer_metrics_interval: float = Field(
-        1.0, gt=0, description="Seconds between metric snapshots (and retransmission checks) of each consumer."
+        1.0, gt=0, description="Seconds between metric snapshots of each consumer."
     )
     consumer_rate_period: float = Field(1.0, gt=0, description="Seconds between adaptive rate adjustments.")
     consumer_heartbeat_interval: float = Field(
