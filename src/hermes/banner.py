@@ -22,6 +22,7 @@ def banner(hermes: Hermes) -> str:
     rows += [
         ("Kafka", _kafka(hermes)),
         ("metadata", _metadata(hermes)),
+        ("auth", hermes.security.describe() if hermes.security is not None else "off"),
         ("pipeline", hermes.pipeline_status),
         ("data dir", str(settings.data_dir.absolute())),
         ("log", str(log_file() or "stderr only")),

@@ -115,6 +115,29 @@ def _bench(_settings: Settings, args: argparse.Namespace) -> int:
     return 1 if results["void"] else 0
 
 
+def _users_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("users")
+    group.add_argument("action", choices=("add", "set", "remove", "list"), help="what to do")
+    group.add_argument("name", nargs="?", help="the user or service account (a bearer token's subject)")
+    group.add_argument("--admin", action=argparse.BooleanOptionalAction, default=None, help="the admin role")
+    group.add_argument("--owner", action="append", default=None, help="an owner id it manages (repeatable)")
+    group.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
+    group.add_argument("--no-password", action="store_true", help="no password: it signs in with bearer tokens")
+
+
+@command(
+    "users",
+    "Add, change, remove or list the users of the APIs (in DATA_DIR/security/users.json; see docs/security.md).",
+    _users_arguments,
+)
+def _users(settings: Settings, args: argparse.Namespace) -> int:
+    from hermes.security.accounts import change_users
+
+    for line in change_users(settings.data_dir, args):
+        print(line)
+    return 0
+
+
 def _add_setting(group: argparse._ArgumentGroup, name: str) -> None:
     field = Settings.model_fields[name]
     hints = [f"env {ENV_PREFIX}{name.upper()}"]

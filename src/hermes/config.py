@@ -46,6 +46,18 @@ class Settings(BaseSettings):
         8070, ge=0, le=65535, description="Port of `hermes consumers`' health and Prometheus endpoints (0 = any free)."
     )
 
+    # --- authentication ---
+    auth_jwt_issuer: str | None = Field(
+        None, description="Issuer (iss) of the OAuth 2 / OIDC bearer tokens the APIs accept; unset: Basic only."
+    )
+    auth_jwt_jwks_url: str | None = Field(
+        None, description="URL of the issuer's key set (JWKS); default: the issuer's /.well-known/jwks.json."
+    )
+    auth_jwt_audience: str | None = Field(None, description="Audience (aud) the bearer tokens must name, if any.")
+    auth_failed_logins_per_minute: int = Field(
+        10, ge=1, le=10_000, description="Failed logins a client address may make per minute before it must wait."
+    )
+
     # --- Kafka ---
     kafka_bootstrap_servers: str | None = Field(
         None,
@@ -243,7 +255,12 @@ SERVERS = ("run", "frontend", "consumers", "management")
 
 # Every field belongs to one section (a unit test checks); a field missing here is shown by every command.
 SECTIONS = (
-    Section("process", EVERY_PROCESS, ("data_dir", "host", "log_level")),
+    Section("process", (*EVERY_PROCESS, "users"), ("data_dir", "host", "log_level")),
+    Section(
+        "authentication",
+        ("run", "frontend", "management"),
+        ("auth_jwt_issuer", "auth_jwt_jwks_url", "auth_jwt_audience", "auth_failed_logins_per_minute"),
+    ),
     Section(
         "Kafka cluster",
         EVERY_PROCESS,

@@ -80,6 +80,32 @@ class ImplementationAbsent(NotFoundError):
     code = "IMPLEMENTATION_ABSENT"
 
 
+class Unauthorized(HermesError):
+    """The caller did not prove who it is: no credentials, or wrong ones. The message never repeats them."""
+
+    code = "UNAUTHORIZED"
+    status = 401
+
+
+class Forbidden(HermesError):
+    """The caller is known but may not do this (as Hermes' ``PERMISSION_DENIED``)."""
+
+    code = "PERMISSION_DENIED"
+    status = 403
+
+
+class TooManyFailedLogins(HermesError):
+    """A client failed to authenticate too often; it must wait before it may try again."""
+
+    code = "TOO_MANY_FAILED_LOGINS"
+    status = 429
+    retriable = True
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class AlreadyExistsError(HermesError):
     code = "ALREADY_EXISTS"
     status = 400  # as Hermes' ErrorCode: its clients test for 400

@@ -32,6 +32,7 @@ from hermes.logs import log_path
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
+from hermes.security.setup import Security
 from hermes.tracking import TRACKING_TOPIC, Tracker
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class Hermes:
         self._closers: list[Any] = []  # synchronous, after the producer flushed
         self._lock: DataDirLock | None = None
         self.pipeline_status = "not in this process"
+        self.security: Security | None = None
 
     @property
     def name(self) -> str:
@@ -100,6 +102,9 @@ class Hermes:
     async def _start(self) -> None:
         settings = self.settings
         check_data_dir(settings)
+        self.security = Security.from_settings(settings)
+        for role in sorted(self.roles & {Role.MANAGEMENT, Role.FRONTEND}):
+            self.security.check_listener(settings.host, role.value)
         if Role.FRONTEND in self.roles and not self.worker:  # its journal (and hermes run's files) is its alone
             self._lock = DataDirLock.take(settings.data_dir, self.name)
             ensure_port_free(settings.host, settings.frontend_port, "frontend")
@@ -144,7 +149,7 @@ class Hermes:
             from hermes.management.services import ManagementService
 
             service = ManagementService(settings, self.repository, admin)
-            await self._serve(Role.MANAGEMENT, management_app(service), settings.management_port)
+            await self._serve(Role.MANAGEMENT, management_app(service, self.security), settings.management_port)
 
         if Role.CONSUMERS in self.roles:
             assert self.cache is not None

@@ -7,6 +7,7 @@ from aiohttp import web
 from hermes.http import status as status_routes
 from hermes.http.server import error_middleware, json_response
 from hermes.management import openapi
+from hermes.management.access import SECURITY, access_middleware
 from hermes.management.api import (
     cluster,
     consistency,
@@ -26,13 +27,16 @@ from hermes.management.api import (
 )
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
+from hermes.security.setup import Security
 
 
-def create_app(service: ManagementService) -> web.Application:
+def create_app(service: ManagementService, security: Security) -> web.Application:
     app = web.Application(
-        middlewares=[error_middleware, cluster.read_only_middleware], client_max_size=16 * 1024 * 1024
+        middlewares=[error_middleware, access_middleware, cluster.read_only_middleware],
+        client_max_size=16 * 1024 * 1024,
     )
     app[SERVICE] = service
+    app[SECURITY] = security
     status_routes.register(app.router)
     groups.register(app.router)
     topics.register(app.router)

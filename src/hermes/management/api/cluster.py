@@ -14,6 +14,7 @@ from aiohttp.typedefs import Handler
 from hermes.domain.names import SubscriptionName, TopicName, validate_simple_name
 from hermes.errors import HermesError, NotFoundError, ValidationError
 from hermes.http.server import json_response
+from hermes.management.access import authenticated_admin
 from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.context import SERVICE
 from hermes.management.preview import recent_messages
@@ -78,9 +79,8 @@ def _changes_allowed(request: web.Request) -> bool:
 
 @web.middleware
 async def read_only_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Refuses changes while the mode is read-only. Hermes lets admins through; until the management API
-    authenticates callers nobody is told apart, so read-only holds for everyone."""
-    if not _changes_allowed(request):
+    """Refuses changes while the mode is read-only. As Hermes, admins who signed in pass."""
+    if not _changes_allowed(request) and not authenticated_admin(request):
         mode = await asyncio.to_thread(_mode, request.app[SERVICE].repository)
         if mode != READ_WRITE:
             raise ReadOnlyMode("Action forbidden due to read-only mode")

@@ -1,18 +1,20 @@
 """Owners and roles. Owners come from one source, Hermes' ``Plaintext``: an owner is any id, and searching
-it suggests the ids topics and subscriptions already name. Roles: every caller may do everything until the
-management API authenticates callers, so each answer lists every role Hermes asks about."""
+it suggests the ids topics and subscriptions already name. Roles: the caller's, as the access rules see them
+(while authentication is off every caller is an admin, so each answer lists every role Hermes asks about)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from aiohttp import web
 
 from hermes.domain import codec
 from hermes.domain.names import validate_simple_name
 from hermes.domain.topic import Owner
-from hermes.errors import OwnerSourceNotFound
+from hermes.errors import NotFoundError, OwnerSourceNotFound
 from hermes.http.server import json_response
+from hermes.management.access import principal
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 
@@ -73,19 +75,39 @@ async def subscriptions_of_owner(request: web.Request) -> web.Response:
     return json_response([codec.subscription_to_json(s) for s in subs if s.owner == owner])
 
 
-_ROLES = ["admin", "any"]
+def _roles(request: web.Request) -> list[str]:
+    return ["admin", "any"] if principal(request).is_admin else ["any"]
 
 
-async def roles(_: web.Request) -> web.Response:
-    return json_response(_ROLES)
+async def roles(request: web.Request) -> web.Response:
+    return json_response(_roles(request))
+
+
+async def _owns(request: web.Request, owner: Callable[[], Owner]) -> bool:
+    """Whether the caller owns what ``owner`` (a blocking lookup of it) names; admins own everything."""
+    caller = principal(request)
+    if caller.is_admin:
+        return True
+    try:
+        found = await asyncio.to_thread(owner)
+    except NotFoundError:
+        return False
+    return caller.owns(found.id)
 
 
 async def topic_roles(request: web.Request) -> web.Response:
-    topic_name(request)
-    return json_response([*_ROLES, "topicOwner"])
+    name = topic_name(request)
+    repository = request.app[SERVICE].repository
+    owner = await _owns(request, lambda: repository.get_topic(name).owner)
+    return json_response([*_roles(request), *(["topicOwner"] if owner else [])])
 
 
 async def subscription_roles(request: web.Request) -> web.Response:
-    topic_name(request)
-    validate_simple_name(request.match_info["subscription"], "subscriptionName")
-    return json_response([*_ROLES, "topicOwner", "subscriptionOwner"])
+    name = topic_name(request)
+    subscription = request.match_info["subscription"]
+    validate_simple_name(subscription, "subscriptionName")
+    repository = request.app[SERVICE].repository
+    topic_owner = await _owns(request, lambda: repository.get_topic(name).owner)
+    subscription_owner = await _owns(request, lambda: repository.get_subscription(name, subscription).owner)
+    found = (["topicOwner"] if topic_owner else []) + (["subscriptionOwner"] if subscription_owner else [])
+    return json_response([*_roles(request), *found])

@@ -1,0 +1,97 @@
+"""From an ``Authorization`` header to a ``Principal``: HTTP Basic against the users file, or a bearer JWT of
+the configured issuer (its subject looked up in the same file for roles and owner ids)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from dataclasses import dataclass
+
+from hermes.errors import HermesError, Unauthorized
+from hermes.security.passwords import VerifiedCache, hash_password, verify_password
+from hermes.security.throttle import FailedLogins
+from hermes.security.tokens import TokenVerifier
+from hermes.security.users import ADMIN, UserStore
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a name, its roles and the owner ids whose topics and subscriptions it manages."""
+
+    name: str
+    roles: frozenset[str] = frozenset()
+    owners: frozenset[str] = frozenset()
+
+    @property
+    def is_admin(self) -> bool:
+        return ADMIN in self.roles
+
+    def owns(self, owner_id: str) -> bool:
+        return self.is_admin or owner_id in self.owners
+
+
+# What every caller is while authentication is off (loopback only): everything is allowed, as before.
+OPEN = Principal("anonymous", frozenset({ADMIN}))
+
+
+class Authenticator:
+    def __init__(self, users: UserStore, tokens: TokenVerifier | None, failures: FailedLogins) -> None:
+        self.users = users
+        self.tokens = tokens
+        self.failures = failures
+        self._verified = VerifiedCache()
+        self._hashing = asyncio.Semaphore(2)  # scrypt takes 128 MiB and a core: bound what a flood can take
+        self._dummy: str | None = None
+
+    @property
+    def methods(self) -> list[str]:
+        return ["Basic"] + (["Bearer"] if self.tokens is not None else [])
+
+    async def authenticate(self, authorization: str | None, client: str) -> Principal:
+        self.failures.check(client)
+        try:
+            if authorization is None:
+                raise Unauthorized("authentication required")
+            scheme, _, credentials = authorization.partition(" ")
+            if scheme.lower() == "basic":
+                return await self._basic(credentials.strip())
+            if scheme.lower() == "bearer" and self.tokens is not None:
+                return self._principal(await self.tokens.subject(credentials.strip()))
+            raise Unauthorized(f"unsupported authorization scheme; use {' or '.join(self.methods)}")
+        except Unauthorized:
+            if authorization is not None:  # asking without credentials first is how HTTP clients work
+                self.failures.failed(client)
+            raise
+
+    async def _basic(self, credentials: str) -> Principal:
+        try:
+            name, separator, password = base64.b64decode(credentials, validate=True).decode().partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            raise Unauthorized("malformed Basic credentials") from None
+        user = self.users.get(name) if separator else None
+        encoded = user.password_hash if user is not None else None
+        if encoded is not None and self._verified.known(name, encoded, password):
+            return self._principal(name)
+        async with self._hashing:
+            if encoded is None:  # hash anyway: the answer's timing must not tell which user names exist
+                if self._dummy is None:
+                    self._dummy = await asyncio.to_thread(hash_password, "")
+                await asyncio.to_thread(verify_password, "\0" + password, self._dummy)
+                raise Unauthorized("wrong user name or password")
+            if not await asyncio.to_thread(verify_password, password, encoded):
+                raise Unauthorized("wrong user name or password")
+        self._verified.remember(name, encoded, password)
+        return self._principal(name)
+
+    def _principal(self, name: str) -> Principal:
+        user = self.users.get(name)
+        return Principal(name) if user is None else Principal(name, user.roles, user.owners)
+
+
+def challenge(error: HermesError, methods: list[str]) -> dict[str, str]:
+    """The headers of an authentication failure: how to authenticate, or when to try again."""
+    retry_after = getattr(error, "retry_after", None)
+    if retry_after is not None:
+        return {"Retry-After": str(max(1, round(retry_after)))}
+    return {"WWW-Authenticate": ", ".join(f'{method} realm="hermes"' for method in methods)}

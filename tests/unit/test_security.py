@@ -1,0 +1,96 @@
+"""Password hashes, the users file, the brake on failed logins and the rule for open listeners."""
+
+from __future__ import annotations
+
+import argparse
+import io
+from pathlib import Path
+
+import pytest
+
+from hermes.config import load_settings
+from hermes.errors import StartupError, TooManyFailedLogins, UsageError
+from hermes.security.accounts import change_users
+from hermes.security.passwords import VerifiedCache, hash_password, verify_password
+from hermes.security.setup import Security, is_loopback
+from hermes.security.throttle import FailedLogins
+from hermes.security.users import ADMIN, User, UserStore
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_password_hash_is_salted_scrypt_and_checks_only_its_password() -> None:
+    first, second = hash_password("correct horse"), hash_password("correct horse")
+    assert first.startswith("scrypt$131072$8$1$") and first != second  # a fresh salt each time
+    assert "correct horse" not in first
+    assert verify_password("correct horse", first) and verify_password("correct horse", second)
+    assert not verify_password("correct horsf", first)
+    assert not verify_password("correct horse", "scrypt$damaged")
+
+
+def test_the_verified_cache_knows_only_what_it_was_told() -> None:
+    cache = VerifiedCache(ttl=60)
+    assert not cache.known("alice", "hash", "pw")
+    cache.remember("alice", "hash", "pw")
+    assert cache.known("alice", "hash", "pw")
+    assert not cache.known("alice", "hash", "other") and not cache.known("alice", "new hash", "pw")
+
+
+def test_failed_logins_brake_one_client_until_its_window_ends() -> None:
+    failures = FailedLogins(limit=2, window=0.2)
+    failures.failed("10.0.0.1")
+    failures.check("10.0.0.1")
+    failures.failed("10.0.0.1")
+    with pytest.raises(TooManyFailedLogins):
+        failures.check("10.0.0.1")
+    failures.check("10.0.0.2")
+
+
+def test_the_users_file_is_private_and_reread_when_it_changes(tmp_path: Path) -> None:
+    writer, reader = UserStore.in_data_dir(tmp_path), UserStore.in_data_dir(tmp_path)
+    reader.recheck = 0
+    assert reader.users() == {}
+    writer.save(User("alice", "h", frozenset({ADMIN}), frozenset({"team-a"})))
+    assert reader.get("alice") == User("alice", "h", frozenset({ADMIN}), frozenset({"team-a"}))
+    assert writer.path.stat().st_mode & 0o777 == 0o600
+    assert writer.remove("alice") and not writer.remove("alice")
+    assert reader.get("alice") is None
+    writer.path.write_text("{not json")
+    with pytest.raises(UsageError, match="damaged"):
+        reader.users()
+
+
+def _args(action: str, name: str | None = None, **flags: object) -> argparse.Namespace:
+    values = {"admin": None, "owner": None, "password_stdin": False, "no_password": False, **flags}
+    return argparse.Namespace(action=action, name=name, **values)
+
+
+def test_hermes_users_adds_changes_lists_and_removes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO("a long enough password\n"))
+    assert list(change_users(tmp_path, _args("add", "root", admin=True, password_stdin=True))) == ["added root"]
+    list(change_users(tmp_path, _args("add", "bot", owner=["team-a"], no_password=True)))
+    list(change_users(tmp_path, _args("set", "bot", owner=["team-a", "team-b"])))
+    assert list(change_users(tmp_path, _args("list"))) == [
+        "bot\troles=-\towners=team-a,team-b\tbearer token only",
+        "root\troles=admin\towners=-\tpassword",
+    ]
+    with pytest.raises(UsageError, match="exists already"):
+        list(change_users(tmp_path, _args("add", "root", no_password=True)))
+    monkeypatch.setattr("sys.stdin", io.StringIO("short\n"))
+    with pytest.raises(UsageError, match="12 characters"):
+        list(change_users(tmp_path, _args("add", "new", password_stdin=True)))
+    assert list(change_users(tmp_path, _args("remove", "bot"))) == ["removed bot"]
+
+
+def test_an_open_listener_may_only_be_on_loopback(tmp_path: Path) -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("example.com")
+    open_ = Security.from_settings(load_settings({"data_dir": tmp_path}))
+    assert open_.authenticator is None and "OFF" in open_.describe()
+    open_.check_listener("127.0.0.1", "management")
+    with pytest.raises(StartupError, match="without authentication"):
+        open_.check_listener("0.0.0.0", "management")
+    UserStore.in_data_dir(tmp_path).save(User("root", hash_password("x" * 12), frozenset({ADMIN})))
+    secured = Security.from_settings(load_settings({"data_dir": tmp_path}))
+    secured.check_listener("0.0.0.0", "management")
+    assert secured.describe().startswith("Basic")
