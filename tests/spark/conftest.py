@@ -10,6 +10,7 @@ import pytest
 
 pytest.importorskip("pyspark")
 
+from tests.support.spark_cluster import SparkStandaloneCluster
 from tests.support.spark_connect import SparkConnectServer
 
 
@@ -34,6 +35,15 @@ def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCon
     server = SparkConnectServer(tmp_path_factory.mktemp("spark-connect")).start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandaloneCluster]:
+    """A Spark standalone cluster (a master and two workers, separate JVMs) for the tests that run the pipeline
+    with ``--spark-master spark://...``; started once, on first use, and stopped with its executors at the end."""
+    cluster = SparkStandaloneCluster(tmp_path_factory.mktemp("spark-cluster")).start()
+    yield cluster
+    cluster.stop()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -95,17 +95,22 @@ class SparkConnectServer:
 
     def stop(self, timeout: float = 30.0) -> None:
         process, self.process = self.process, None
-        if process is None:
-            return
-        for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(process.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                process.wait(wait)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)  # Python workers the JVM left behind
+        if process is not None:
+            stop_group(process, timeout)
+
+
+def stop_group(process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """Ends a JVM started in a process group of its own (``start_new_session``): SIGTERM, then SIGKILL, and
+    SIGKILL for what it started (executors, Python workers) that outlived it."""
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            process.wait(wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
