@@ -169,6 +169,7 @@ class Hermes:
             from hermes.frontend.journal import Journal
             from hermes.frontend.metrics import JOURNAL_BYTES, JOURNAL_MESSAGES, PublishedCounter
             from hermes.frontend.publishing import Publisher, PublishTimeouts
+            from hermes.frontend.readiness import Readiness
             from hermes.frontend.schemas import SchemaSource
 
             assert self.cache is not None
@@ -202,7 +203,10 @@ class Hermes:
             for entry in pending:
                 publisher.resend(entry)
             published = PublishedCounter()
-            api = PublishingApi(publisher, self.cache, published)
+            readiness = Readiness(producer)
+            await readiness.start()
+            self._stoppers.append(readiness.stop)
+            api = PublishingApi(publisher, self.cache, published, readiness)
             server = LeanServer(api, settings.host, settings.frontend_port, Role.FRONTEND.value, reuse_port=self.worker)
             await server.start()
             self.servers[Role.FRONTEND] = server

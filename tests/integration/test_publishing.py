@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -9,8 +10,12 @@ import orjson
 import pytest
 
 from hermes.broker.admin import BrokerAdmin
+from hermes.broker.connection import KafkaConnection
 from hermes.broker.kafka_consumer import BrokerConsumer
+from hermes.broker.producer import BrokerProducer
+from hermes.domain.avro import json_to_avro
 from hermes.domain.message import Message
+from hermes.frontend.readiness import Readiness
 from hermes.tracking import TRACKING_TOPIC
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes, unique
@@ -58,10 +63,42 @@ def test_statuses(client: HermesClient) -> None:
     assert missing.status_code == 404 and missing.json()["code"] == "TOPIC_NOT_EXISTS"
     too_big = client.publish(topic, '{"x": "' + "a" * 1100 + '"}')
     assert too_big.status_code == 413 and "maxMessageSize" in too_big.json()["message"]
+
+
+def test_json_topics_take_any_body_of_any_content_type(hermes: InProcessHermes, client: HermesClient) -> None:
+    topic = client.create_topic()
+    xml = client.frontend.post(f"/topics/{topic}", content=b"<a/>", headers={"Content-Type": "application/xml"})
+    assert xml.status_code in (201, 202)  # 202: an ack slower than the timeout (a loaded machine), journaled
+    assert client.publish(topic, '{"broken": ').status_code in (201, 202)
+    bodies = {m.body for m in read_topic(hermes, topic, 2)}
+    assert bodies == {b"<a/>", b'{"broken": '}
+
+
+def test_json_validation_is_a_topic_opt_in(client: HermesClient) -> None:
+    topic = client.create_topic(jsonValidationEnabled=True)
+    assert client.management.get(f"/topics/{topic}").json()["jsonValidationEnabled"] is True
+    assert client.publish(topic, '{"ok": true}').status_code in (201, 202)
     malformed = client.publish(topic, '{"broken": ')
     assert malformed.status_code == 400 and malformed.json()["code"] == "VALIDATION_ERROR"
     xml = client.frontend.post(f"/topics/{topic}", content=b"<a/>", headers={"Content-Type": "application/xml"})
-    assert xml.status_code == 415 and set(xml.json()) == {"message", "code"}
+    assert xml.status_code == 415 and "jsonValidationEnabled" in xml.json()["message"]
+
+
+def test_errors_carry_the_message_id(client: HermesClient) -> None:
+    topic = client.create_topic(maxMessageSize=1024)
+    too_big = client.publish(topic, "a" * 1100)
+    missing = client.publish(topic + "-missing", "{}")
+    for response in (too_big, missing):
+        assert response.status_code in (404, 413) and len(response.headers["Hermes-Message-Id"]) == 36
+
+
+def test_ack_none_answers_once_the_producer_has_the_message(hermes: InProcessHermes, client: HermesClient) -> None:
+    topic = client.create_topic(ack="NONE")
+    assert client.management.get(f"/topics/{topic}").json()["ack"] == "NONE"
+    response = client.publish(topic, '{"n": 1}')
+    assert response.status_code == 201
+    [message] = read_topic(hermes, topic, 1)
+    assert message.message_id == response.headers["Hermes-Message-Id"]
 
 
 def test_routing_errors_keep_the_error_shape(client: HermesClient) -> None:
@@ -73,7 +110,30 @@ def test_routing_errors_keep_the_error_shape(client: HermesClient) -> None:
     assert status_by_post.status_code == 405 and status_by_post.headers["Allow"] == "GET,HEAD"
     unknown = client.frontend.get("/no/such/path")
     assert unknown.status_code == 404 and unknown.json() == {"message": "Not Found", "code": "NOT_FOUND"}
-    assert client.frontend.get("/status/health").json() == {"status": "UP"}
+
+
+def test_status_routes_answer_as_hermes(client: HermesClient) -> None:
+    for path in ("/", "/status/ping", "/status/health"):
+        response = client.frontend.get(path)
+        assert (response.status_code, response.text) == (200, "UP"), path
+    ready = client.frontend.get("/status/ready")
+    assert (ready.status_code, ready.text) == (200, "READY")
+
+
+def test_not_ready_while_the_broker_is_unreachable() -> None:
+    producer = BrokerProducer(KafkaConnection("127.0.0.1:1"))  # nothing listens on port 1
+    readiness = Readiness(producer)
+
+    async def check() -> bool:
+        await readiness.start()
+        ready = readiness.ready
+        await readiness.stop()
+        return ready
+
+    try:
+        assert not asyncio.run(check())
+    finally:
+        producer.close(0)
 
 
 def test_metadata_travels_in_kafka(hermes: InProcessHermes, client: HermesClient) -> None:
@@ -108,6 +168,23 @@ def test_avro_topics_validate_and_convert_json(hermes: InProcessHermes, client: 
     assert unknown_version.status_code == 400
     [message] = read_topic(hermes, topic, 1)
     assert message.schema_version == 1 and message.body != good.encode()  # Avro binary, not the JSON
+
+
+def test_avro_topics_take_avro_json_and_avro_binary(hermes: InProcessHermes, client: HermesClient) -> None:
+    topic = client.create_topic(contentType="AVRO", schema=orjson.dumps(AVRO_SCHEMA).decode())
+    record = {"name": "abc", "age": 7, "addresses": [{"city": "Warsaw"}]}
+    binary = json_to_avro(orjson.dumps(AVRO_SCHEMA).decode(), orjson.dumps(record))
+
+    def post(body: bytes, content_type: str, **headers: str) -> Any:
+        return client.frontend.post(f"/topics/{topic}", content=body, headers={"Content-Type": content_type, **headers})
+
+    assert post(orjson.dumps(record), "avro/json").status_code in (201, 202)  # 202: a slow ack, journaled
+    assert post(binary, "avro/binary", **{"Schema-Id": "1"}).status_code in (201, 202)
+    assert post(binary[:-1], "avro/binary").status_code == 400
+    assert post(b"<a/>", "application/xml").status_code == 415
+    unknown_id = post(binary, "avro/binary", **{"Schema-Id": "9", "Schema-Version": "1"})  # the id comes first
+    assert unknown_id.status_code == 400 and "Schema-Id" in unknown_id.text
+    assert {m.body for m in read_topic(hermes, topic, 2)} == {binary}
 
 
 def test_avro_delivery_as_json_and_as_avro_with_avropath_filters(client: HermesClient) -> None:

@@ -1,4 +1,4 @@
-"""Producing to Kafka with the two ack modes of Hermes: one producer per mode (acks=1 and acks=all)."""
+"""Producing to Kafka with the ack modes of Hermes: one producer per mode (acks=0, acks=1 and acks=all)."""
 
 from __future__ import annotations
 
@@ -120,6 +120,7 @@ class BrokerProducer:
         self._producers = {
             Ack.LEADER: _PolledProducer(connection.config(**base, acks=1)),
             Ack.ALL: _PolledProducer(connection.config(**base, acks="all")),
+            Ack.NONE: _PolledProducer(connection.config(**base, acks=0)),  # last: warm() serves it last
         }
         self._settlers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Settler] = weakref.WeakKeyDictionary()
 
@@ -227,6 +228,14 @@ class BrokerProducer:
         if settler is None:
             settler = self._settlers[loop] = _Settler(loop)
         return settler
+
+    def reachable(self, timeout: float) -> bool:
+        """Whether the broker answers a metadata request within ``timeout`` seconds (blocks: call from a thread)."""
+        try:
+            self._producers[Ack.LEADER].producer.list_topics(timeout=timeout)
+        except KafkaException:
+            return False
+        return True
 
     def close(self, timeout: float = 10.0) -> int:
         """Flushes and stops; returns how many messages were still unacknowledged."""

@@ -1,5 +1,6 @@
-"""Avro for topics with contentType AVRO: JSON published by clients is validated against the topic's schema
-and converted to Avro binary; consumers convert it back to JSON for JSON subscriptions."""
+"""Avro for topics with contentType AVRO: what clients publish (JSON, Avro's JSON encoding or Avro binary) is
+validated against the topic's schema and stored as Avro binary; consumers convert it back to JSON for JSON
+subscriptions."""
 
 from __future__ import annotations
 
@@ -37,6 +38,31 @@ def json_to_avro(schema: str, body: bytes) -> bytes:
     buffer = io.BytesIO()
     fastavro.schemaless_writer(buffer, parsed, record)
     return buffer.getvalue()
+
+
+def avro_json_to_avro(schema: str, body: bytes) -> bytes:
+    """Avro's own JSON encoding (``avro/json``: unions written as ``{"type": value}``) to Avro binary."""
+    parsed = parse_schema(schema)
+    try:
+        record = next(iter(fastavro.json_reader(io.StringIO(body.decode()), parsed)))
+        buffer = io.BytesIO()
+        fastavro.schemaless_writer(buffer, parsed, record)
+    # fastavro's JSON decoder reports a mismatch as whichever error its decoding step hit
+    except (ValueError, TypeError, KeyError, AttributeError, IndexError, StopIteration) as exc:
+        raise ValidationError(f"the message is not Avro JSON of the topic's schema: {exc}") from None
+    return buffer.getvalue()
+
+
+def check_avro(schema: str, data: bytes) -> bytes:
+    """Returns ``data`` once it is checked to be one record of ``schema`` in Avro binary (``avro/binary``)."""
+    buffer = io.BytesIO(data)
+    try:
+        fastavro.schemaless_reader(buffer, parse_schema(schema))
+    except (ValueError, TypeError, KeyError, IndexError, EOFError, UnicodeDecodeError) as exc:
+        raise ValidationError(f"the message is not Avro binary of the topic's schema: {exc!r}") from None
+    if buffer.tell() != len(data):
+        raise ValidationError(f"the message has {len(data) - buffer.tell()} bytes after its Avro record")
+    return data
 
 
 def avro_to_record(schema: str, data: bytes) -> Any:

@@ -12,6 +12,7 @@ TOPIC_NAME_HEADER = "Hermes-Topic-Name"
 SUBSCRIPTION_NAME_HEADER = "Hermes-Subscription-Name"
 BATCH_ID_HEADER = "Hermes-Batch-Id"
 SCHEMA_VERSION_HEADER = "Schema-Version"
+SCHEMA_ID_HEADER = "Schema-Id"
 PARTITION_KEY_HEADER = "Partition-Key"
 
 # Kafka record headers written by the frontend.

@@ -14,6 +14,7 @@ class ContentType(StrEnum):
 
 
 class Ack(StrEnum):
+    NONE = "NONE"  # acks=0: answered once the producer has the message, as Hermes does
     LEADER = "LEADER"
     ALL = "ALL"
 
@@ -117,6 +118,8 @@ class Topic:
     subscribing_restricted: bool = False
     auth: PublishingAuth = field(default_factory=PublishingAuth)
     json_to_avro_dry_run: bool = False
+    # Our extension (Hermes takes any body on JSON topics): refuse a body that is not JSON, or not sent as JSON
+    json_validation_enabled: bool = False
     migrated_from_json_type: bool = False
     fallback_to_remote_datacenter_enabled: bool = False
     chaos: PublishingChaosPolicy = field(default_factory=PublishingChaosPolicy)

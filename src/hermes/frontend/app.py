@@ -1,5 +1,5 @@
 """The publishing API on the lean HTTP server: ``POST /topics/{topic}`` and the status routes, with Hermes'
-statuses, headers and error shape."""
+statuses, headers and error shape (a publish's errors carry its ``Hermes-Message-Id`` too, as Hermes')."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from urllib.parse import unquote
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from hermes.domain.message import MESSAGE_ID_HEADER
+from hermes.domain.message import MESSAGE_ID_HEADER, new_message_id
 from hermes.domain.topic import Topic
-from hermes.errors import HermesError, TopicNotFound, UnsupportedMediaType
+from hermes.errors import HermesError, TopicNotFound
 from hermes.frontend.metrics import PUBLISH_REQUESTS, PublishedCounter
 from hermes.frontend.publishing import Publisher, PublishResult
+from hermes.frontend.readiness import Readiness
 from hermes.http.lean import Request, error_body
 from hermes.metadata.cache import MetadataCache
 
@@ -27,7 +28,11 @@ JSON = "application/json"
 # change notifications; this only closes the gap of a topic created a moment ago).
 _NEGATIVE_TTL = 1.0
 _TOPICS = "/topics/"
-_HEALTH = b'{"status":"UP"}'
+TEXT = "text/plain"
+# Hermes' frontend answers these in plain text: "/", ping and health say it runs; ready says it can publish.
+_HEALTH = ("/", "/status/ping", "/status/health")
+_READY = "/status/ready"
+_STATUS = (*_HEALTH, _READY, "/status/prometheus")
 
 
 class TopicLookup:
@@ -50,17 +55,14 @@ class TopicLookup:
         return topic
 
 
-@functools.lru_cache(maxsize=256)
-def _accepts(content_type: str) -> bool:
-    kind = content_type.split(";", 1)[0].strip().lower()
-    return kind in ("", "application/json", "text/plain", "*/*") or kind.endswith("+json")
-
-
 class PublishingApi:
     """The request handler of the publishing port (``hermes.http.lean.Handler``)."""
 
-    def __init__(self, publisher: Publisher, cache: MetadataCache, published: PublishedCounter) -> None:
+    def __init__(
+        self, publisher: Publisher, cache: MetadataCache, published: PublishedCounter, readiness: Readiness
+    ) -> None:
         self._publisher = publisher
+        self._readiness = readiness
         self._cache = cache
         self._topics = TopicLookup(cache)
         self._published = published
@@ -76,40 +78,39 @@ class PublishingApi:
                 _not_allowed(request, "POST")
             else:
                 self._publish(request, name)
-        elif path in ("/status/health", "/status/ready", "/status/prometheus"):
+        elif path in _STATUS:
             if request.method not in ("GET", "HEAD"):
                 _not_allowed(request, "GET,HEAD")
             elif path == "/status/prometheus":
                 request.respond(200, body=generate_latest(), content_type=CONTENT_TYPE_LATEST)
+            elif path == _READY:
+                ready = self._readiness.ready
+                request.respond(200 if ready else 503, body=b"READY" if ready else b"NOT_READY", content_type=TEXT)
             else:
-                request.respond(200, body=_HEALTH, content_type=JSON)
+                request.respond(200, body=b"UP", content_type=TEXT)
         else:
             _not_found(request)
 
     def _publish(self, request: Request, name: str) -> None:
         started = time.perf_counter()
-        answer = functools.partial(self._answer, request, name, started)
+        message_id = new_message_id()
+        answer = functools.partial(self._answer, request, name, message_id, started)
         try:
-            content_type = request.headers.get("content-type", "")
-            if not _accepts(content_type):
-                raise UnsupportedMediaType(
-                    f"Content-Type {content_type} is not accepted; publish JSON (application/json)"
-                )
             topic = self._cache.topic(name)
             if topic is None:
-                self._publish_uncached(request, name, answer)
+                self._publish_uncached(request, name, message_id, answer)
                 return
-            self._publisher.publish(topic, request.body, request.headers, answer)
+            self._publisher.publish(topic, message_id, request.body, request.headers, answer)
         except HermesError as exc:
             answer(exc)
 
-    def _publish_uncached(self, request: Request, name: str, answer: functools.partial[None]) -> None:
+    def _publish_uncached(self, request: Request, name: str, message_id: str, answer: functools.partial[None]) -> None:
         """A topic the cache does not know (yet): looked up in the store, as a task."""
 
         async def look_up() -> None:
             try:
                 topic = await self._topics.get(name)
-                self._publisher.publish(topic, request.body, request.headers, answer)
+                self._publisher.publish(topic, message_id, request.body, request.headers, answer)
             except HermesError as exc:
                 answer(exc)
 
@@ -117,18 +118,21 @@ class PublishingApi:
         self._lookups.add(task)
         task.add_done_callback(self._lookups.discard)
 
-    def _answer(self, request: Request, name: str, started: float, outcome: PublishResult | Exception) -> None:
+    def _answer(
+        self, request: Request, name: str, message_id: str, started: float, outcome: PublishResult | Exception
+    ) -> None:
+        headers = ((MESSAGE_ID_HEADER, message_id),)
         if isinstance(outcome, PublishResult):
             status = 201 if outcome.acknowledged else 202
             self._published.count(name)
-            request.respond(status, ((MESSAGE_ID_HEADER, outcome.message_id),))
+            request.respond(status, headers)
         elif isinstance(outcome, HermesError):
             status = outcome.status
-            request.respond(status, body=orjson.dumps(outcome.to_body()), content_type=JSON)
+            request.respond(status, headers, body=orjson.dumps(outcome.to_body()), content_type=JSON)
         else:
             status = 500
             log.error("unhandled error publishing to %s", name, exc_info=outcome)
-            request.respond(status, body=error_body("internal error", "INTERNAL_ERROR"), content_type=JSON)
+            request.respond(status, headers, body=error_body("internal error", "INTERNAL_ERROR"), content_type=JSON)
         PUBLISH_REQUESTS.record(name if status != 404 else "unknown", status, time.perf_counter() - started)
 
 

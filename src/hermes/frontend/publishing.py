@@ -1,30 +1,35 @@
-"""Publishing one message: validate, stamp a message id, produce, and answer on the broker's ack or at the ack
-timeout, whichever comes first (201 or 202). No coroutine or future per publish: the broker's outcome and the
-timeout call back into the message's ``_InFlight``, which answers the request."""
+"""Publishing one message: validate, produce, and answer on the broker's ack or at the ack timeout, whichever
+comes first (201 or 202; ack NONE: 201 once the producer has it). No coroutine or future per publish: the broker's
+outcome and the timeout call back into the message's ``_InFlight``, which answers the request.
+
+What a topic takes, as Hermes: a JSON topic any body of any Content-Type (unless ``jsonValidationEnabled``); an
+Avro topic JSON, Avro's JSON encoding (``avro/json``) or Avro binary (``avro/binary``), checked against its schema."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import NamedTuple
 
 import orjson
 
 from hermes.broker.producer import BrokerProducer
-from hermes.domain.avro import json_to_avro
+from hermes.domain.avro import avro_json_to_avro, check_avro, json_to_avro
 from hermes.domain.message import (
     KAFKA_MESSAGE_ID,
     KAFKA_PROPAGATED_PREFIX,
     KAFKA_PUBLISH_TIMESTAMP,
     KAFKA_SCHEMA_VERSION,
     PARTITION_KEY_HEADER,
+    SCHEMA_ID_HEADER,
     SCHEMA_VERSION_HEADER,
-    new_message_id,
 )
 from hermes.domain.topic import Ack, ContentType, Topic
-from hermes.errors import HermesError, PayloadTooLarge, ValidationError
+from hermes.errors import HermesError, PayloadTooLarge, UnsupportedMediaType, ValidationError
 from hermes.frontend.acks import AckTimeouts
 from hermes.frontend.journal import Journal, JournalEntry
 from hermes.frontend.metrics import PRODUCER_ERRORS
@@ -35,7 +40,32 @@ from hermes.tracking import TraceStatus, Tracker
 _RESEND_DELAY = 5.0
 # Request headers arrive keyed by lower-case name.
 _SCHEMA_VERSION = SCHEMA_VERSION_HEADER.lower()
+_SCHEMA_ID = SCHEMA_ID_HEADER.lower()
 _PARTITION_KEY = PARTITION_KEY_HEADER.lower()
+
+
+class Format(Enum):
+    """What a Content-Type says the body is."""
+
+    JSON = "JSON"
+    AVRO_JSON = "AVRO_JSON"
+    AVRO_BINARY = "AVRO_BINARY"
+    OTHER = "OTHER"
+
+
+@functools.lru_cache(maxsize=256)  # clients send a few distinct values: a dict look-up per publish
+def body_format(content_type: str) -> Format:
+    kind = content_type.split(";", 1)[0].strip().lower()
+    if kind in ("", "application/json", "text/plain", "*/*") or kind.endswith("+json"):
+        return Format.JSON
+    if kind == "avro/json":
+        return Format.AVRO_JSON
+    if kind == "avro/binary":
+        return Format.AVRO_BINARY
+    return Format.OTHER
+
+
+_AVRO_ENCODERS = {Format.JSON: json_to_avro, Format.AVRO_JSON: avro_json_to_avro, Format.AVRO_BINARY: check_avro}
 
 
 @dataclass(frozen=True)
@@ -70,13 +100,13 @@ class Publisher:
     ) -> None:
         self.journal = journal
         self._producer = producer
-        self._timeouts = {ack: AckTimeouts(timeouts.for_ack(ack)) for ack in Ack}
+        self._timeouts = {ack: AckTimeouts(timeouts.for_ack(ack)) for ack in (Ack.LEADER, Ack.ALL)}
         self._schemas = schemas
         self._tracker = tracker
         self._propagated = {h.lower(): h for h in propagated_headers}  # as configured: the Kafka header's name
         self._avro_tasks: set[asyncio.Task[None]] = set()
 
-    def publish(self, topic: Topic, body: bytes, headers: Mapping[str, str], answer: Answer) -> None:
+    def publish(self, topic: Topic, message_id: str, body: bytes, headers: Mapping[str, str], answer: Answer) -> None:
         """Raises what is wrong with the message; otherwise produces it, and ``answer`` gets the outcome.
         ``headers`` are the request's, keyed by lower-case name."""
         if len(body) > topic.max_message_size:
@@ -84,34 +114,51 @@ class Publisher:
                 f"Message size {len(body)} exceeds the topic's maxMessageSize {topic.max_message_size}"
             )
         if topic.content_type is ContentType.JSON:
-            try:
-                orjson.loads(body)
-            except orjson.JSONDecodeError as exc:
-                raise ValidationError(f"the message is not valid JSON: {exc}") from None
-            self._produce(topic, body, None, headers, answer)
-        else:  # the schema may have to be read from the repository first
-            task = asyncio.get_running_loop().create_task(self._publish_avro(topic, body, headers, answer))
-            self._avro_tasks.add(task)
-            task.add_done_callback(self._avro_tasks.discard)
+            if topic.json_validation_enabled:
+                _check_json(topic, body, headers.get("content-type", ""))
+            self._produce(topic, message_id, body, None, headers, answer)
+            return
+        body_as = body_format(headers.get("content-type", ""))
+        if body_as is Format.OTHER:
+            raise UnsupportedMediaType(
+                f"Content-Type {headers.get('content-type')} is not accepted by Avro topic {topic.qualified_name}; "
+                "publish application/json, avro/json or avro/binary"
+            )
+        # the schema may have to be read from the repository first
+        task = asyncio.get_running_loop().create_task(
+            self._publish_avro(topic, message_id, body, body_as, headers, answer)
+        )
+        self._avro_tasks.add(task)
+        task.add_done_callback(self._avro_tasks.discard)
 
-    async def _publish_avro(self, topic: Topic, body: bytes, headers: Mapping[str, str], answer: Answer) -> None:
+    async def _publish_avro(
+        self, topic: Topic, message_id: str, body: bytes, body_as: Format, headers: Mapping[str, str], answer: Answer
+    ) -> None:
         try:
             if self._schemas is None:
                 raise ValidationError(f"topic {topic.qualified_name} takes Avro, and no schema is available")
-            requested = headers.get(_SCHEMA_VERSION)
+            # As Hermes: Schema-Id before Schema-Version, else the latest. A schema's id is its version here.
+            field, requested = SCHEMA_ID_HEADER, headers.get(_SCHEMA_ID)
+            if requested is None:
+                field, requested = SCHEMA_VERSION_HEADER, headers.get(_SCHEMA_VERSION)
             if requested is not None and not requested.isdigit():
-                raise ValidationError("must be a schema version number", SCHEMA_VERSION_HEADER)
-            version, schema = await self._schemas.get(topic.name, int(requested) if requested else None)
-            value = json_to_avro(schema, body)
+                raise ValidationError("must be a schema version number", field)
+            version, schema = await self._schemas.get(topic.name, int(requested) if requested else None, field)
+            value = _AVRO_ENCODERS[body_as](schema, body)
         except HermesError as exc:
             answer(exc)
             return
-        self._produce(topic, value, version, headers, answer)
+        self._produce(topic, message_id, value, version, headers, answer)
 
     def _produce(
-        self, topic: Topic, value: bytes, schema_version: int | None, headers: Mapping[str, str], answer: Answer
+        self,
+        topic: Topic,
+        message_id: str,
+        value: bytes,
+        schema_version: int | None,
+        headers: Mapping[str, str],
+        answer: Answer,
     ) -> None:
-        message_id = new_message_id()
         kafka_headers = [
             (KAFKA_MESSAGE_ID, message_id.encode()),
             (KAFKA_PUBLISH_TIMESTAMP, str(int(time.time() * 1000)).encode()),
@@ -128,6 +175,13 @@ class Publisher:
         entry = JournalEntry(message_id, topic.qualified_name, value, key, tuple(kafka_headers), topic.ack)
         if tracker is not None:
             tracker.frontend(message_id, entry.topic, TraceStatus.INFLIGHT)
+        if topic.ack is Ack.NONE:  # no ack to wait for: answered unless the producer refused it at once
+            inflight = _InFlight(self, entry, tracker, answer, 0.0)
+            self._producer.produce(entry.topic, value, inflight.settled, key=key, headers=kafka_headers, ack=Ack.NONE)
+            if not inflight.answered:
+                inflight.answered = True
+                answer(PublishResult(message_id, True))
+            return
         loop = asyncio.get_running_loop()
         timeouts = self._timeouts[topic.ack]
         inflight = _InFlight(self, entry, tracker, answer, loop.time() + timeouts.seconds)
@@ -151,6 +205,18 @@ class Publisher:
             self.journal.acknowledge(entry.message_id)
         else:
             asyncio.get_running_loop().call_later(_RESEND_DELAY, self.resend, entry)
+
+
+def _check_json(topic: Topic, body: bytes, content_type: str) -> None:
+    if body_format(content_type) is not Format.JSON:
+        raise UnsupportedMediaType(
+            f"Content-Type {content_type} is not accepted by topic {topic.qualified_name} (jsonValidationEnabled); "
+            "publish JSON (application/json)"
+        )
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ValidationError(f"the message is not valid JSON: {exc}") from None
 
 
 class _InFlight:

@@ -22,7 +22,8 @@ class SchemaSource:
     def _forget_latest(self, topic: str) -> None:
         self._latest.pop(topic, None)
 
-    async def get(self, topic: TopicName, version: int | None) -> tuple[int, str]:
+    async def get(self, topic: TopicName, version: int | None, field: str = SCHEMA_VERSION_HEADER) -> tuple[int, str]:
+        """The schema of ``version`` (the latest when None); an unknown version is a ValidationError of ``field``."""
         key = topic.qualified
         if version is None and key in self._latest:
             version = self._latest[key]
@@ -31,7 +32,7 @@ class SchemaSource:
         try:
             found, schema = await asyncio.to_thread(self._repository.get_schema, topic, version)
         except SchemaNotFound as exc:
-            raise ValidationError(exc.message, SCHEMA_VERSION_HEADER) from None
+            raise ValidationError(exc.message, field) from None
         self._versions[(key, found)] = schema
         if version is None:
             self._latest[key] = found

@@ -168,7 +168,7 @@ ENTITIES: dict[str, Schema] = {
             "description": STR,
             "owner": OWNER,
             "contentType": enum("JSON", "AVRO"),
-            "ack": enum("LEADER", "ALL"),
+            "ack": enum("NONE", "LEADER", "ALL"),
             "retentionTime": obj(
                 {
                     "duration": ranged(1, 10**6),
@@ -184,6 +184,7 @@ ENTITIES: dict[str, Schema] = {
             "subscribingRestricted": BOOL,
             "auth": obj({"publishers": NAMES, "enabled": BOOL, "unauthenticatedAccessEnabled": BOOL}, []),
             "jsonToAvroDryRun": BOOL,
+            "jsonValidationEnabled": BOOL,
             "migratedFromJsonType": BOOL,
             "fallbackToRemoteDatacenterEnabled": BOOL,
             "chaos": obj(
