@@ -1,8 +1,7 @@
 """The embedded metadata repository: one SQLite file in the data directory.
 
 Entities are stored as their Hermes JSON (secrets included, as Hermes stores them in ZooKeeper). Every
-write appends a row to ``changes`` in the same transaction; a watcher thread polls that log, so processes
-that share the file see each other's changes. Writes in this process wake the watcher at once.
+write records its change in the same transaction, in the change log that watchers follow (``sqlite_changes.py``).
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ import contextlib
 import dataclasses
 import logging
 import sqlite3
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,12 +41,12 @@ from hermes.metadata.repository import (
     ChangeAction,
     ChangeKind,
     Listener,
-    MetadataChange,
     MetadataRepository,
     Unwatch,
     now_ms,
     subscription_key,
 )
+from hermes.metadata.sqlite_changes import SqliteChangeLog, record
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -66,19 +64,12 @@ CREATE TABLE IF NOT EXISTS documents (namespace TEXT NOT NULL, key TEXT NOT NULL
 CREATE TABLE IF NOT EXISTS changes (seq INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL,
     action TEXT NOT NULL, key TEXT NOT NULL);
 """
-# The change log only needs to reach watchers that poll every fraction of a second.
-_CHANGES_KEPT = 10_000
 
 
 class SqliteMetadataRepository(MetadataRepository):
     def __init__(self, path: Path, poll_interval: float = 0.2) -> None:
         self._path = path
-        self._poll_interval = poll_interval
-        self._listeners: list[Listener] = []
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._closed = threading.Event()
-        self._watcher: threading.Thread | None = None
+        self._changes = SqliteChangeLog(self._connect, poll_interval)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             db = self._connect()
@@ -111,11 +102,7 @@ class SqliteMetadataRepository(MetadataRepository):
             db.execute("COMMIT")
         finally:
             db.close()
-        self._wake.set()
-
-    @staticmethod
-    def _record(db: sqlite3.Connection, kind: ChangeKind, action: ChangeAction, key: str) -> None:
-        db.execute("INSERT INTO changes (kind, action, key) VALUES (?, ?, ?)", (kind.value, action.value, key))
+        self._changes.wake()
 
     @staticmethod
     def _one(db: sqlite3.Connection, sql: str, args: tuple[Any, ...], missing: NotFoundError) -> Any:
@@ -148,7 +135,7 @@ class SqliteMetadataRepository(MetadataRepository):
                 (group.name,),
                 GroupAlreadyExists(f"Group {group.name} already exists"),
             )
-            self._record(db, ChangeKind.GROUP, ChangeAction.CREATED, group.name)
+            record(db, ChangeKind.GROUP, ChangeAction.CREATED, group.name)
         return group
 
     def get_group(self, name: str) -> Group:
@@ -165,7 +152,7 @@ class SqliteMetadataRepository(MetadataRepository):
             if db.execute("SELECT 1 FROM topics WHERE grp = ? LIMIT 1", (name,)).fetchone():
                 raise GroupNotEmpty(f"Group {name} has topics; delete them first")
             db.execute("DELETE FROM groups WHERE name = ?", (name,))
-            self._record(db, ChangeKind.GROUP, ChangeAction.DELETED, name)
+            record(db, ChangeKind.GROUP, ChangeAction.DELETED, name)
 
     # --- topics ---
 
@@ -189,7 +176,7 @@ class SqliteMetadataRepository(MetadataRepository):
                 (topic.qualified_name, topic.name.group, orjson.dumps(codec.topic_to_json(stored))),
                 TopicAlreadyExists(f"Topic {topic.qualified_name} already exists"),
             )
-            self._record(db, ChangeKind.TOPIC, ChangeAction.CREATED, topic.qualified_name)
+            record(db, ChangeKind.TOPIC, ChangeAction.CREATED, topic.qualified_name)
         return stored
 
     def get_topic(self, name: TopicName) -> Topic:
@@ -216,7 +203,7 @@ class SqliteMetadataRepository(MetadataRepository):
                 "UPDATE topics SET body = ? WHERE name = ?",
                 (orjson.dumps(codec.topic_to_json(updated)), name.qualified),
             )
-            self._record(db, ChangeKind.TOPIC, ChangeAction.UPDATED, name.qualified)
+            record(db, ChangeKind.TOPIC, ChangeAction.UPDATED, name.qualified)
         return updated
 
     def delete_topic(self, name: TopicName) -> None:
@@ -226,7 +213,7 @@ class SqliteMetadataRepository(MetadataRepository):
                 raise TopicNotEmpty(f"Topic {name.qualified} has subscriptions; delete them first")
             db.execute("DELETE FROM topics WHERE name = ?", (name.qualified,))
             db.execute("DELETE FROM schemas WHERE topic = ?", (name.qualified,))
-            self._record(db, ChangeKind.TOPIC, ChangeAction.DELETED, name.qualified)
+            record(db, ChangeKind.TOPIC, ChangeAction.DELETED, name.qualified)
 
     # --- schemas ---
 
@@ -236,7 +223,7 @@ class SqliteMetadataRepository(MetadataRepository):
             latest = db.execute("SELECT MAX(version) FROM schemas WHERE topic = ?", (topic.qualified,)).fetchone()[0]
             version = (latest or 0) + 1
             db.execute("INSERT INTO schemas VALUES (?, ?, ?)", (topic.qualified, version, schema))
-            self._record(db, ChangeKind.SCHEMA, ChangeAction.CREATED, topic.qualified)
+            record(db, ChangeKind.SCHEMA, ChangeAction.CREATED, topic.qualified)
         return version
 
     def get_schema(self, topic: TopicName, version: int | None = None) -> tuple[int, str]:
@@ -281,7 +268,7 @@ class SqliteMetadataRepository(MetadataRepository):
                 (topic.qualified, subscription.name, body),
                 SubscriptionAlreadyExists(f"Subscription {topic.qualified}${subscription.name} already exists"),
             )
-            self._record(db, ChangeKind.SUBSCRIPTION, ChangeAction.CREATED, subscription_key(topic, subscription.name))
+            record(db, ChangeKind.SUBSCRIPTION, ChangeAction.CREATED, subscription_key(topic, subscription.name))
         return stored
 
     def get_subscription(self, topic: TopicName, name: str) -> Subscription:
@@ -315,7 +302,7 @@ class SqliteMetadataRepository(MetadataRepository):
                 "UPDATE subscriptions SET body = ? WHERE topic = ? AND name = ?",
                 (orjson.dumps(codec.subscription_to_json(updated, mask_secrets=False)), topic.qualified, name),
             )
-            self._record(db, ChangeKind.SUBSCRIPTION, ChangeAction.UPDATED, subscription_key(topic, name))
+            record(db, ChangeKind.SUBSCRIPTION, ChangeAction.UPDATED, subscription_key(topic, name))
         return updated
 
     def delete_subscription(self, topic: TopicName, name: str) -> None:
@@ -327,7 +314,7 @@ class SqliteMetadataRepository(MetadataRepository):
                 self._subscription_not_found(topic, name),
             )
             db.execute("DELETE FROM subscriptions WHERE topic = ? AND name = ?", (topic.qualified, name))
-            self._record(db, ChangeKind.SUBSCRIPTION, ChangeAction.DELETED, subscription_key(topic, name))
+            record(db, ChangeKind.SUBSCRIPTION, ChangeAction.DELETED, subscription_key(topic, name))
 
     # --- OAuth providers ---
 
@@ -340,7 +327,7 @@ class SqliteMetadataRepository(MetadataRepository):
                 (provider.name, body),
                 OAuthProviderAlreadyExists(f"OAuth provider {provider.name} already exists"),
             )
-            self._record(db, ChangeKind.OAUTH_PROVIDER, ChangeAction.CREATED, provider.name)
+            record(db, ChangeKind.OAUTH_PROVIDER, ChangeAction.CREATED, provider.name)
         return provider
 
     def get_oauth_provider(self, name: str) -> OAuthProvider:
@@ -366,7 +353,7 @@ class SqliteMetadataRepository(MetadataRepository):
                 "UPDATE oauth_providers SET body = ? WHERE name = ?",
                 (orjson.dumps(codec.oauth_provider_to_json(updated, mask_secrets=False)), name),
             )
-            self._record(db, ChangeKind.OAUTH_PROVIDER, ChangeAction.UPDATED, name)
+            record(db, ChangeKind.OAUTH_PROVIDER, ChangeAction.UPDATED, name)
         return updated
 
     def delete_oauth_provider(self, name: str) -> None:
@@ -378,14 +365,14 @@ class SqliteMetadataRepository(MetadataRepository):
                 OAuthProviderNotFound(f"OAuth provider {name} not found"),
             )
             db.execute("DELETE FROM oauth_providers WHERE name = ?", (name,))
-            self._record(db, ChangeKind.OAUTH_PROVIDER, ChangeAction.DELETED, name)
+            record(db, ChangeKind.OAUTH_PROVIDER, ChangeAction.DELETED, name)
 
     # --- documents ---
 
     def put_document(self, namespace: str, key: str, document: dict[str, Any]) -> None:
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO documents VALUES (?, ?, ?)", (namespace, key, orjson.dumps(document)))
-            self._record(db, ChangeKind.DOCUMENT, ChangeAction.UPDATED, f"{namespace}/{key}")
+            record(db, ChangeKind.DOCUMENT, ChangeAction.UPDATED, f"{namespace}/{key}")
 
     def get_document(self, namespace: str, key: str) -> dict[str, Any] | None:
         rows = self._read("SELECT body FROM documents WHERE namespace = ? AND key = ?", (namespace, key))
@@ -398,60 +385,15 @@ class SqliteMetadataRepository(MetadataRepository):
     def delete_document(self, namespace: str, key: str) -> None:
         with self._tx() as db:
             if db.execute("DELETE FROM documents WHERE namespace = ? AND key = ?", (namespace, key)).rowcount:
-                self._record(db, ChangeKind.DOCUMENT, ChangeAction.DELETED, f"{namespace}/{key}")
+                record(db, ChangeKind.DOCUMENT, ChangeAction.DELETED, f"{namespace}/{key}")
 
     # --- change notifications ---
 
     def watch(self, listener: Listener) -> Unwatch:
-        with self._lock:
-            self._listeners.append(listener)
-            if self._watcher is None:
-                start = self._read("SELECT COALESCE(MAX(seq), 0) FROM changes")[0][0]
-                self._watcher = threading.Thread(target=self._poll, args=(start,), name="sqlite-watch", daemon=True)
-                self._watcher.start()
-
-        def unwatch() -> None:
-            with self._lock, contextlib.suppress(ValueError):
-                self._listeners.remove(listener)
-
-        return unwatch
-
-    def _poll(self, seq: int) -> None:
-        db: sqlite3.Connection | None = None  # one connection for the watcher's life: it reads every interval
-        while not self._closed.is_set():
-            self._wake.wait(self._poll_interval)
-            self._wake.clear()
-            try:
-                db = db or self._connect()
-                query = "SELECT seq, kind, action, key FROM changes WHERE seq > ? ORDER BY seq"
-                rows = db.execute(query, (seq,)).fetchall()
-            except sqlite3.Error:
-                log.exception("reading the metadata change log failed; retrying")
-                if db is not None:
-                    db.close()
-                db = None
-                continue
-            for row_seq, kind, action, key in rows:
-                seq = row_seq
-                change = MetadataChange(ChangeKind(kind), ChangeAction(action), key)
-                with self._lock:
-                    listeners = list(self._listeners)
-                for listener in listeners:
-                    try:
-                        listener(change)
-                    except Exception:
-                        log.exception("metadata listener failed on %s", change)
-            if rows and seq // 1000 != rows[0][0] // 1000:  # prune about once per thousand changes
-                with contextlib.suppress(sqlite3.Error), self._tx() as pruning:
-                    pruning.execute("DELETE FROM changes WHERE seq <= ?", (seq - _CHANGES_KEPT,))
-        if db is not None:
-            db.close()
+        return self._changes.watch(listener)
 
     def close(self) -> None:
-        self._closed.set()
-        self._wake.set()
-        if self._watcher is not None:
-            self._watcher.join(timeout=2)
+        self._changes.close()
 
 
 def _replace(obj: T, **changes: Any) -> T:

@@ -8,7 +8,7 @@ Znode layout under the root (default ``/hermes``); every payload is the entity's
     schemas/{group.topic}/{version:010d}   Avro schema text
     oauth-providers/{name}                 provider JSON (client secret included)
     documents/{namespace}/{quoted key}     operational JSON documents
-    changes/c{sequence}                    change log: {"kind", "action", "key"}; watchers follow it
+    changes/c{sequence}                    change log: {"kind", "action", "key"} (zookeeper_changes.py)
 
 A topic's subscriptions are its children, so ZooKeeper itself refuses to delete a topic that has
 subscriptions or a group that has topics. Updates are read-modify-write with the znode version checked in
@@ -22,7 +22,6 @@ import contextlib
 import dataclasses
 import functools
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
@@ -55,16 +54,15 @@ from hermes.metadata.repository import (
     ChangeAction,
     ChangeKind,
     Listener,
-    MetadataChange,
     MetadataRepository,
     Unwatch,
     now_ms,
     subscription_key,
 )
+from hermes.metadata.zookeeper_changes import ZookeeperChangeLog
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-_CHANGES_KEPT = 10_000
 
 
 class ZookeeperMetadataRepository(MetadataRepository):
@@ -78,10 +76,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             raise MetadataUnavailable(f"ZooKeeper at {connect} did not answer within {timeout:.0f} s") from None
         for part in ("groups", "schemas", "oauth-providers", "documents", "changes"):
             self._client.ensure_path(self._path(part))
-        self._listeners: list[Listener] = []
-        # re-entrant: kazoo calls the children watch back synchronously while watch() holds the lock
-        self._lock = threading.RLock()
-        self._last_seen: int | None = None
+        self._changes = ZookeeperChangeLog(self._client, self._path("changes"))
 
     # --- plumbing ---
 
@@ -99,9 +94,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
         """Runs ``operations`` and appends the change-log entry in one transaction; raises the first failure."""
         transaction = self._client.transaction()
         operations(transaction)
-        kind, action, key = change
-        entry = orjson.dumps({"kind": kind.value, "action": action.value, "key": key})
-        transaction.create(self._path("changes", "c"), entry, sequence=True)
+        self._changes.append(transaction, *change)
         for result in transaction.commit():
             if isinstance(result, Exception) and not isinstance(result, RolledBackError):
                 raise result
@@ -421,54 +414,12 @@ class ZookeeperMetadataRepository(MetadataRepository):
     # --- change notifications ---
 
     def watch(self, listener: Listener) -> Unwatch:
-        with self._lock:
-            self._listeners.append(listener)
-            if self._last_seen is None:
-                existing = self._client.get_children(self._path("changes"))
-                self._last_seen = max((_sequence(c) for c in existing), default=-1)
-                self._client.ChildrenWatch(self._path("changes"), self._on_changes)
-
-        def unwatch() -> None:
-            with self._lock, contextlib.suppress(ValueError):
-                self._listeners.remove(listener)
-
-        return unwatch
-
-    def _on_changes(self, children: list[str]) -> None:  # kazoo's event thread
-        with self._lock:
-            last = self._last_seen if self._last_seen is not None else -1
-            fresh = sorted((s, c) for c in children if (s := _sequence(c)) > last)
-            if fresh:
-                self._last_seen = fresh[-1][0]
-            listeners = list(self._listeners)
-        for seq, child in fresh:
-            try:
-                data, _ = self._read_json(self._path("changes", child))
-            except NoNodeError:
-                continue  # pruned already
-            change = MetadataChange(ChangeKind(data["kind"]), ChangeAction(data["action"]), data["key"])
-            for listener in listeners:
-                try:
-                    listener(change)
-                except Exception:
-                    log.exception("metadata listener failed on %s", change)
-            if seq % 1000 == 0:
-                self._prune(seq - _CHANGES_KEPT, children)
-
-    def _prune(self, below: int, children: list[str]) -> None:
-        for child in children:
-            if _sequence(child) < below:
-                with contextlib.suppress(NoNodeError):
-                    self._client.delete(self._path("changes", child))
+        return self._changes.watch(listener)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self._client.stop()
         self._client.close()
-
-
-def _sequence(child: str) -> int:
-    return int(child[1:])
 
 
 def _set_data(transaction: Any, path: str, body: bytes, version: int) -> None:

@@ -1,0 +1,67 @@
+"""The ZooKeeper store's change log under ``changes/``: every write appends a sequential znode in its own
+transaction (``append``), and watchers follow the log with a children watch."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+
+import orjson
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+
+from hermes.metadata.listeners import Listeners
+from hermes.metadata.repository import ChangeAction, ChangeKind, Listener, MetadataChange, Unwatch
+
+_CHANGES_KEPT = 10_000
+
+
+def _sequence(child: str) -> int:
+    return int(child[1:])
+
+
+class ZookeeperChangeLog:
+    def __init__(self, client: KazooClient, path: str) -> None:
+        self._client = client
+        self._path = path
+        self._listeners = Listeners()
+        # re-entrant: kazoo calls the children watch back synchronously while watch() holds the lock
+        self._lock = threading.RLock()
+        self._last_seen: int | None = None
+
+    def append(self, transaction: Any, kind: ChangeKind, action: ChangeAction, key: str) -> None:
+        """Adds the change to the transaction of the write it records."""
+        entry = orjson.dumps({"kind": kind.value, "action": action.value, "key": key})
+        transaction.create(f"{self._path}/c", entry, sequence=True)
+
+    def watch(self, listener: Listener) -> Unwatch:
+        unwatch = self._listeners.add(listener)
+        with self._lock:
+            if self._last_seen is None:
+                existing = self._client.get_children(self._path)
+                self._last_seen = max((_sequence(c) for c in existing), default=-1)
+                self._client.ChildrenWatch(self._path, self._on_changes)
+        return unwatch
+
+    def _on_changes(self, children: list[str]) -> None:  # kazoo's event thread
+        with self._lock:
+            last = self._last_seen if self._last_seen is not None else -1
+            fresh = sorted((s, c) for c in children if (s := _sequence(c)) > last)
+            if fresh:
+                self._last_seen = fresh[-1][0]
+        for seq, child in fresh:
+            try:
+                data, _ = self._client.get(f"{self._path}/{child}")
+            except NoNodeError:
+                continue  # pruned already
+            entry = orjson.loads(data)
+            self._listeners.tell(MetadataChange(ChangeKind(entry["kind"]), ChangeAction(entry["action"]), entry["key"]))
+            if seq % 1000 == 0:
+                self._prune(seq - _CHANGES_KEPT, children)
+
+    def _prune(self, below: int, children: list[str]) -> None:
+        for child in children:
+            if _sequence(child) < below:
+                with contextlib.suppress(NoNodeError):
+                    self._client.delete(f"{self._path}/{child}")
