@@ -25,6 +25,7 @@ from typing import IO
 
 from confluent_kafka.admin import AdminClient
 
+from hermes.broker.embedded_security import BrokerSecurity, client_settings, format_arguments, server_settings
 from hermes.errors import StartupError
 from hermes.jars import jars_classpath
 
@@ -105,13 +106,22 @@ def java_executable() -> str:
 
 
 class EmbeddedBroker:
-    """A single-node Apache Kafka whose files live in ``directory`` (``log/`` its data, ``kafka.log`` its log)."""
+    """A single-node Apache Kafka whose files live in ``directory`` (``log/`` its data, ``kafka.log`` its log).
+    With ``security``, its one client listener takes SCRAM users only (over TLS unless switched off)."""
 
-    def __init__(self, directory: Path, port: int = 0, host: str = "127.0.0.1", heap_mb: int = 1024) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        heap_mb: int = 1024,
+        security: BrokerSecurity | None = None,
+    ) -> None:
         self.directory = directory
         self.host = host
         self.port = port
         self.heap_mb = heap_mb
+        self.security = security
         self._process: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
         self._lock: IO[str] | None = None
@@ -120,6 +130,10 @@ class EmbeddedBroker:
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka settings that reach this broker as its own user (none without ``security``)."""
+        return {} if self.security is None else client_settings(self.security, self.directory, self.host)
 
     @property
     def log_path(self) -> Path:
@@ -168,7 +182,7 @@ class EmbeddedBroker:
 
     def wait_until_ready(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0, **self.client_config()})
         while time.monotonic() < deadline:
             if self._process is None or self._process.poll() is not None:
                 reason = self._failure_reason()
@@ -243,13 +257,16 @@ class EmbeddedBroker:
 
     def _write_config(self) -> Path:
         controller_port = free_port(self.host)  # a static quorum of one: its address may change between starts
+        listener = "PLAINTEXT" if self.security is None else "CLIENT"
         settings = {
             **_SERVER_SETTINGS,
             "controller.quorum.voters": f"1@{self.host}:{controller_port}",
-            "listeners": f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{self.host}:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{self.host}:{self.port}",
+            "listeners": f"{listener}://{self.host}:{self.port},CONTROLLER://{self.host}:{controller_port}",
+            "advertised.listeners": f"{listener}://{self.host}:{self.port}",
             "log.dirs": str(self.directory / "log"),
         }
+        if self.security is not None:
+            settings |= server_settings(self.security, self.directory, self.host)
         config = self.directory / "server.properties"
         config.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         (self.directory / "log4j2.properties").write_text(_LOG4J)
@@ -257,9 +274,10 @@ class EmbeddedBroker:
 
     def _format(self, jvm: list[str], config: Path) -> None:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        scram = format_arguments(self.security, self.directory) if self.security is not None else []
         result = subprocess.run(
             # "=": an id may begin with "-", which would read as an option
-            [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(config)],
+            [*jvm, "kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}", "-c", str(config), *scram],
             capture_output=True,
             text=True,
             check=False,
