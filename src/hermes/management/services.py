@@ -92,9 +92,20 @@ class ManagementService:
             raise SubscriptionAlreadyExists(f"Subscription {subscription.qualified_name} already exists")
         # Only messages published from now on are delivered: pin the group at the current end offsets
         # before any consumer can join it (a group without offsets would start wherever it joins).
-        end = await self._run(self.admin.end_offsets, topic.qualified_name)
+        end = await self._end_offsets(topic.qualified_name)
         await self._pin_offsets(subscription.consumer_group_id, topic.qualified_name, end)
         return await self._run(self.repository.create_subscription, subscription)  # type: ignore[no-any-return]
+
+    async def _end_offsets(self, topic: str) -> dict[int, int]:
+        """The end offsets of every partition. The metadata of a topic created a moment ago may not list its
+        partitions yet: pinning none would leave the group to start wherever it joins."""
+        deadline = asyncio.get_running_loop().time() + 10.0
+        end: dict[int, int]
+        while not (end := await self._run(self.admin.end_offsets, topic)):
+            if asyncio.get_running_loop().time() > deadline:
+                raise ServiceUnavailable(f"the Kafka topic {topic} has no partitions yet; try again")
+            await asyncio.sleep(0.1)
+        return end
 
     async def _pin_offsets(self, group_id: str, topic: str, offsets: dict[int, int]) -> None:
         """Commits ``offsets`` for the group. A consumer of a just-deleted subscription of the same name may
