@@ -100,12 +100,13 @@ class ManagementService:
         """The end offsets of every partition. The metadata of a topic created a moment ago may not list its
         partitions yet: pinning none would leave the group to start wherever it joins."""
         deadline = asyncio.get_running_loop().time() + 10.0
-        end: dict[int, int]
-        while not (end := await self._run(self.admin.end_offsets, topic)):
+        while True:
+            end: dict[int, int] = await asyncio.to_thread(self.admin.end_offsets, topic)
+            if end:
+                return end
             if asyncio.get_running_loop().time() > deadline:
                 raise ServiceUnavailable(f"the Kafka topic {topic} has no partitions yet; try again")
             await asyncio.sleep(0.1)
-        return end
 
     async def _pin_offsets(self, group_id: str, topic: str, offsets: dict[int, int]) -> None:
         """Commits ``offsets`` for the group. A consumer of a just-deleted subscription of the same name may
