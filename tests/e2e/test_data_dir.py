@@ -83,6 +83,7 @@ def test_the_banner_lists_what_runs_and_the_log_goes_to_the_data_dir(tmp_path: P
         "  consumers   delivering in this process",
         f"  Kafka       {kafka.bootstrap_servers} (external)",
         f"  metadata    SQLite {tmp_path / 'metadata.sqlite3'}",
+        "  auth        OFF: anyone who reaches the ports may do anything (allowed on loopback only)",
         "  pipeline    off (--no-pipeline)",
         f"  data dir    {tmp_path}",
         f"  log         {log_file}",
