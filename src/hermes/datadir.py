@@ -24,8 +24,11 @@ class DataDirLock:
         self._file = file
 
     @classmethod
-    def take(cls, data_dir: Path, holder: str) -> DataDirLock:
-        file = open(data_dir / LOCK_FILE, "a+")  # noqa: SIM115 - held until release()
+    def take(
+        cls, data_dir: Path, holder: str, lock_file: str = LOCK_FILE, what: str = "the data directory"
+    ) -> DataDirLock:
+        """``what`` names the directory in the refusal (the embedded broker locks its own directory too)."""
+        file = open(data_dir / lock_file, "a+")  # noqa: SIM115 - held until release()
         try:
             fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -33,8 +36,7 @@ class DataDirLock:
             other = file.read().strip() or "another process"
             file.close()
             raise StartupError(
-                f"the data directory {data_dir} is in use by {other}: stop it first, or give this process "
-                "another --data-dir"
+                f"{what} {data_dir} is in use by {other}: stop it first, or give this process another --data-dir"
             ) from None
         file.seek(0)
         file.truncate()

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_directory_in_use_and_a_taken_port_are_refused(kafka: EmbeddedBroker) -> None:
-    with pytest.raises(StartupError, match=r"directory .* is in use by process \d+"):
+    with pytest.raises(StartupError, match=r"directory .* is in use by an embedded Kafka broker \(pid \d+\)"):
         EmbeddedBroker(kafka.directory).start()
     with pytest.raises(StartupError, match=f"port 127.0.0.1:{kafka.port} is not available"):
         EmbeddedBroker(kafka.directory.parent / "another", port=kafka.port).start()

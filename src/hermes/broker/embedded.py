@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
-import fcntl
 import logging
 import os
 import shutil
@@ -26,6 +25,7 @@ from typing import IO
 from confluent_kafka.admin import AdminClient
 
 from hermes.broker.embedded_security import BrokerSecurity, client_settings, format_arguments, server_settings
+from hermes.datadir import DataDirLock
 from hermes.errors import StartupError
 from hermes.jars import jars_classpath
 
@@ -124,7 +124,7 @@ class EmbeddedBroker:
         self.security = security
         self._process: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
-        self._lock: IO[str] | None = None
+        self._lock: DataDirLock | None = None
         self._log_start = 0  # where this start's lines begin in kafka.log
 
     @property
@@ -154,7 +154,9 @@ class EmbeddedBroker:
         java = java_executable()
         classpath = jars_classpath("kafka")
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock_directory()
+        self._lock = DataDirLock.take(
+            self.directory, "an embedded Kafka broker", "broker.lock", "the embedded Kafka broker's directory"
+        )
         try:
             ensure_port_free(self.host, self.port, "embedded Kafka broker")
             if self.port == 0:
@@ -218,7 +220,7 @@ class EmbeddedBroker:
             self._log_file.close()
             self._log_file = None
         if self._lock is not None:
-            self._lock.close()
+            self._lock.release()
             self._lock = None
 
     def kill(self) -> None:
@@ -236,24 +238,6 @@ class EmbeddedBroker:
     def resume(self) -> None:
         if self._process is not None:
             self._process.send_signal(signal.SIGCONT)
-
-    def _lock_directory(self) -> None:
-        lock = open(self.directory / "broker.lock", "a+")  # noqa: SIM115 - held while the broker runs
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            lock.seek(0)
-            holder = lock.read().strip() or "another process"
-            lock.close()
-            raise StartupError(
-                f"the embedded Kafka broker's directory {self.directory} is in use by {holder}: stop it first, "
-                "or give this one another --data-dir"
-            ) from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"process {os.getpid()}")
-        lock.flush()
-        self._lock = lock
 
     def _write_config(self) -> Path:
         controller_port = free_port(self.host)  # a static quorum of one: its address may change between starts
