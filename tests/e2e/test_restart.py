@@ -31,9 +31,9 @@ def test_a_sigkilled_run_loses_nothing_and_resumes_from_the_committed_position(t
 
         up = False  # the endpoint goes down; what is published now waits in Kafka
         accepted = [_publish(client, topic, n) for n in range(10, 40)]
-        hermes.stop(signal.SIGKILL)
     finally:
         client.close()
+        hermes.stop(signal.SIGKILL)  # the crash under test, and no process left behind when the test failed
 
     up = True
     before_restart = len(subscriber.received)  # the attempts the down endpoint refused do not count

@@ -171,6 +171,8 @@ class HermesProcess:
                     return self
             except httpx.HTTPError:
                 time.sleep(0.1)
+        self.process.kill()  # a failed start must not leave a hermes (and its broker) running after the test
+        self.process.wait()
         raise AssertionError(f"hermes did not become healthy in {timeout} s:\n{self.log()}")
 
     def log(self) -> str:
