@@ -223,13 +223,6 @@ class EmbeddedBroker:
             self._lock.release()
             self._lock = None
 
-    def kill(self) -> None:
-        """Stops the broker as a crash would (SIGKILL), to test recovery."""
-        if self._process is not None:
-            self._process.kill()
-            self._process.wait()
-        self.stop()
-
     def pause(self) -> None:
         """Freezes the broker (SIGSTOP), to test outages."""
         if self._process is not None:
