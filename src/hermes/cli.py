@@ -4,7 +4,6 @@ errors are one line and exit code 2."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import difflib
 import json
 import sys
@@ -14,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from hermes import __version__
+from hermes import __version__, event_loop
 from hermes.config import ENV_PREFIX, Settings, commands_of, flag, load_settings, sections_of
 from hermes.errors import HermesError, UsageError
 from hermes.logs import configure_logging, log_path
@@ -36,24 +35,8 @@ def command(name: str, help_: str, arguments: Arguments | None = None) -> Callab
     return register
 
 
-def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    if choice == "asyncio":
-        return None
-    try:
-        import uvloop
-    except ImportError:
-        if choice == "uvloop":
-            raise HermesError(
-                "--event-loop uvloop needs the uvloop package (pip install 'hermes-broker[fast]')"
-            ) from None
-        return None
-    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
-    return factory
-
-
 def _serve(settings: Settings, roles: frozenset[Role]) -> int:
-    with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
-        runner.run(serve(settings, roles))
+    event_loop.run(settings.event_loop, serve(settings, roles))
     return 0
 
 

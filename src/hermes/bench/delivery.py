@@ -9,10 +9,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from hermes.bench.kafka_alone import fanout_latency
 from hermes.bench.load import Sent, Sink, closed_loop, gc_paused, json_body, open_loop, publish_count
 from hermes.bench.stats import first_arrivals, latency_ms, reconcile, summarize, summarize_runs
 from hermes.bench.system import Management, System, cpu_seconds, warm_up
-from hermes.broker.rawloop import fanout_latency
 
 BODY = json_body(1024)
 

@@ -1,5 +1,5 @@
 """The scenarios whose measuring lives beside the code it measures (BATCH delivery in ``hermes.bench.batch``,
-the Spark archive in ``hermes.pipeline.bench``), and the ceilings that need no Hermes."""
+the Spark archive in ``hermes.bench.archive``), and the ceilings that need no Hermes."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def batch(management: str, frontend: str, quick: bool) -> dict[str, Any]:
 def archive() -> dict[str, Any]:
     """Scenario 6: Spark archive throughput and lag, beside a plain consumer writing Parquet (its own broker)."""
     try:
-        from hermes.pipeline.bench import archive_throughput
+        from hermes.bench.archive import archive_throughput
     except ImportError:
         return {"available": False, "note": "the spark extra is not installed"}
     try:

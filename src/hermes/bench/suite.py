@@ -20,12 +20,12 @@ from typing import Any
 import aiohttp
 
 from hermes.bench import delivery, integrations, publish
+from hermes.bench.kafka_alone import produce_consume
 from hermes.bench.load import Sink
 from hermes.bench.startup import STARTUP_COMMAND, startup
 from hermes.bench.sustained import sustained
 from hermes.bench.system import Management, System
 from hermes.broker.embedded import java_executable
-from hermes.broker.rawloop import produce_consume
 from hermes.errors import StartupError
 from hermes.jars import jar_paths
 

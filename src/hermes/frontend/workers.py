@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 from pydantic import SecretStr
 
+from hermes import event_loop
 from hermes.config import Settings
 from hermes.datadir import DataDirLock
 from hermes.errors import HermesError, StartupError
@@ -140,14 +141,11 @@ def _settings_line(settings: Settings) -> bytes:
 
 
 def _worker_main() -> None:
-    from hermes.cli import loop_factory
-
     index = int(sys.argv[1])
     settings = Settings(**orjson.loads(sys.stdin.buffer.readline()))
     configure_logging(settings.log_level, log_path(settings.data_dir, f"frontend-{index}"))
     try:
-        with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
-            runner.run(serve(settings, frozenset({Role.FRONTEND}), worker=True))
+        event_loop.run(settings.event_loop, serve(settings, frozenset({Role.FRONTEND}), worker=True))
     except HermesError as exc:
         print(f"hermes: {exc.message}", file=sys.stderr)
         sys.exit(1)

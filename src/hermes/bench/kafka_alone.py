@@ -1,6 +1,6 @@
-"""The benchmark's Kafka ceilings, with nothing of Hermes around them (they live here because only
-``hermes.broker`` imports confluent_kafka): a produce-then-consume throughput loop, and the publish-to-consume
-latency of the broker alone at a fixed rate, beside Hermes' publish-to-deliver latency."""
+"""The benchmark's Kafka ceilings, with nothing of Hermes around them: a produce-then-consume throughput loop,
+and the publish-to-consume latency of the broker alone at a fixed rate, beside Hermes' publish-to-deliver
+latency. The one module outside ``hermes.broker`` that imports confluent_kafka: it measures the plain client."""
 
 from __future__ import annotations
 
