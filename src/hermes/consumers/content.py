@@ -11,7 +11,8 @@ import orjson
 from hermes.domain.avro import avro_to_json, avro_to_record
 from hermes.domain.message import SCHEMA_VERSION_HEADER, Message
 from hermes.domain.names import TopicName
-from hermes.domain.subscription import Subscription, SubscriptionContentType
+from hermes.domain.subscription import Subscription
+from hermes.domain.topic import ContentType
 from hermes.metadata.repository import MetadataRepository
 
 JSON = "application/json"
@@ -43,6 +44,6 @@ class ContentConverter:
     def body(subscription: Subscription, message: Message, schema: str | None) -> tuple[bytes, str, dict[str, str]]:
         if schema is None:
             return message.body, JSON, {}
-        if subscription.content_type is SubscriptionContentType.AVRO:
+        if subscription.content_type is ContentType.AVRO:
             return message.body, AVRO, {SCHEMA_VERSION_HEADER: str(message.schema_version)}
         return avro_to_json(schema, message.body), JSON, {}

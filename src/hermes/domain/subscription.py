@@ -8,7 +8,7 @@ from typing import Any
 
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import SubscriptionName, TopicName
-from hermes.domain.topic import Owner
+from hermes.domain.topic import ContentType, Owner
 
 MAX_MESSAGE_TTL_SECONDS = 7200
 
@@ -55,11 +55,6 @@ class MessageProcessingMetrics:
 
     enabled: bool = False
     thresholds_milliseconds: tuple[int, ...] = ()
-
-
-class SubscriptionContentType(StrEnum):
-    JSON = "JSON"
-    AVRO = "AVRO"
 
 
 @dataclass(frozen=True)
@@ -129,7 +124,7 @@ class Subscription:
     owner: Owner = field(default_factory=Owner)
     contact: str = ""
     state: SubscriptionState = SubscriptionState.ACTIVE
-    content_type: SubscriptionContentType = SubscriptionContentType.JSON
+    content_type: ContentType = ContentType.JSON
     delivery_type: DeliveryType = DeliveryType.SERIAL
     serial_policy: SerialSubscriptionPolicy = field(default_factory=SerialSubscriptionPolicy)
     batch_policy: BatchSubscriptionPolicy = field(default_factory=BatchSubscriptionPolicy)

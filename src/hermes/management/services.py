@@ -10,7 +10,7 @@ from typing import Any
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.topics import KafkaTopics
 from hermes.config import Settings
-from hermes.domain import codec
+from hermes.domain import api_json
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.domain.topic import ContentType, Group, Topic
@@ -58,8 +58,8 @@ class ManagementService:
 
     async def update_topic(self, name: TopicName, patch: dict[str, Any]) -> Topic:
         def change(current: Topic) -> Topic:
-            merged = {**codec.topic_to_json(current), **patch, "name": name.qualified}
-            updated = codec.topic_from_json(merged)
+            merged = {**api_json.topic_to_json(current), **patch, "name": name.qualified}
+            updated = api_json.topic_from_json(merged)
             if updated.content_type is not current.content_type:
                 raise ValidationError("cannot be changed on an existing topic", "contentType")
             return updated
@@ -123,12 +123,12 @@ class ManagementService:
 
     async def update_subscription(self, topic: TopicName, name: str, patch: dict[str, Any]) -> Subscription:
         def change(current: Subscription) -> Subscription:
-            base = codec.subscription_to_json(current, mask_secrets=False)
+            base = api_json.subscription_to_json(current, mask_secrets=False)
             edit = dict(patch)
             if edit.get("endpoint") == current.endpoint.masked:
                 del edit["endpoint"]  # the masked endpoint sent back unchanged keeps the stored credentials
             oauth = edit.get("oAuthPolicy")
-            if isinstance(oauth, dict) and oauth.get("password") == codec.SECRET_MASK and current.oauth_policy:
+            if isinstance(oauth, dict) and oauth.get("password") == api_json.SECRET_MASK and current.oauth_policy:
                 edit["oAuthPolicy"] = {**oauth, "password": current.oauth_policy.password}  # likewise the password
             if "trackingEnabled" in edit and "trackingMode" not in edit:
                 del base["trackingMode"]  # the older shape decides tracking
@@ -140,7 +140,7 @@ class ManagementService:
                 current.delivery_type.value
             ):
                 merged["subscriptionPolicy"] = {**base["subscriptionPolicy"], **policy}
-            return codec.subscription_from_json(merged, topic)
+            return api_json.subscription_from_json(merged, topic)
 
         return await self._run(self.repository.update_subscription, topic, name, change)  # type: ignore[no-any-return]
 

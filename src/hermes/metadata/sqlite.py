@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from hermes.domain import codec
+from hermes.domain import api_json
 from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
 from hermes.domain.subscription import Subscription
@@ -173,7 +173,7 @@ class SqliteMetadataRepository(MetadataRepository):
             self._insert(
                 db,
                 "INSERT INTO topics VALUES (?, ?, ?)",
-                (topic.qualified_name, topic.name.group, orjson.dumps(codec.topic_to_json(stored))),
+                (topic.qualified_name, topic.name.group, orjson.dumps(api_json.topic_to_json(stored))),
                 TopicAlreadyExists(f"Topic {topic.qualified_name} already exists"),
             )
             record(db, ChangeKind.TOPIC, ChangeAction.CREATED, topic.qualified_name)
@@ -183,25 +183,25 @@ class SqliteMetadataRepository(MetadataRepository):
         rows = self._read("SELECT body FROM topics WHERE name = ?", (name.qualified,))
         if not rows:
             raise self._topic_not_found(name)
-        return codec.topic_from_json(orjson.loads(rows[0][0]))
+        return api_json.topic_from_json(orjson.loads(rows[0][0]))
 
     def list_topics(self, group: str | None = None) -> list[Topic]:
         if group is None:
             rows = self._read("SELECT body FROM topics ORDER BY name")
         else:
             rows = self._read("SELECT body FROM topics WHERE grp = ? ORDER BY name", (group,))
-        return [codec.topic_from_json(orjson.loads(r[0])) for r in rows]
+        return [api_json.topic_from_json(orjson.loads(r[0])) for r in rows]
 
     def update_topic(self, name: TopicName, change: Callable[[Topic], Topic]) -> Topic:
         with self._tx() as db:
             body = self._one(
                 db, "SELECT body FROM topics WHERE name = ?", (name.qualified,), self._topic_not_found(name)
             )
-            current = codec.topic_from_json(orjson.loads(body))
+            current = api_json.topic_from_json(orjson.loads(body))
             updated = _replace(change(current), name=name, created_at=current.created_at, modified_at=now_ms())
             db.execute(
                 "UPDATE topics SET body = ? WHERE name = ?",
-                (orjson.dumps(codec.topic_to_json(updated)), name.qualified),
+                (orjson.dumps(api_json.topic_to_json(updated)), name.qualified),
             )
             record(db, ChangeKind.TOPIC, ChangeAction.UPDATED, name.qualified)
         return updated
@@ -253,7 +253,7 @@ class SqliteMetadataRepository(MetadataRepository):
     @staticmethod
     def _load_subscription(body: bytes) -> Subscription:
         data = orjson.loads(body)
-        return codec.subscription_from_json(data, TopicName.parse(data["topicName"]))
+        return api_json.subscription_from_json(data, TopicName.parse(data["topicName"]))
 
     def create_subscription(self, subscription: Subscription) -> Subscription:
         now = now_ms()
@@ -261,7 +261,7 @@ class SqliteMetadataRepository(MetadataRepository):
         topic = subscription.topic_name
         with self._tx() as db:
             self._one(db, "SELECT name FROM topics WHERE name = ?", (topic.qualified,), self._topic_not_found(topic))
-            body = orjson.dumps(codec.subscription_to_json(stored, mask_secrets=False))
+            body = orjson.dumps(api_json.subscription_to_json(stored, mask_secrets=False))
             self._insert(
                 db,
                 "INSERT INTO subscriptions VALUES (?, ?, ?)",
@@ -300,7 +300,7 @@ class SqliteMetadataRepository(MetadataRepository):
             )
             db.execute(
                 "UPDATE subscriptions SET body = ? WHERE topic = ? AND name = ?",
-                (orjson.dumps(codec.subscription_to_json(updated, mask_secrets=False)), topic.qualified, name),
+                (orjson.dumps(api_json.subscription_to_json(updated, mask_secrets=False)), topic.qualified, name),
             )
             record(db, ChangeKind.SUBSCRIPTION, ChangeAction.UPDATED, subscription_key(topic, name))
         return updated
@@ -320,7 +320,7 @@ class SqliteMetadataRepository(MetadataRepository):
 
     def create_oauth_provider(self, provider: OAuthProvider) -> OAuthProvider:
         with self._tx() as db:
-            body = orjson.dumps(codec.oauth_provider_to_json(provider, mask_secrets=False))
+            body = orjson.dumps(api_json.oauth_provider_to_json(provider, mask_secrets=False))
             self._insert(
                 db,
                 "INSERT INTO oauth_providers VALUES (?, ?)",
@@ -334,11 +334,11 @@ class SqliteMetadataRepository(MetadataRepository):
         rows = self._read("SELECT body FROM oauth_providers WHERE name = ?", (name,))
         if not rows:
             raise OAuthProviderNotFound(f"OAuth provider {name} not found")
-        return codec.oauth_provider_from_json(orjson.loads(rows[0][0]))
+        return api_json.oauth_provider_from_json(orjson.loads(rows[0][0]))
 
     def list_oauth_providers(self) -> list[OAuthProvider]:
         rows = self._read("SELECT body FROM oauth_providers ORDER BY name")
-        return [codec.oauth_provider_from_json(orjson.loads(r[0])) for r in rows]
+        return [api_json.oauth_provider_from_json(orjson.loads(r[0])) for r in rows]
 
     def update_oauth_provider(self, name: str, change: Callable[[OAuthProvider], OAuthProvider]) -> OAuthProvider:
         with self._tx() as db:
@@ -348,10 +348,10 @@ class SqliteMetadataRepository(MetadataRepository):
                 (name,),
                 OAuthProviderNotFound(f"OAuth provider {name} not found"),
             )
-            updated = _replace(change(codec.oauth_provider_from_json(orjson.loads(body))), name=name)
+            updated = _replace(change(api_json.oauth_provider_from_json(orjson.loads(body))), name=name)
             db.execute(
                 "UPDATE oauth_providers SET body = ? WHERE name = ?",
-                (orjson.dumps(codec.oauth_provider_to_json(updated, mask_secrets=False)), name),
+                (orjson.dumps(api_json.oauth_provider_to_json(updated, mask_secrets=False)), name),
             )
             record(db, ChangeKind.OAUTH_PROVIDER, ChangeAction.UPDATED, name)
         return updated

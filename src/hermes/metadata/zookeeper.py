@@ -31,7 +31,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from hermes.domain import codec
+from hermes.domain import api_json
 from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
 from hermes.domain.subscription import Subscription
@@ -154,7 +154,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             raise GroupNotFound(f"Group {topic.name.group} not found")
         try:
             self._commit(
-                lambda t: t.create(self._topic_path(topic.name), orjson.dumps(codec.topic_to_json(stored))),
+                lambda t: t.create(self._topic_path(topic.name), orjson.dumps(api_json.topic_to_json(stored))),
                 (ChangeKind.TOPIC, ChangeAction.CREATED, topic.qualified_name),
             )
         except NodeExistsError:
@@ -168,7 +168,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             data, _ = self._read_json(self._topic_path(name))
         except NoNodeError:
             raise TopicNotFound(f"Topic {name.qualified} not found") from None
-        return codec.topic_from_json(data)
+        return api_json.topic_from_json(data)
 
     def list_topics(self, group: str | None = None) -> list[Topic]:
         groups = [group] if group is not None else [g.name for g in self.list_groups()]
@@ -187,8 +187,8 @@ class ZookeeperMetadataRepository(MetadataRepository):
         try:
             return self._update(
                 self._topic_path(name),
-                codec.topic_from_json,
-                lambda t: orjson.dumps(codec.topic_to_json(t)),
+                api_json.topic_from_json,
+                lambda t: orjson.dumps(api_json.topic_to_json(t)),
                 apply,
                 (ChangeKind.TOPIC, ChangeAction.UPDATED, name.qualified),
             )
@@ -246,11 +246,11 @@ class ZookeeperMetadataRepository(MetadataRepository):
 
     @staticmethod
     def _dump_subscription(sub: Subscription) -> bytes:
-        return orjson.dumps(codec.subscription_to_json(sub, mask_secrets=False))
+        return orjson.dumps(api_json.subscription_to_json(sub, mask_secrets=False))
 
     @staticmethod
     def _load_subscription(data: Any) -> Subscription:
-        return codec.subscription_from_json(data, TopicName.parse(data["topicName"]))
+        return api_json.subscription_from_json(data, TopicName.parse(data["topicName"]))
 
     def create_subscription(self, subscription: Subscription) -> Subscription:
         now = now_ms()
@@ -319,7 +319,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
 
     @staticmethod
     def _dump_provider(provider: OAuthProvider) -> bytes:
-        return orjson.dumps(codec.oauth_provider_to_json(provider, mask_secrets=False))
+        return orjson.dumps(api_json.oauth_provider_to_json(provider, mask_secrets=False))
 
     def create_oauth_provider(self, provider: OAuthProvider) -> OAuthProvider:
         try:
@@ -336,7 +336,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             data, _ = self._read_json(self._provider_path(name))
         except NoNodeError:
             raise OAuthProviderNotFound(f"OAuth provider {name} not found") from None
-        return codec.oauth_provider_from_json(data)
+        return api_json.oauth_provider_from_json(data)
 
     def list_oauth_providers(self) -> list[OAuthProvider]:
         providers = []
@@ -349,7 +349,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
         try:
             return self._update(
                 self._provider_path(name),
-                codec.oauth_provider_from_json,
+                api_json.oauth_provider_from_json,
                 self._dump_provider,
                 lambda p: dataclasses.replace(change(p), name=name),
                 (ChangeKind.OAUTH_PROVIDER, ChangeAction.UPDATED, name),

@@ -13,7 +13,7 @@ import orjson
 from aiohttp import web
 
 from hermes.consumers.filtering import MessageFilters
-from hermes.domain import codec
+from hermes.domain import api_json
 from hermes.domain.avro import json_to_avro
 from hermes.domain.message import Message
 from hermes.domain.topic import ContentType
@@ -30,7 +30,7 @@ def register(router: web.UrlDispatcher) -> None:
 
 async def verify(request: web.Request) -> web.Response:
     body = await read_object(request)
-    filters = MessageFilters(codec.filters_from_json(body.get("filters")))
+    filters = MessageFilters(api_json.filters_from_json(body.get("filters")))
     encoded = body.get("message")
     if not isinstance(encoded, str):
         raise ValidationError("must be the message, base64-encoded", "message")

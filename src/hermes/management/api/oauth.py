@@ -7,7 +7,7 @@ import dataclasses
 
 from aiohttp import web
 
-from hermes.domain import codec
+from hermes.domain import api_json
 from hermes.domain.oauth import OAuthProvider
 from hermes.http.server import json_response
 from hermes.management.api.bodies import ignored_fields_header, read_object
@@ -29,31 +29,31 @@ async def list_providers(request: web.Request) -> web.Response:
 
 async def create_provider(request: web.Request) -> web.Response:
     body = await read_object(request)
-    provider = codec.oauth_provider_from_json(body)
+    provider = api_json.oauth_provider_from_json(body)
     created = await asyncio.to_thread(request.app[SERVICE].repository.create_oauth_provider, provider)
     headers = ignored_fields_header(request, body, "OAuthProvider")
-    return json_response(codec.oauth_provider_to_json(created), status=201, headers=headers)
+    return json_response(api_json.oauth_provider_to_json(created), status=201, headers=headers)
 
 
 async def get_provider(request: web.Request) -> web.Response:
     repository = request.app[SERVICE].repository
     provider = await asyncio.to_thread(repository.get_oauth_provider, request.match_info["provider"])
-    return json_response(codec.oauth_provider_to_json(provider))
+    return json_response(api_json.oauth_provider_to_json(provider))
 
 
 async def update_provider(request: web.Request) -> web.Response:
     patch = await read_object(request)
     headers = ignored_fields_header(request, patch, "OAuthProvider")
     name = request.match_info["provider"]
-    if patch.get("clientSecret") == codec.SECRET_MASK:
+    if patch.get("clientSecret") == api_json.SECRET_MASK:
         patch = {k: v for k, v in patch.items() if k != "clientSecret"}  # the mask means "unchanged"
 
     def change(current: OAuthProvider) -> OAuthProvider:
-        merged = {**codec.oauth_provider_to_json(current, mask_secrets=False), **patch, "name": name}
-        return dataclasses.replace(codec.oauth_provider_from_json(merged), name=name)
+        merged = {**api_json.oauth_provider_to_json(current, mask_secrets=False), **patch, "name": name}
+        return dataclasses.replace(api_json.oauth_provider_from_json(merged), name=name)
 
     updated = await asyncio.to_thread(request.app[SERVICE].repository.update_oauth_provider, name, change)
-    return json_response(codec.oauth_provider_to_json(updated), headers=headers)
+    return json_response(api_json.oauth_provider_to_json(updated), headers=headers)
 
 
 async def delete_provider(request: web.Request) -> web.Response:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from hermes.domain import codec
+from hermes.domain import api_json
 from hermes.domain.names import validate_simple_name
 from hermes.domain.topic import Owner
 from hermes.errors import NotFoundError, OwnerSourceNotFound
@@ -66,13 +66,13 @@ async def get_owner(request: web.Request) -> web.Response:
 async def topics_of_owner(request: web.Request) -> web.Response:
     owner = _owner(request)
     topics = await asyncio.to_thread(request.app[SERVICE].repository.list_topics)
-    return json_response([codec.topic_to_json(t) for t in topics if t.owner == owner])
+    return json_response([api_json.topic_to_json(t) for t in topics if t.owner == owner])
 
 
 async def subscriptions_of_owner(request: web.Request) -> web.Response:
     owner = _owner(request)
     subs = await asyncio.to_thread(request.app[SERVICE].repository.list_subscriptions)
-    return json_response([codec.subscription_to_json(s) for s in subs if s.owner == owner])
+    return json_response([api_json.subscription_to_json(s) for s in subs if s.owner == owner])
 
 
 def _roles(request: web.Request) -> list[str]:

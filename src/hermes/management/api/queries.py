@@ -9,8 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from hermes.domain import codec
-from hermes.domain.subscription import SubscriptionContentType
+from hermes.domain import api_json
 from hermes.domain.topic import Ack, ContentType
 from hermes.http.server import json_response, read_json
 from hermes.management import query
@@ -32,11 +31,11 @@ def register(router: web.UrlDispatcher) -> None:
 
 
 def _topics(repository: MetadataRepository, group: str | None = None) -> list[Json]:
-    return [codec.topic_to_json(t) for t in repository.list_topics(group)]
+    return [api_json.topic_to_json(t) for t in repository.list_topics(group)]
 
 
 def _subscriptions(repository: MetadataRepository) -> list[Json]:
-    return [codec.subscription_to_json(s) for s in repository.list_subscriptions()]
+    return [api_json.subscription_to_json(s) for s in repository.list_subscriptions()]
 
 
 async def _selected(request: web.Request, items: Any, *args: Any) -> list[Json]:
@@ -71,7 +70,7 @@ async def query_subscription_names(request: web.Request) -> web.Response:
 
     def of_topic(repository: MetadataRepository) -> list[Json]:
         repository.get_topic(topic)
-        return [codec.subscription_to_json(s) for s in repository.list_subscriptions(topic)]
+        return [api_json.subscription_to_json(s) for s in repository.list_subscriptions(topic)]
 
     return json_response([s["name"] for s in await _selected(request, of_topic)])
 
@@ -129,7 +128,7 @@ async def stats(request: web.Request) -> web.Response:
             "subscriptionStats": {
                 "subscriptionCount": len(subs),
                 "trackingEnabledSubscriptionCount": sum(s.tracking_enabled for s in subs),
-                "avroSubscriptionCount": sum(s.content_type is SubscriptionContentType.AVRO for s in subs),
+                "avroSubscriptionCount": sum(s.content_type is ContentType.AVRO for s in subs),
             },
         }
 

@@ -6,7 +6,7 @@ import asyncio
 
 from aiohttp import web
 
-from hermes.domain import codec
+from hermes.domain import api_json
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import ValidationError
 from hermes.http.server import json_response, read_json
@@ -49,9 +49,9 @@ async def list_subscriptions(request: web.Request) -> web.Response:
 async def create_subscription(request: web.Request) -> web.Response:
     topic = topic_name(request)
     body = await read_object(request)
-    created = await request.app[SERVICE].create_subscription(codec.subscription_from_json(body, topic))
+    created = await request.app[SERVICE].create_subscription(api_json.subscription_from_json(body, topic))
     headers = ignored_fields_header(request, body, request_schema(created))
-    return json_response(codec.subscription_to_json(created), status=201, headers=headers)
+    return json_response(api_json.subscription_to_json(created), status=201, headers=headers)
 
 
 async def get_subscription(request: web.Request) -> web.Response:
@@ -59,7 +59,7 @@ async def get_subscription(request: web.Request) -> web.Response:
     sub = await asyncio.to_thread(
         service.repository.get_subscription, topic_name(request), request.match_info["subscription"]
     )
-    return json_response(codec.subscription_to_json(sub))
+    return json_response(api_json.subscription_to_json(sub))
 
 
 async def update_subscription(request: web.Request) -> web.Response:
@@ -68,7 +68,7 @@ async def update_subscription(request: web.Request) -> web.Response:
         topic_name(request), request.match_info["subscription"], patch
     )
     headers = ignored_fields_header(request, patch, request_schema(updated))
-    return json_response(codec.subscription_to_json(updated), headers=headers)
+    return json_response(api_json.subscription_to_json(updated), headers=headers)
 
 
 async def delete_subscription(request: web.Request) -> web.Response:

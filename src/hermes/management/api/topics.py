@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from hermes.domain import codec
+from hermes.domain import api_json
 from hermes.domain.avro import parse_schema
 from hermes.domain.names import TopicName
 from hermes.domain.topic import ContentType, Topic
@@ -47,7 +47,7 @@ async def list_topics(request: web.Request) -> web.Response:
 
 def topic_with_schema(repository: MetadataRepository, topic: Topic) -> dict[str, Any]:
     """Hermes' ``TopicWithSchema``: the topic, and the latest schema (a string) of an AVRO topic that has one."""
-    body = codec.topic_to_json(topic)
+    body = api_json.topic_to_json(topic)
     if topic.content_type is ContentType.AVRO:
         with contextlib.suppress(SchemaNotFound):
             body["schema"] = repository.get_schema(topic.name)[1]
@@ -63,7 +63,7 @@ def _schema_text(value: Any, field: str = "schema") -> str:
 
 async def create_topic(request: web.Request) -> web.Response:
     body = await read_object(request)
-    topic = codec.topic_from_json(body)
+    topic = api_json.topic_from_json(body)
     schema = body.get("schema")
     if schema is not None and topic.content_type is not ContentType.AVRO:
         raise ValidationError("is only for AVRO topics", "schema")

@@ -1,4 +1,4 @@
-"""JSON schemas of the management API's bodies, with the constraints ``hermes.domain.codec`` enforces.
+"""JSON schemas of the management API's bodies, with the constraints ``hermes.domain.api_json`` enforces.
 
 Request bodies use the same schemas as responses: Hermes' clients send back what they read. Properties that
 are not listed here are ignored by the API (and named in ``Hermes-Ignored-Fields``).
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes.domain.codec import AVROPATH, JSONPATH, MAX_CHAOS_DELAY_MS, MAX_MAX_MESSAGE_SIZE, MIN_MAX_MESSAGE_SIZE
+from hermes.domain.api_json.subscriptions import AVROPATH, JSONPATH
+from hermes.domain.api_json.topics import MAX_CHAOS_DELAY_MS, MAX_MAX_MESSAGE_SIZE, MIN_MAX_MESSAGE_SIZE
 from hermes.domain.endpoint import URL_PATTERN
 from hermes.domain.subscription import MAX_MESSAGE_TTL_SECONDS
 
@@ -130,7 +131,7 @@ _PASSWORD_GRANT: Schema = {
     "properties": {"oAuthPolicy": {"properties": {"grantType": {"const": "password"}}, "required": ["grantType"]}},
     "required": ["oAuthPolicy"],
 }
-# what codec.subscription_from_json checks across fields
+# what api_json.subscription_from_json checks across fields
 _SUBSCRIPTION_RULES: list[Schema] = [
     {
         "if": _BATCH,

@@ -1,6 +1,6 @@
 import pytest
 
-from hermes.domain import codec
+from hermes.domain import api_json
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import TopicName
 from hermes.errors import ValidationError
@@ -21,7 +21,7 @@ def test_a_password_in_the_endpoint_is_kept_but_never_shown() -> None:
 
 
 def test_the_older_request_shape_is_accepted() -> None:
-    sub = codec.subscription_from_json(
+    sub = api_json.subscription_from_json(
         {"name": "mySubscription", "endpoint": "http://my-service", "supportTeam": "My Team", "trackingEnabled": True},
         TOPIC,
     )
@@ -46,12 +46,12 @@ def test_the_older_request_shape_is_accepted() -> None:
 def test_invalid_subscriptions_name_the_field(body: dict[str, object], field: str) -> None:
     request = {"name": "s", "endpoint": "http://service", **body}
     with pytest.raises(ValidationError) as error:
-        codec.subscription_from_json(request, TOPIC)
+        api_json.subscription_from_json(request, TOPIC)
     assert error.value.field == field
 
 
 def test_a_subscription_survives_its_storage_round_trip() -> None:
-    sub = codec.subscription_from_json(
+    sub = api_json.subscription_from_json(
         {
             "name": "s",
             "endpoint": "http://u:p@h/",
@@ -60,7 +60,7 @@ def test_a_subscription_survives_its_storage_round_trip() -> None:
         },
         TOPIC,
     )
-    stored = codec.subscription_to_json(sub, mask_secrets=False)
-    assert codec.subscription_from_json(stored, TOPIC) == sub
-    shown = codec.subscription_to_json(sub)
+    stored = api_json.subscription_to_json(sub, mask_secrets=False)
+    assert api_json.subscription_from_json(stored, TOPIC) == sub
+    shown = api_json.subscription_to_json(sub)
     assert shown["oAuthPolicy"]["password"] == "******" and ":p@" not in shown["endpoint"]
