@@ -25,6 +25,7 @@ from hermes.config import Settings
 from hermes.consumers.supervisor import ConsumersSupervisor
 from hermes.datadir import DataDirLock
 from hermes.domain.topic import Topic
+from hermes.domain.trace import TRACKING_TOPIC
 from hermes.errors import StartupError
 from hermes.http.lean import LeanServer
 from hermes.http.server import Server
@@ -33,7 +34,7 @@ from hermes.metadata.cache import MetadataCache
 from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
 from hermes.security.setup import Security
-from hermes.tracking import TRACKING_TOPIC, Tracker
+from hermes.tracker import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +168,7 @@ class Hermes:
         if Role.FRONTEND in self.roles:
             from hermes.frontend.app import PublishingApi
             from hermes.frontend.journal import Journal
-            from hermes.frontend.metrics import JOURNAL_BYTES, JOURNAL_MESSAGES, PublishedCounter
+            from hermes.frontend.publish_metrics import JOURNAL_BYTES, JOURNAL_MESSAGES, PublishedCounter
             from hermes.frontend.publishing import Publisher, PublishTimeouts
             from hermes.frontend.readiness import Readiness
             from hermes.frontend.schemas import SchemaSource
@@ -274,7 +275,7 @@ class Hermes:
             started = time.monotonic()
 
     async def _report_published(self, published: Any) -> None:
-        from hermes.frontend.metrics import TOPIC_METRICS_NAMESPACE
+        from hermes.frontend.publish_metrics import TOPIC_METRICS_NAMESPACE
 
         assert self.repository is not None
         while True:

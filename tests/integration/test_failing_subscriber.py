@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from hermes.consumers.metrics import UNDELIVERED_NAMESPACE
 from hermes.consumers.rate import RateMode
+from hermes.consumers.subscription_metrics import UNDELIVERED_NAMESPACE
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import Reply, SubscriberServer, always

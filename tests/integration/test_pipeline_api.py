@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hermes.domain.offline_retransmission import NAMESPACE
+from hermes.domain.retransmission_task import NAMESPACE
 from tests.integration.test_management_api import conforms_to_openapi
 from tests.support.hermes import HermesClient, InProcessHermes
 

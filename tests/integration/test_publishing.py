@@ -15,8 +15,8 @@ from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.broker.producer import BrokerProducer
 from hermes.domain.avro import json_to_avro
 from hermes.domain.message import Message
+from hermes.domain.trace import TRACKING_TOPIC
 from hermes.frontend.readiness import Readiness
-from hermes.tracking import TRACKING_TOPIC
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes, unique
 from tests.support.subscriber import SubscriberServer

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from hermes.consumers.metrics import SNAPSHOT_NAMESPACE, UNDELIVERED_NAMESPACE
+from hermes.consumers.subscription_metrics import SNAPSHOT_NAMESPACE, UNDELIVERED_NAMESPACE
 from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAFKA_SCHEMA_VERSION
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes

@@ -10,7 +10,7 @@ import pytest
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.kafka_consumer import BrokerConsumer
-from hermes.tracking import TRACKING_TOPIC
+from hermes.domain.trace import TRACKING_TOPIC
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes, unique
 from tests.support.subscriber import Reply, SubscriberServer

@@ -14,10 +14,10 @@ import pytest
 from confluent_kafka import Producer
 
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.domain.trace import TRACKING_TOPIC, TraceEvent, TraceStatus
 from hermes.pipeline.trace_retention import apply_trace_retention
 from hermes.pipeline.traces import TRACES, TrackingStore, committed_files, compacted_blocks, tracking_root
-from hermes.pipeline.tracking import TrackingJob, compact_traces, maintain_traces
-from hermes.tracking import TRACKING_TOPIC, TraceEvent, TraceStatus
+from hermes.pipeline.tracking_job import TrackingJob, compact_traces, maintain_traces
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.pipeline import pipeline_context

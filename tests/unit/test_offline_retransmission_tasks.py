@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAFKA_SCHEMA_VERSION
-from hermes.domain.offline_retransmission import NAMESPACE, RetransmissionTask, TaskStatus, task_from_request
+from hermes.domain.retransmission_task import NAMESPACE, RetransmissionTask, TaskStatus, task_from_request
 from hermes.metadata.sqlite import SqliteMetadataRepository
 from hermes.pipeline.retransmission import KAFKA_RETRANSMISSION_TASK, frontend_headers, next_task, update
 

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from hermes.domain.message import new_message_id
 from hermes.frontend.acks import AckTimeouts
-from hermes.frontend.metrics import PublishRequests
+from hermes.frontend.publish_metrics import PublishRequests
 
 pytestmark = pytest.mark.unit
 

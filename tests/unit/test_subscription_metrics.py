@@ -1,7 +1,7 @@
 import pytest
 
-from hermes.consumers import metrics as metrics_module
-from hermes.consumers.metrics import RECENT_ATTEMPTS, SubscriptionMetrics
+from hermes.consumers import subscription_metrics as metrics_module
+from hermes.consumers.subscription_metrics import RECENT_ATTEMPTS, SubscriptionMetrics
 
 pytestmark = pytest.mark.unit
 

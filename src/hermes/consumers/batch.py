@@ -24,7 +24,7 @@ from hermes.consumers.retry import retry_until_ttl
 from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import BATCH_ID_HEADER, MESSAGE_ID_HEADER, Message
 from hermes.domain.subscription import Subscription
-from hermes.tracking import TraceStatus
+from hermes.domain.trace import TraceStatus
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import EndpointAddressResolver, EndpointItself
 from hermes.consumers.sender.http import HttpSender
 from hermes.metadata.repository import MetadataRepository
-from hermes.tracking import Tracker
+from hermes.tracker import Tracker
 
 CrashListener = Callable[[BaseException], None]
 

@@ -15,14 +15,14 @@ from typing import Any
 from hermes.consumers.context import ConsumerContext
 from hermes.consumers.failure_log import FailureLog, describe
 from hermes.consumers.filtering import MessageFilters
-from hermes.consumers.metrics import UNDELIVERED_NAMESPACE, SubscriptionMetrics, UndeliveredMessage
 from hermes.consumers.rate import AdaptiveRateLimiter, RateMode
 from hermes.consumers.recipients import Outcome, Recipients
 from hermes.consumers.sender.result import SendResult
+from hermes.consumers.subscription_metrics import UNDELIVERED_NAMESPACE, SubscriptionMetrics, UndeliveredMessage
 from hermes.domain.message import Message
 from hermes.domain.subscription import Subscription, TrackingMode
+from hermes.domain.trace import TraceStatus
 from hermes.errors import EndpointResolutionError
-from hermes.tracking import TraceStatus
 
 log = logging.getLogger(__name__)
 

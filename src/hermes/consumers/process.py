@@ -16,11 +16,11 @@ import logging
 from hermes.consumers.batch import BatchConsumer
 from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.delivery import Delivery
-from hermes.consumers.metrics import SNAPSHOT_NAMESPACE, SubscriptionMetrics
 from hermes.consumers.rate import AdaptiveRateLimiter
 from hermes.consumers.receiver import MessageReceiver
 from hermes.consumers.retransmission import RetransmissionRequests
 from hermes.consumers.serial import SerialConsumer
+from hermes.consumers.subscription_metrics import SNAPSHOT_NAMESPACE, SubscriptionMetrics
 from hermes.domain.subscription import Subscription
 
 log = logging.getLogger(__name__)

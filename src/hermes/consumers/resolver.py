@@ -54,9 +54,6 @@ class StaticAddressList:
         return list(dict.fromkeys(addresses))  # each instance once
 
 
-DEFAULT_RESOLVER = f"{__name__}:{EndpointItself.__name__}"
-
-
 def load_resolver(spec: str) -> EndpointAddressResolver:
     """Builds the resolver named ``module:Class``; a clear start-up error when it cannot."""
     module_name, _, class_name = spec.partition(":")

@@ -13,7 +13,7 @@ from hermes.consumers.delivery import Delivery, Send
 from hermes.consumers.recipients import Recipients
 from hermes.domain.message import Message
 from hermes.domain.subscription import Subscription
-from hermes.tracking import TraceStatus
+from hermes.domain.trace import TraceStatus
 
 # The undelivered reason of a message whose TTL ended before the rate limiter let its first attempt go.
 HELD_BACK = "Message sending failed: messageTtl ended while the sending rate was limited"

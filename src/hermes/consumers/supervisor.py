@@ -30,7 +30,7 @@ from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import HermesError
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.repository import MetadataRepository
-from hermes.tracking import Tracker
+from hermes.tracker import Tracker
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ PARTITION_KEY_HEADER = "Partition-Key"
 KAFKA_MESSAGE_ID = "hermes-message-id"
 KAFKA_PUBLISH_TIMESTAMP = "hermes-publish-ts"
 KAFKA_SCHEMA_VERSION = "hermes-schema-version"
-KAFKA_CONTENT_TYPE = "hermes-content-type"
 # Publisher headers on the propagation allow-list travel with this prefix.
 KAFKA_PROPAGATED_PREFIX = "h-"
 

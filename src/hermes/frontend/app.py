@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from hermes.domain.message import MESSAGE_ID_HEADER, new_message_id
 from hermes.domain.topic import Topic
 from hermes.errors import HermesError, TopicNotFound
-from hermes.frontend.metrics import PUBLISH_REQUESTS, PublishedCounter
+from hermes.frontend.publish_metrics import PUBLISH_REQUESTS, PublishedCounter
 from hermes.frontend.publishing import Publisher, PublishResult
 from hermes.frontend.readiness import Readiness
 from hermes.http.lean import Request, error_body

@@ -29,12 +29,13 @@ from hermes.domain.message import (
     SCHEMA_VERSION_HEADER,
 )
 from hermes.domain.topic import Ack, ContentType, Topic
+from hermes.domain.trace import TraceStatus
 from hermes.errors import HermesError, PayloadTooLarge, UnsupportedMediaType, ValidationError
 from hermes.frontend.acks import AckTimeouts
 from hermes.frontend.journal import Journal, JournalEntry
-from hermes.frontend.metrics import PRODUCER_ERRORS
+from hermes.frontend.publish_metrics import PRODUCER_ERRORS
 from hermes.frontend.schemas import SchemaSource
-from hermes.tracking import TraceStatus, Tracker
+from hermes.tracker import Tracker
 
 # A journaled message the broker refused is produced again after this many seconds.
 _RESEND_DELAY = 5.0

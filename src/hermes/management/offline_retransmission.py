@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermes.domain.names import TopicName
-from hermes.domain.offline_retransmission import NAMESPACE, RetransmissionTask, task_from_request
+from hermes.domain.retransmission_task import NAMESPACE, RetransmissionTask, task_from_request
 from hermes.domain.topic import Topic
 from hermes.errors import NotFoundError, TopicNotFound, ValidationError
 from hermes.metadata.repository import MetadataRepository

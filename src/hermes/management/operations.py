@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hermes.broker.admin import BrokerAdmin
-from hermes.consumers.metrics import ATTEMPT_OUTCOMES, COUNTERS, SNAPSHOT_NAMESPACE
+from hermes.consumers.subscription_metrics import ATTEMPT_OUTCOMES, COUNTERS, SNAPSHOT_NAMESPACE
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import ValidationError
 from hermes.metadata.repository import MetadataRepository

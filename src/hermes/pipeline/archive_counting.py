@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlparse
 
 from hermes.pipeline.lake import METADATA_DIR
 from hermes.pipeline.lake_compaction import COMPACTED_PREFIX
-from hermes.pipeline.metrics import ARCHIVE_BATCHES, ARCHIVE_LAST_COMMIT, ARCHIVE_RECORDS
+from hermes.pipeline.prometheus import ARCHIVE_BATCHES, ARCHIVE_LAST_COMMIT, ARCHIVE_RECORDS
 from hermes.pipeline.traces import committed_files
 
 log = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ from hermes.pipeline.connector import KAFKA_FORMAT, kafka_options
 from hermes.pipeline.job import LoopingJob
 from hermes.pipeline.lake import HOUR_PATTERN_SPARK, PARTITION_COLUMNS
 from hermes.pipeline.lake_compaction import compact_lake, compaction_due
-from hermes.pipeline.metrics import ARCHIVE_RUNNING, ARCHIVED_TOPICS
+from hermes.pipeline.prometheus import ARCHIVE_RUNNING, ARCHIVED_TOPICS
 from hermes.pipeline.retention import expired_partitions, lake_files, plain_root, remove_partitions
 
 if TYPE_CHECKING:

@@ -27,7 +27,7 @@ from hermes.domain.message import (
     KAFKA_PUBLISH_TIMESTAMP,
     KAFKA_SCHEMA_VERSION,
 )
-from hermes.domain.offline_retransmission import NAMESPACE, RetransmissionTask, TaskStatus
+from hermes.domain.retransmission_task import NAMESPACE, RetransmissionTask, TaskStatus
 from hermes.domain.topic import Ack
 from hermes.metadata.repository import ChangeKind, MetadataChange, MetadataRepository
 from hermes.pipeline.job import LoopingJob

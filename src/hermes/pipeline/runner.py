@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 JOBS: tuple[str, ...] = (
     "hermes.pipeline.offline_storage:ArchiveJob",
-    "hermes.pipeline.tracking:TrackingJob",
+    "hermes.pipeline.tracking_job:TrackingJob",
     "hermes.pipeline.retransmission:RetransmissionJob",
 )
 
@@ -92,7 +92,7 @@ class Pipeline:
 
     def start(self) -> None:
         from hermes.pipeline.connector import client_options
-        from hermes.pipeline.metrics import StatusServer
+        from hermes.pipeline.prometheus import StatusServer
         from hermes.pipeline.session import build_session
 
         settings = self.settings

@@ -11,7 +11,7 @@ each compaction:
 Nothing here rewrites the sink's ``_spark_metadata`` log while the trace query appends to it: readers take the
 files the log lists that still exist (and a Spark reader of the root needs ``spark.sql.files.ignoreMissingFiles``),
 and the sink itself drops log entries older than the retention when it compacts its log (its ``retention``
-option, set by :func:`hermes.pipeline.tracking.start_tracking`).
+option, set by :func:`hermes.pipeline.tracking_job.start_tracking`).
 """
 
 from __future__ import annotations

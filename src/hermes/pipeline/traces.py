@@ -1,6 +1,6 @@
 """Reading what the tracking job wrote, for the management API: an embedded DuckDB over the Parquet files.
 
-Layout under the tracking root (see :mod:`hermes.pipeline.tracking`, which writes it):
+Layout under the tracking root (see :mod:`hermes.pipeline.tracking_job`, which writes it):
 
 - ``traces/topic=<qualified topic>/date=<yyyy-mm-dd>/*.parquet``: one row per trace event, Hermes' field
   names, plus the event's position on the tracking topic (``trackingPartition``, ``trackingOffset``), which

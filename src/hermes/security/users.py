@@ -15,7 +15,6 @@ from pathlib import Path
 from hermes.errors import UsageError
 
 ADMIN = "admin"
-ROLES = frozenset({ADMIN})
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 import orjson
 
-from hermes.consumers.metrics import count_token_request
 from hermes.consumers.sender.result import SendResult
+from hermes.consumers.subscription_metrics import count_token_request
 from hermes.domain.names import SubscriptionName, TopicName
 from hermes.domain.oauth import OAuthProvider
 from hermes.domain.subscription import OAuthPolicy, Subscription

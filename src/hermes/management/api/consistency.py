@@ -10,12 +10,12 @@ import asyncio
 from aiohttp import web
 
 from hermes.domain.names import TopicName, validate_simple_name
+from hermes.domain.trace import TRACKING_TOPIC
 from hermes.errors import TopicNotFound, ValidationError
 from hermes.http.server import json_response
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
-from hermes.tracking import TRACKING_TOPIC
 
 
 def register(router: web.UrlDispatcher) -> None:

@@ -10,12 +10,12 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from hermes.consumers.metrics import UNDELIVERED_NAMESPACE
+from hermes.consumers.subscription_metrics import UNDELIVERED_NAMESPACE
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Severity, Subscription
 from hermes.domain.topic import Owner
 from hermes.errors import NotFoundError
-from hermes.frontend.metrics import TOPIC_METRICS_NAMESPACE
+from hermes.frontend.publish_metrics import TOPIC_METRICS_NAMESPACE
 from hermes.http.server import json_response, read_json
 from hermes.management import operations, query
 from hermes.management.api.bodies import flag

@@ -26,6 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hermes.domain.trace import TRACKING_TOPIC
 from hermes.pipeline.connector import KAFKA_FORMAT, topics_pattern
 from hermes.pipeline.job import LoopingJob
 from hermes.pipeline.offline_storage import source_options
@@ -39,7 +40,6 @@ from hermes.pipeline.traces import (
     compacted_blocks,
     tracking_root,
 )
-from hermes.tracking import TRACKING_TOPIC
 
 if TYPE_CHECKING:
     from hermes.pipeline.runner import PipelineContext

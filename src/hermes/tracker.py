@@ -1,53 +1,19 @@
-"""Message tracking: trace events written by frontends and consumers to the Kafka tracking topic.
-
-The pipeline materializes them into trace tables; management serves them as Hermes' ``.../trace`` and
-``.../undelivered`` resources. Events are JSON with Hermes' trace field names.
-"""
+"""The tracker: frontends and consumers write trace events (:mod:`hermes.domain.trace`) to the tracking topic
+through it."""
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import asdict, dataclass
-from enum import StrEnum
-
-import orjson
 
 from hermes.broker.producer import BrokerProducer
 from hermes.domain.topic import Ack
+from hermes.domain.trace import TRACKING_TOPIC, TraceEvent, TraceStatus
 
 log = logging.getLogger(__name__)
 
-TRACKING_TOPIC = "hermes.tracking"
 
-
-class TraceStatus(StrEnum):
-    INFLIGHT = "INFLIGHT"
-    SUCCESS = "SUCCESS"
-    FAILED = "FAILED"
-    DISCARDED = "DISCARDED"
-
-
-@dataclass(frozen=True)
-class TraceEvent:
-    messageId: str  # Hermes trace field names, camelCase on the wire
-    timestamp: int
-    topicName: str
-    status: str
-    cluster: str
-    subscription: str | None = None  # None for frontend events
-    partition: int | None = None
-    offset: int | None = None
-    reason: str | None = None
-    # An addition to Hermes' fields: when the frontend accepted the message, so the pipeline can measure
-    # delivery latency (publish to successful delivery) from consumer events alone.
-    publishTimestamp: int | None = None
-
-    def to_json(self) -> bytes:
-        return orjson.dumps({k: v for k, v in asdict(self).items() if v is not None})
-
-
-def now_ms() -> int:
+def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
@@ -60,7 +26,7 @@ class Tracker:
         self._topic = topic
 
     def frontend(self, message_id: str, topic: str, status: TraceStatus, reason: str | None = None) -> None:
-        self._emit(TraceEvent(message_id, now_ms(), topic, status.value, self._cluster, reason=reason))
+        self._emit(TraceEvent(message_id, _now_ms(), topic, status.value, self._cluster, reason=reason))
 
     def consumer(
         self,
@@ -76,7 +42,7 @@ class Tracker:
         self._emit(
             TraceEvent(
                 message_id,
-                now_ms(),
+                _now_ms(),
                 topic,
                 status.value,
                 self._cluster,
