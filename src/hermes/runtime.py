@@ -168,7 +168,7 @@ class Hermes:
         if Role.FRONTEND in self.roles:
             from hermes.frontend.app import PublishingApi
             from hermes.frontend.journal import Journal
-            from hermes.frontend.publish_metrics import JOURNAL_BYTES, JOURNAL_MESSAGES, PublishedCounter
+            from hermes.frontend.publish_metrics import JOURNAL_BYTES, JOURNAL_MESSAGES, PublishedCounter, SharedMetrics
             from hermes.frontend.publishing import Publisher, PublishTimeouts
             from hermes.frontend.readiness import Readiness
             from hermes.frontend.schemas import SchemaSource
@@ -207,7 +207,13 @@ class Hermes:
             readiness = Readiness(producer)
             await readiness.start()
             self._stoppers.append(readiness.stop)
-            api = PublishingApi(publisher, self.cache, published, readiness)
+            if self.worker and SharedMetrics.enabled():
+                shared = SharedMetrics(journal)
+                api = PublishingApi(publisher, self.cache, published, readiness, shared.exposition)
+                sharing = asyncio.create_task(shared.run(), name="shared-metrics")
+                self._stoppers.append(lambda: _cancel(sharing))
+            else:
+                api = PublishingApi(publisher, self.cache, published, readiness)
             server = LeanServer(api, settings.host, settings.frontend_port, Role.FRONTEND.value, reuse_port=self.worker)
             await server.start()
             self.servers[Role.FRONTEND] = server

@@ -7,6 +7,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Callable
 from urllib.parse import unquote
 
 import orjson
@@ -59,9 +60,15 @@ class PublishingApi:
     """The request handler of the publishing port (``hermes.http.lean.Handler``)."""
 
     def __init__(
-        self, publisher: Publisher, cache: MetadataCache, published: PublishedCounter, readiness: Readiness
+        self,
+        publisher: Publisher,
+        cache: MetadataCache,
+        published: PublishedCounter,
+        readiness: Readiness,
+        exposition: Callable[[], bytes] = generate_latest,  # a worker's covers every worker
     ) -> None:
         self._publisher = publisher
+        self._exposition = exposition
         self._readiness = readiness
         self._cache = cache
         self._topics = TopicLookup(cache)
@@ -82,7 +89,7 @@ class PublishingApi:
             if request.method not in ("GET", "HEAD"):
                 _not_allowed(request, "GET,HEAD")
             elif path == "/status/prometheus":
-                request.respond(200, body=generate_latest(), content_type=CONTENT_TYPE_LATEST)
+                request.respond(200, body=self._exposition(), content_type=CONTENT_TYPE_LATEST)
             elif path == _READY:
                 ready = self._readiness.ready
                 request.respond(200 if ready else 503, body=b"READY" if ready else b"NOT_READY", content_type=TEXT)

@@ -1,77 +1,133 @@
 """Metrics of the frontend: Prometheus, and per-topic publish counts snapshotted to the metadata repository
-(so the management API can show every frontend's recent publish rate)."""
+(so the management API can show every frontend's recent publish rate).
+
+The workers of ``hermes frontend --workers N`` answer scrapes together: their master gives them one directory
+(``PROMETHEUS_MULTIPROC_DIR``, prometheus_client's multiprocess mode) in which each worker's counters, histogram and
+gauges live in files of its own; a scrape of any worker sums them all, the counters of workers that died included
+(so a total never goes back when a worker is restarted)."""
 
 from __future__ import annotations
 
+import asyncio
 import bisect
+import os
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
-from prometheus_client import REGISTRY, Counter, Gauge
-from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
-from prometheus_client.samples import Sample
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import REGISTRY, Collector
+
+MULTIPROCESS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 
 PRODUCER_ERRORS = Counter(
     "hermes_frontend_producer_errors", "Messages the broker refused or never acknowledged", ("topic",)
 )
 
-JOURNAL_MESSAGES = Gauge("hermes_frontend_journal_messages", "Accepted messages the broker has not acknowledged yet")
-JOURNAL_BYTES = Gauge("hermes_frontend_journal_bytes", "Bytes of accepted messages the broker has not acknowledged yet")
+# livesum: the workers' journals together, a dead worker's left out (the next worker to start takes its journal)
+JOURNAL_MESSAGES = Gauge(
+    "hermes_frontend_journal_messages",
+    "Accepted messages the broker has not acknowledged yet",
+    multiprocess_mode="livesum",
+)
+JOURNAL_BYTES = Gauge(
+    "hermes_frontend_journal_bytes",
+    "Bytes of accepted messages the broker has not acknowledged yet",
+    multiprocess_mode="livesum",
+)
 
 TOPIC_METRICS_NAMESPACE = "topic-metrics"
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.065, 0.1, 0.25, 0.4, 0.5, 1.0, float("inf"))
+# How often a worker writes its request counts for the other workers' scrapes (its own scrapes write them first).
+_SHARE_INTERVAL = 1.0
 
 
 class PublishRequests(Collector):
-    """Publish requests by topic and status, and their duration: Prometheus' counter and histogram, kept as
-    plain numbers. The client library's ``labels()``, locks and bucket loop cost several times as much per
-    request; this is only written by the event loop's thread, and read by the same thread's scrape."""
+    """Publish requests by topic and status, and their duration: prometheus_client's counter and histogram. A
+    request adds to plain numbers (the client's ``labels()``, locks and bucket loop cost several µs per
+    request), handed to them in bulk by ``flush``: at every scrape, and every second in a worker. Only the
+    event loop's thread writes and flushes."""
 
     def __init__(self) -> None:
-        self._requests: dict[tuple[str, int], list[float]] = {}  # (topic, status) -> [count, created]
+        self._counts: dict[tuple[str, int], int] = {}
         self._buckets = [0] * len(_LATENCY_BUCKETS)
         self._sum = 0.0
-        self._created = time.time()
+        self._requests = Counter(
+            "hermes_frontend_requests", "Publish requests by topic and HTTP status", ("topic", "status"), registry=None
+        )
+        self._latency = Histogram(
+            "hermes_frontend_publish_seconds", "Publish request duration", buckets=_LATENCY_BUCKETS, registry=None
+        )
 
     def record(self, topic: str, status: int, seconds: float) -> None:
-        counted = self._requests.get((topic, status))
-        if counted is None:
-            counted = self._requests[(topic, status)] = [0, time.time()]
-        counted[0] += 1
+        key = (topic, status)
+        self._counts[key] = self._counts.get(key, 0) + 1
         self._buckets[bisect.bisect_left(_LATENCY_BUCKETS, seconds)] += 1
         self._sum += seconds
 
+    def flush(self) -> None:
+        counts, self._counts = self._counts, {}
+        for (topic, status), count in counts.items():
+            self._requests.labels(topic, str(status)).inc(count)
+        if counts:
+            # prometheus_client has no bulk observe: the histogram's per-bucket values take the counts
+            for value, count in zip(self._latency._buckets, self._buckets, strict=True):
+                if count:
+                    value.inc(count)
+            self._latency._sum.inc(self._sum)
+            self._buckets, self._sum = [0] * len(_LATENCY_BUCKETS), 0.0
+
     def describe(self) -> Iterator[Metric]:
-        yield from self._families()
+        yield from self._requests.describe()
+        yield from self._latency.describe()
 
     def collect(self) -> Iterator[Metric]:
-        requests, latency = self._families()
-        for (topic, status), (count, created) in list(self._requests.items()):
-            requests.add_metric([topic, str(status)], count, created=created)
-        cumulative, buckets = 0, []
-        for bound, count in zip(_LATENCY_BUCKETS, self._buckets, strict=True):
-            cumulative += count
-            buckets.append(("+Inf" if bound == float("inf") else repr(bound), cumulative))
-        latency.add_metric([], buckets, self._sum)
-        latency.samples.append(Sample("hermes_frontend_publish_seconds_created", {}, self._created))
-        yield requests
-        yield latency
-
-    @staticmethod
-    def _families() -> tuple[CounterMetricFamily, HistogramMetricFamily]:
-        return (
-            CounterMetricFamily(
-                "hermes_frontend_requests", "Publish requests by topic and HTTP status", labels=("topic", "status")
-            ),
-            HistogramMetricFamily("hermes_frontend_publish_seconds", "Publish request duration"),
-        )
+        self.flush()
+        yield from self._requests.collect()
+        yield from self._latency.collect()
 
 
 PUBLISH_REQUESTS = PublishRequests()
 REGISTRY.register(PUBLISH_REQUESTS)
+
+
+class _Journal(Protocol):
+    @property
+    def depth(self) -> int: ...
+
+    @property
+    def pending_bytes(self) -> int: ...
+
+
+class SharedMetrics:
+    """A worker's part of the metrics every worker serves (see the module's doc)."""
+
+    def __init__(self, journal: _Journal) -> None:
+        self._journal = journal
+
+    @staticmethod
+    def enabled() -> bool:
+        return MULTIPROCESS_DIR_VARIABLE in os.environ
+
+    def write(self) -> None:
+        PUBLISH_REQUESTS.flush()
+        JOURNAL_MESSAGES.set(self._journal.depth)
+        JOURNAL_BYTES.set(self._journal.pending_bytes)
+
+    def exposition(self) -> bytes:
+        """Every worker's metrics, this one's up to date, the others' as they wrote them last."""
+        self.write()
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(_SHARE_INTERVAL)
+            self.write()
 
 
 class PublishedCounter:

@@ -4,7 +4,8 @@ The master takes the data directory's lock and the port, then starts the workers
 hermes.frontend.workers``). Each worker inherits the lock's file (so the lock is held, by the same owner, as long
 as any of them lives), reads its settings from its standard input and listens on the port with SO_REUSEPORT: the
 kernel spreads the connections among the workers. A worker stops when the master goes away (its standard input
-ends); the master starts a worker again when it dies, and stops them all on SIGINT or SIGTERM.
+ends); the master starts a worker again when it dies, and stops them all on SIGINT or SIGTERM. The workers
+write their metrics to one directory, each scrape answering for all of them (``hermes.frontend.publish_metrics``).
 """
 
 from __future__ import annotations
@@ -13,24 +14,28 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
 from typing import Any
 
 import orjson
+from prometheus_client import multiprocess
 from pydantic import SecretStr
 
 from hermes import event_loop
 from hermes.config import Settings
 from hermes.datadir import DataDirLock
 from hermes.errors import HermesError, StartupError
+from hermes.frontend.publish_metrics import MULTIPROCESS_DIR_VARIABLE
 from hermes.logs import configure_logging, log_path
 from hermes.runtime import Role, check_data_dir, serve
 
 log = logging.getLogger(__name__)
 
 _RESTART_DELAY = 1.0
+_METRICS_DIR = "frontend-metrics"
 
 
 def run_workers(settings: Settings) -> int:
@@ -38,8 +43,12 @@ def run_workers(settings: Settings) -> int:
     check_data_dir(settings)
     lock = DataDirLock.take(settings.data_dir, "hermes frontend")
     try:
+        metrics = settings.data_dir / _METRICS_DIR
+        shutil.rmtree(metrics, ignore_errors=True)  # an earlier run's counters: this run's start from 0
+        metrics.mkdir()
         with _reserve(settings.host, settings.frontend_port) as port:
-            return asyncio.run(_supervise(settings.model_copy(update={"frontend_port": port}), lock.fileno()))
+            settings = settings.model_copy(update={"frontend_port": port})
+            return asyncio.run(_supervise(settings, lock.fileno(), str(metrics)))
     finally:
         lock.release()
 
@@ -57,10 +66,11 @@ def _reserve(host: str, port: int) -> Any:
 
 
 class _Worker:
-    def __init__(self, index: int, settings: Settings, lock_fd: int) -> None:
+    def __init__(self, index: int, settings: Settings, lock_fd: int, metrics_dir: str) -> None:
         self.index = index
         self._settings = settings
         self._lock_fd = lock_fd
+        self._metrics_dir = metrics_dir
         self.process: asyncio.subprocess.Process | None = None
 
     async def start(self) -> None:
@@ -73,6 +83,7 @@ class _Worker:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             pass_fds=(self._lock_fd,),
+            env={**os.environ, MULTIPROCESS_DIR_VARIABLE: self._metrics_dir},
         )
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(_settings_line(self._settings))  # the pipe stays open: the worker's lifeline
@@ -86,6 +97,8 @@ class _Worker:
             code = await self.process.wait()
             if stop.is_set():
                 return
+            # its gauges go: it holds nothing now
+            multiprocess.mark_process_dead(self.process.pid, self._metrics_dir)  # type: ignore[no-untyped-call]
             log.error(
                 "frontend worker %d (pid %d) exited with %s; starting it again", self.index, self.process.pid, code
             )
@@ -100,12 +113,12 @@ class _Worker:
             await self.process.wait()
 
 
-async def _supervise(settings: Settings, lock_fd: int) -> int:
+async def _supervise(settings: Settings, lock_fd: int, metrics_dir: str) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    workers = [_Worker(i, settings, lock_fd) for i in range(settings.workers)]
+    workers = [_Worker(i, settings, lock_fd, metrics_dir) for i in range(settings.workers)]
     try:
         try:
             await asyncio.gather(*(worker.start() for worker in workers))
