@@ -57,6 +57,11 @@ class Settings(BaseSettings):
     auth_failed_logins_per_minute: int = Field(
         10, ge=1, le=10_000, description="Failed logins a client address may make per minute before it must wait."
     )
+    publish_authentication: Literal["required", "optional"] = Field(
+        "required",
+        description="While authentication is on: whether every publish must authenticate (required) or only those "
+        "a topic's auth asks for (optional: Hermes' authNonRequired).",
+    )
 
     # --- Kafka ---
     kafka_bootstrap_servers: str | None = Field(
@@ -259,7 +264,13 @@ SECTIONS = (
     Section(
         "authentication",
         ("run", "frontend", "management"),
-        ("auth_jwt_issuer", "auth_jwt_jwks_url", "auth_jwt_audience", "auth_failed_logins_per_minute"),
+        (
+            "auth_jwt_issuer",
+            "auth_jwt_jwks_url",
+            "auth_jwt_audience",
+            "auth_failed_logins_per_minute",
+            "publish_authentication",
+        ),
     ),
     Section(
         "Kafka cluster",

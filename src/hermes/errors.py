@@ -94,6 +94,12 @@ class Forbidden(HermesError):
     status = 403
 
 
+class PublishingForbidden(Forbidden):
+    """The topic's ``auth`` does not let this caller (or a caller without credentials) publish, as Hermes'."""
+
+    code = "AUTH_ERROR"
+
+
 class TooManyFailedLogins(HermesError):
     """A client failed to authenticate too often; it must wait before it may try again."""
 

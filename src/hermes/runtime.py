@@ -166,6 +166,7 @@ class Hermes:
                 await self._serve(Role.CONSUMERS, status_app(), settings.consumers_port)
 
         if Role.FRONTEND in self.roles:
+            from hermes.frontend.access import PublishAccess
             from hermes.frontend.app import PublishingApi
             from hermes.frontend.journal import Journal
             from hermes.frontend.publish_metrics import JOURNAL_BYTES, JOURNAL_MESSAGES, PublishedCounter, SharedMetrics
@@ -207,13 +208,15 @@ class Hermes:
             readiness = Readiness(producer)
             await readiness.start()
             self._stoppers.append(readiness.stop)
+            assert self.security is not None
+            access = PublishAccess(self.security.authenticator, settings.publish_authentication == "required")
             if self.worker and SharedMetrics.enabled():
                 shared = SharedMetrics(journal)
-                api = PublishingApi(publisher, self.cache, published, readiness, shared.exposition)
+                api = PublishingApi(publisher, self.cache, published, readiness, access, shared.exposition)
                 sharing = asyncio.create_task(shared.run(), name="shared-metrics")
                 self._stoppers.append(lambda: _cancel(sharing))
             else:
-                api = PublishingApi(publisher, self.cache, published, readiness)
+                api = PublishingApi(publisher, self.cache, published, readiness, access)
             server = LeanServer(api, settings.host, settings.frontend_port, Role.FRONTEND.value, reuse_port=self.worker)
             await server.start()
             self.servers[Role.FRONTEND] = server

@@ -15,12 +15,14 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hermes.domain.message import MESSAGE_ID_HEADER, new_message_id
 from hermes.domain.topic import Topic
-from hermes.errors import HermesError, TopicNotFound
+from hermes.errors import HermesError, TooManyFailedLogins, TopicNotFound, Unauthorized
+from hermes.frontend.access import Caller, PublishAccess, Unchecked
 from hermes.frontend.publish_metrics import PUBLISH_REQUESTS, PublishedCounter
 from hermes.frontend.publishing import Publisher, PublishResult
 from hermes.frontend.readiness import Readiness
 from hermes.http.lean import Request, error_body
 from hermes.metadata.cache import MetadataCache
+from hermes.security.authenticator import challenge
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +36,7 @@ TEXT = "text/plain"
 _HEALTH = ("/", "/status/ping", "/status/health")
 _READY = "/status/ready"
 _STATUS = (*_HEALTH, _READY, "/status/prometheus")
+_UNLABELLED = frozenset({401, 404, 429})
 
 
 class TopicLookup:
@@ -65,9 +68,11 @@ class PublishingApi:
         cache: MetadataCache,
         published: PublishedCounter,
         readiness: Readiness,
+        access: PublishAccess,
         exposition: Callable[[], bytes] = generate_latest,  # a worker's covers every worker
     ) -> None:
         self._publisher = publisher
+        self._access = access
         self._exposition = exposition
         self._readiness = readiness
         self._cache = cache
@@ -103,44 +108,56 @@ class PublishingApi:
         message_id = new_message_id()
         answer = functools.partial(self._answer, request, name, message_id, started)
         try:
+            caller = self._access.identify_now(request.headers.get("authorization"))
             topic = self._cache.topic(name)
-            if topic is None:
-                self._publish_uncached(request, name, message_id, answer)
+            if topic is None or isinstance(caller, Unchecked):
+                self._publish_later(request, name, message_id, answer, caller)
                 return
+            self._access.check(topic, caller)
             self._publisher.publish(topic, message_id, request.body, request.headers, answer)
         except HermesError as exc:
             answer(exc)
 
-    def _publish_uncached(self, request: Request, name: str, message_id: str, answer: functools.partial[None]) -> None:
-        """A topic the cache does not know (yet): looked up in the store, as a task."""
+    def _publish_later(
+        self, request: Request, name: str, message_id: str, answer: functools.partial[None], caller: Caller | Unchecked
+    ) -> None:
+        """Credentials to check first, or a topic the cache does not know (yet): looked up in the store, as a task."""
 
-        async def look_up() -> None:
+        async def check_and_publish() -> None:
             try:
+                if isinstance(caller, Unchecked):
+                    known = await self._access.identify(request.headers.get("authorization"), request.client)
+                else:
+                    known = caller
                 topic = await self._topics.get(name)
+                self._access.check(topic, known)
                 self._publisher.publish(topic, message_id, request.body, request.headers, answer)
             except HermesError as exc:
                 answer(exc)
 
-        task = asyncio.get_running_loop().create_task(look_up())
+        task = asyncio.get_running_loop().create_task(check_and_publish())
         self._lookups.add(task)
         task.add_done_callback(self._lookups.discard)
 
     def _answer(
         self, request: Request, name: str, message_id: str, started: float, outcome: PublishResult | Exception
     ) -> None:
-        headers = ((MESSAGE_ID_HEADER, message_id),)
+        headers: tuple[tuple[str, str], ...] = ((MESSAGE_ID_HEADER, message_id),)
         if isinstance(outcome, PublishResult):
             status = 201 if outcome.acknowledged else 202
             self._published.count(name)
             request.respond(status, headers)
         elif isinstance(outcome, HermesError):
             status = outcome.status
+            if isinstance(outcome, Unauthorized | TooManyFailedLogins):
+                headers += tuple(challenge(outcome, self._access.methods).items())
             request.respond(status, headers, body=orjson.dumps(outcome.to_body()), content_type=JSON)
         else:
             status = 500
             log.error("unhandled error publishing to %s", name, exc_info=outcome)
             request.respond(status, headers, body=error_body("internal error", "INTERNAL_ERROR"), content_type=JSON)
-        PUBLISH_REQUESTS.record(name if status != 404 else "unknown", status, time.perf_counter() - started)
+        # a stranger's made-up names must not become metric labels
+        PUBLISH_REQUESTS.record(name if status not in _UNLABELLED else "unknown", status, time.perf_counter() - started)
 
 
 def _not_found(request: Request) -> None:

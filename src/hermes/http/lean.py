@@ -55,6 +55,11 @@ class Request:
         self.headers = headers
         self.body = body
 
+    @property
+    def client(self) -> str:
+        """The client's address (what failed logins are counted by)."""
+        return self._connection.client
+
     def respond(
         self, status: int, headers: Iterable[tuple[str, str]] = (), body: bytes = b"", content_type: str = ""
     ) -> None:
@@ -96,11 +101,14 @@ class _Connection(asyncio.Protocol):
         self._closing = False
         self._paused = False
         self.idle_since = self._loop.time()
+        self.client = ""
 
     # --- asyncio.Protocol ---
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
+        peer = transport.get_extra_info("peername")
+        self.client = str(peer[0]) if peer else ""
         self._server.connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -64,12 +64,24 @@ class Authenticator:
                 self.failures.failed(client)
             raise
 
-    async def _basic(self, credentials: str) -> Principal:
+    def known(self, authorization: str) -> Principal | None:
+        """The caller, when its Basic credentials were verified a moment ago: answered without waiting (a digest and
+        a look-up, no scrypt). None: ``authenticate`` must check them."""
+        scheme, _, credentials = authorization.partition(" ")
+        if scheme.lower() != "basic":
+            return None
         try:
-            name, separator, password = base64.b64decode(credentials, validate=True).decode().partition(":")
-        except (binascii.Error, UnicodeDecodeError):
-            raise Unauthorized("malformed Basic credentials") from None
-        user = self.users.get(name) if separator else None
+            name, password = _basic_credentials(credentials.strip())
+        except Unauthorized:
+            return None
+        user = self.users.get(name)
+        if user is None or user.password_hash is None or not self._verified.known(name, user.password_hash, password):
+            return None
+        return Principal(name, user.roles, user.owners)
+
+    async def _basic(self, credentials: str) -> Principal:
+        name, password = _basic_credentials(credentials)
+        user = self.users.get(name) if name else None
         encoded = user.password_hash if user is not None else None
         if encoded is not None and self._verified.known(name, encoded, password):
             return self._principal(name)
@@ -87,6 +99,15 @@ class Authenticator:
     def _principal(self, name: str) -> Principal:
         user = self.users.get(name)
         return Principal(name) if user is None else Principal(name, user.roles, user.owners)
+
+
+def _basic_credentials(credentials: str) -> tuple[str, str]:
+    """(name, password) of ``base64(name:password)``; a name of "" when the colon is missing."""
+    try:
+        name, separator, password = base64.b64decode(credentials, validate=True).decode().partition(":")
+    except (binascii.Error, UnicodeDecodeError):
+        raise Unauthorized("malformed Basic credentials") from None
+    return (name, password) if separator else ("", password)
 
 
 def challenge(error: HermesError, methods: list[str]) -> dict[str, str]:

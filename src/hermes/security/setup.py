@@ -52,4 +52,4 @@ class Security:
     def describe(self) -> str:
         if self.authenticator is None:
             return "OFF: anyone who reaches the ports may do anything (allowed on loopback only)"
-        return f"{' and '.join(self.authenticator.methods)} (management API; users in {self.users_file})"
+        return f"{' and '.join(self.authenticator.methods)} (users in {self.users_file})"
