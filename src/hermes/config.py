@@ -189,6 +189,39 @@ class Settings(BaseSettings):
         description="Endpoint address resolver (module:Class): the endpoint itself, or e.g. "
         "hermes.consumers.resolver:StaticAddressList for the addresses listed in endpointAddressResolverMetadata.",
     )
+    # --- cluster: distributed mode, with the ZooKeeper metadata store (docs/cluster.md) ---
+    consumers_per_subscription: int = Field(
+        2, ge=1, le=100, description="Consumer nodes that deliver each subscription (a workload constraint overrides)."
+    )
+    max_subscriptions_per_consumer: int = Field(
+        200, ge=1, le=100_000, description="Most subscriptions the coordinator assigns to one consumer node."
+    )
+    cluster_session_timeout: float = Field(
+        10.0,
+        ge=1,
+        le=300,
+        description="ZooKeeper session timeout of a cluster member: a dead node leaves the cluster (and its "
+        "subscriptions are assigned anew) this long after it stopped answering.",
+    )
+    cluster_report_interval: float = Field(
+        5.0, gt=0, le=300, description="Seconds between a member's load reports (and the coordinator's rounds)."
+    )
+    cluster_standby_timeout: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="Seconds after the node of a one-node subscription left before its first standby takes it "
+        "over if no coordinator did; the second standby waits twice as long, and so on.",
+    )
+    cluster_move_interval: float = Field(
+        60.0, gt=0, description="Least seconds between two moves of a subscription by load."
+    )
+    cluster_load_high: float = Field(
+        0.8, gt=0, description="CPU load (cores, smoothed) above which a node sheds its heaviest subscription."
+    )
+    cluster_load_low: float = Field(
+        0.5, gt=0, description="CPU load below which a node may take a subscription moved by load."
+    )
     # --- pipeline: the Spark process (hermes pipeline) and offline storage ---
     pipeline: bool = Field(True, description="`hermes run` also runs the Spark pipeline, as a child process.")
     spark_master: str = Field("local[*]", description="Spark master of the pipeline, e.g. spark://host:7077.")
@@ -337,6 +370,19 @@ SECTIONS = (
         ),
     ),
     Section("hermes consumers", ("consumers",), ("consumers_port",)),
+    Section("cluster", SERVERS, ("cluster_session_timeout", "cluster_report_interval")),
+    Section(
+        "consumers cluster",
+        ("run", "consumers"),
+        (
+            "consumers_per_subscription",
+            "max_subscriptions_per_consumer",
+            "cluster_standby_timeout",
+            "cluster_move_interval",
+            "cluster_load_high",
+            "cluster_load_low",
+        ),
+    ),
     Section("tracking", ("run", "management", "pipeline"), ("pipeline_tracking_dir",)),
     Section(
         "pipeline",

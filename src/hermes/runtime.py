@@ -14,7 +14,7 @@ import socket
 import tempfile
 import time
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
@@ -35,6 +35,10 @@ from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
 from hermes.security.setup import Security
 from hermes.tracker import Tracker
+
+if TYPE_CHECKING:  # kazoo is the zookeeper extra's: imported only in distributed mode
+    from hermes.cluster.node import ConsumersNode
+    from hermes.cluster.registry import ClusterStore
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,8 @@ class Hermes:
         self._lock: DataDirLock | None = None
         self.pipeline_status = "not in this process"
         self.security: Security | None = None
+        self.cluster_node: ConsumersNode | None = None
+        self._cluster: ClusterStore | None = None
 
     @property
     def name(self) -> str:
@@ -150,13 +156,25 @@ class Hermes:
             from hermes.management.services import ManagementService
 
             service = ManagementService(settings, self.repository, admin)
-            await self._serve(Role.MANAGEMENT, management_app(service, self.security), settings.management_port)
+            app = management_app(service, self.security)
+            if self._distributed:
+                from hermes.cluster.nodes_api import CLUSTER
+
+                app[CLUSTER] = self._cluster_store()
+            await self._serve(Role.MANAGEMENT, app, settings.management_port)
 
         if Role.CONSUMERS in self.roles:
             assert self.cache is not None
             self.tracking_producer = BrokerProducer(self.connection)
             tracker = Tracker(self.tracking_producer, settings.cluster_name)
-            self.supervisor = ConsumersSupervisor(settings, self.connection, self.cache, self.repository, tracker)
+            node = None
+            if self._distributed:
+                from hermes.cluster.members import consumers_node
+
+                node = consumers_node(settings, self._cluster_store(), self.repository, self._member_address())
+            self.supervisor = ConsumersSupervisor(
+                settings, self.connection, self.cache, self.repository, tracker, *([node.runs] if node else [])
+            )
             await self.supervisor.start()
             reconciler.on_recreated(self.supervisor.topic_recreated)
             self._stoppers.append(self.supervisor.stop)
@@ -164,6 +182,10 @@ class Hermes:
                 from hermes.http.status import status_app
 
                 await self._serve(Role.CONSUMERS, status_app(), settings.consumers_port)
+            if node is not None:  # after the supervisor, so that the first assignment finds it
+                self.cluster_node = node
+                await node.start(self.supervisor)
+                self._stoppers.append(node.stop)
 
         if Role.FRONTEND in self.roles:
             from hermes.frontend.access import PublishAccess
@@ -223,6 +245,32 @@ class Hermes:
             self._stoppers.append(server.stop)
             reporter = asyncio.create_task(self._report_published(published), name="published-metrics")
             self._stoppers.append(lambda: _cancel(reporter))
+            if self._distributed:
+                from hermes.cluster.members import FrontendMember
+
+                member = FrontendMember(self._cluster_store(), self.frontend_url, settings.cluster_report_interval)
+                await member.start()
+                self._stoppers.append(member.stop)
+
+    @property
+    def _distributed(self) -> bool:
+        """Distributed mode: the metadata store is ZooKeeper (docs/cluster.md). SQLite is one machine's."""
+        return self.settings.metadata_store == "zookeeper"
+
+    def _cluster_store(self) -> ClusterStore:
+        """One connection to the cluster's znodes for the roles of this process, closed when it stops."""
+        if self._cluster is None:
+            from hermes.cluster.members import open_store
+
+            self._cluster = store = open_store(self.settings)
+            self._closers.append(store.close)
+        return self._cluster
+
+    def _member_address(self) -> str:
+        """Where this consumers node answers health and metrics: its own server or the process's other one."""
+        role = next((r for r in (Role.CONSUMERS, Role.MANAGEMENT) if r in self.servers), None)
+        port = f":{self.servers[role].port}" if role is not None else ""
+        return f"http://{self.settings.host}{port}"
 
     def _running_embedded_broker(self) -> str:
         """A role started alone, without --kafka-bootstrap-servers, uses the broker a `hermes run` started."""

@@ -1,5 +1,7 @@
-"""Runs one consumer per active subscription, following the metadata cache's notifications (of subscriptions, and
-of retransmission requests, which go to the subscription's consumer).
+"""Runs one consumer per active subscription placed on this node, following the metadata cache's notifications (of
+subscriptions, and of retransmission requests, which go to the subscription's consumer). One process runs every
+subscription; in a cluster (hermes.cluster) ``placement`` says which are this node's, and ``replace`` follows
+its changes.
 
 A consumer that crashes is stopped (what it finished is committed, the rest comes again) and started anew after
 a backoff that doubles with each crash in a row, up to ``consumer_restart_backoff_max``; the other consumers are
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 import aiohttp
 
@@ -43,12 +46,14 @@ class ConsumersSupervisor:
         cache: MetadataCache,
         repository: MetadataRepository,
         tracker: Tracker | None = None,
+        placement: Callable[[str], bool] = lambda subscription: True,
     ) -> None:
         self._settings = settings
         self._connection = connection
         self._cache = cache
         self._repository = repository
         self._tracker = tracker
+        self._placement = placement  # whether this node runs the subscription (by its qualified name)
         self._context: ConsumerContext | None = None
         self._consumers: dict[tuple[str, str], ConsumerProcess] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -163,6 +168,13 @@ class ConsumersSupervisor:
         for key in stopped:
             await self._apply(TopicName.parse(topic), key[1], self._cache.subscriptions.get(key))
 
+    async def replace(self) -> None:
+        """Starts and stops consumers after ``placement`` changed its answers."""
+        for key in [k for k in self._consumers if k not in self._cache.subscriptions]:
+            await self._apply(TopicName.parse(key[0]), key[1], None)
+        for subscription in list(self._cache.subscriptions.values()):
+            await self._apply(subscription.topic_name, subscription.name, subscription)
+
     async def _on_change(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
         await self._apply(topic, name, subscription)
 
@@ -177,7 +189,11 @@ class ConsumersSupervisor:
         key = (topic.qualified, name)
         async with self._lock:
             current = self._consumers.get(key)
-            active = subscription is not None and subscription.state is SubscriptionState.ACTIVE
+            active = (
+                subscription is not None
+                and subscription.state is SubscriptionState.ACTIVE
+                and self._placement(f"{key[0]}${name}")
+            )
             if (
                 current is not None
                 and subscription is not None

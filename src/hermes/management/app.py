@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from hermes.cluster import nodes_api
 from hermes.http import status as status_routes
 from hermes.http.server import error_middleware, json_response
 from hermes.management import openapi
@@ -53,6 +54,7 @@ def create_app(service: ManagementService, security: Security) -> web.Applicatio
     cluster.register(app.router)
     consistency.register(app.router)
     console.register(app.router)
+    nodes_api.register(app.router)
     app.router.add_get("/openapi.json", _openapi)
     return app
 

@@ -11,6 +11,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from hermes.cluster.assignment import CONSTRAINTS_NAMESPACE
 from hermes.domain.names import SubscriptionName, TopicName, validate_simple_name
 from hermes.errors import HermesError, NotFoundError, ValidationError
 from hermes.http.server import json_response
@@ -23,7 +24,6 @@ from hermes.metadata.repository import MetadataRepository
 
 MANAGEMENT_NAMESPACE = "management"
 READINESS_NAMESPACE = "datacenter-readiness"
-CONSTRAINTS_NAMESPACE = "workload-constraints"
 READ_WRITE, READ_ONLY, READ_ONLY_ADMIN = "readWrite", "readOnly", "readOnlyAdmin"
 INACTIVITY_THRESHOLD_S = 7 * 24 * 3600
 MAX_CONSUMERS_NUMBER = 10_000

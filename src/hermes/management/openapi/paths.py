@@ -268,6 +268,10 @@ PATHS: dict[str, dict[str, Schema]] = {
         )
     },
     "/workload-constraints/subscription/{topic}/{subscription}": {"delete": _op("Remove a subscription's constraints")},
+    "/consumers/nodes": {
+        "get": _op("Consumer nodes of the cluster: load, assigned subscriptions (docs/cluster.md)", body=array(ANY))
+    },
+    "/frontends/nodes": {"get": _op("Frontend processes of the cluster and their load", body=array(ANY))},
     "/inactive-topics": {"get": _op("Topics without a message for 7 days", body=array(ref("InactiveTopic")))},
     "/consistency/groups": {"get": _op("Every group", body=NAMES)},
     "/consistency/inconsistencies/groups": {

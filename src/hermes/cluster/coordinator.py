@@ -1,0 +1,122 @@
+"""The coordinator: one consumers node at a time, elected with kazoo's Election recipe, keeps the assignment.
+
+Every node contends (in a thread of its own); the winner recomputes the assignment (assignment.py) when a node
+joins or leaves, when a subscription or a workload constraint changes, and at every load report interval, and
+writes it when it changed. When it dies, its ZooKeeper session times out, its election znode goes, and the
+next contender takes over from the assignment its predecessor left.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from kazoo.client import KazooState
+
+from hermes.cluster import assignment as algorithm
+from hermes.cluster.registry import CONSUMERS, ClusterStore
+from hermes.domain.subscription import SubscriptionState
+from hermes.metadata.repository import MetadataChange, MetadataRepository
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CoordinatorSettings:
+    limits: algorithm.Limits
+    rebalancing: algorithm.Rebalancing
+    interval: float  # seconds between rounds when nothing happens (the nodes' report interval)
+    move_interval: float  # least seconds between two moves by load
+
+
+class Coordinator:
+    def __init__(
+        self, store: ClusterStore, repository: MetadataRepository, node_id: str, settings: CoordinatorSettings
+    ) -> None:
+        self._store = store
+        self._repository = repository
+        self._node_id = node_id
+        self._settings = settings
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._election = store.election(node_id)
+        self._thread = threading.Thread(target=self._contend, name="cluster-coordinator", daemon=True)
+        self._last_move = 0.0
+        self.leading = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._election.cancel()
+        self._thread.join(10)
+
+    def _contend(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._election.run(self._lead)
+            except Exception:
+                log.exception("the coordinator failed; contending again")
+                self._stop.wait(1.0)
+
+    def _wake_up(self, _: object = None) -> bool | None:
+        self._wake.set()
+        return False if not self.leading else None  # a watch returning False ends itself
+
+    def _lead(self) -> None:
+        log.info("this node (%s) is the consumers' coordinator", self._node_id)
+        self.leading = True
+        self._last_move = time.monotonic()  # no move by load before the loads were seen for a while
+        unwatch = self._repository.watch(self._on_metadata_change)
+        self._store.watch_members(CONSUMERS, self._wake_up)
+        try:
+            while not self._stop.is_set() and self._store.client.state == KazooState.CONNECTED:
+                try:
+                    self._round()
+                except Exception:
+                    log.exception("the coordinator's round failed; trying again")
+                self._wake.wait(self._settings.interval)
+                self._wake.clear()
+        finally:
+            self.leading = False
+            unwatch()
+            log.info("this node (%s) is no longer the coordinator", self._node_id)
+
+    def _on_metadata_change(self, change: MetadataChange) -> None:
+        self._wake.set()
+
+    def _round(self) -> None:
+        members = self._store.members(CONSUMERS)
+        loads = {node: float(doc.get("load", {}).get("cpu", 0.0)) for node, doc in members.items()}
+        names = [
+            s.qualified_name.qualified
+            for s in self._repository.list_subscriptions()
+            if s.state is SubscriptionState.ACTIVE
+        ]
+        constraints = self._repository.list_documents(algorithm.CONSTRAINTS_NAMESPACE)
+        wanted = algorithm.wanted_consumers(names, constraints, self._settings.limits.consumers_per_subscription)
+        current, version = self._store.read_assignment()
+        new = algorithm.assign(wanted, loads, current, self._settings.limits)
+        running = {node: frozenset(doc.get("running", ())) for node, doc in members.items()}
+        new = algorithm.finish_moves(new, running)
+        if time.monotonic() - self._last_move >= self._settings.move_interval:
+            deliveries = {node: doc.get("deliveriesPerSecond", {}) for node, doc in members.items()}
+            move = algorithm.choose_move(new, loads, deliveries, self._settings.rebalancing)
+            if move is not None:
+                name, source, target = move
+                log.info(
+                    "moving %s from %s (load %.2f) to %s (load %.2f)",
+                    name,
+                    source,
+                    loads[source],
+                    target,
+                    loads[target],
+                )
+                new = algorithm.start_move(new, name, source, target)
+                self._last_move = time.monotonic()
+        if new != current and not self._store.write_assignment(new, version):
+            self._wake.set()  # written by somebody else meanwhile: a new round on theirs

@@ -1,0 +1,149 @@
+"""This ``hermes consumers`` process as a member of the cluster: it registers, reports its load, contends for
+coordination, and runs the subscriptions the assignment gives it (through the supervisor's placement), plus
+those it takes over as a standby.
+
+A standby of a subscription on one node starts it when every assignee has left the cluster and its own
+staggered delay (assignment.standby_delay) has passed without a coordinator reassigning it, so that several
+standbys never all start at once; it stops again when an assignment names the subscription's nodes anew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from hermes.cluster.assignment import Assignment, standby_delay
+from hermes.cluster.coordinator import Coordinator, CoordinatorSettings
+from hermes.cluster.load import LoadMeter
+from hermes.cluster.registry import CONSUMERS, ClusterStore
+from hermes.consumers.supervisor import ConsumersSupervisor
+from hermes.metadata.repository import MetadataRepository
+
+log = logging.getLogger(__name__)
+
+
+class ConsumersNode:
+    def __init__(
+        self,
+        store: ClusterStore,
+        repository: MetadataRepository,
+        node_id: str,
+        address: str,
+        coordination: CoordinatorSettings,
+        standby_step: float,
+    ) -> None:
+        self.node_id = node_id
+        self._store = store
+        self._address = address
+        self._interval = coordination.interval
+        self._standby_step = standby_step
+        self._coordinator = Coordinator(store, repository, node_id, coordination)
+        self._meter = LoadMeter()
+        self._assignment = Assignment()
+        self._assigned: frozenset[str] = frozenset()
+        self._members: frozenset[str] = frozenset()
+        self._orphaned: dict[str, float] = {}  # subscription -> when its last assignee left (as its standby)
+        self._taken_over: set[str] = set()
+        self._delivered: dict[str, int] = {}
+        self._supervisor: ConsumersSupervisor | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._changed = asyncio.Event()
+
+    def runs(self, subscription: str) -> bool:
+        """The supervisor's placement: assigned here, or taken over as a standby."""
+        return subscription in self._assigned or subscription in self._taken_over
+
+    @property
+    def assignment(self) -> Assignment:
+        return self._assignment
+
+    async def start(self, supervisor: ConsumersSupervisor) -> None:
+        self._supervisor = supervisor
+        await asyncio.to_thread(self._store.register, CONSUMERS, self.node_id, self._report())
+        loop = asyncio.get_running_loop()
+
+        def assigned(assignment: Assignment) -> None:  # kazoo's thread
+            loop.call_soon_threadsafe(self._on_assignment, assignment)
+
+        def members(children: list[str]) -> None:
+            loop.call_soon_threadsafe(self._on_members, frozenset(children))
+
+        self._store.watch_assignment(assigned)
+        self._store.watch_members(CONSUMERS, members)
+        self._coordinator.start()
+        self._tasks = [
+            asyncio.create_task(self._follow(), name="cluster-follow"),
+            asyncio.create_task(self._reporting(), name="cluster-report"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await asyncio.to_thread(self._coordinator.stop)
+        await asyncio.to_thread(self._store.unregister, CONSUMERS, self.node_id)  # leave now, not at the timeout
+
+    def _on_assignment(self, assignment: Assignment) -> None:
+        self._assignment = assignment
+        self._changed.set()
+
+    def _on_members(self, members: frozenset[str]) -> None:
+        self._members = members
+        self._changed.set()
+
+    async def _follow(self) -> None:
+        """Applies the assignment and the standbys' timeouts to the supervisor whenever they change."""
+        assert self._supervisor is not None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=self._standby_step / 4)
+            self._changed.clear()
+            assigned = self._assignment.of_node(self.node_id)
+            taken_over = self._standing_in()
+            if assigned != self._assigned or taken_over != self._taken_over:
+                for name in taken_over - self._taken_over:
+                    log.warning("taking over %s as its standby: its node left and nobody reassigned it", name)
+                self._assigned, self._taken_over = assigned, taken_over
+                await self._supervisor.replace()
+
+    def _standing_in(self) -> set[str]:
+        """The subscriptions this node runs as a standby now."""
+        now, standing = time.monotonic(), set()
+        for name, nodes in self._assignment.subscriptions.items():
+            delay = standby_delay(self._assignment, name, self.node_id, self._standby_step)
+            if delay is None or any(n in self._members for n in nodes):
+                self._orphaned.pop(name, None)
+                continue
+            since = self._orphaned.setdefault(name, now)
+            if now - since >= delay:
+                standing.add(name)
+        return standing
+
+    async def _reporting(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await asyncio.to_thread(self._store.report, CONSUMERS, self.node_id, self._report())
+            except Exception:
+                log.warning("reporting this node's load to ZooKeeper failed", exc_info=True)
+
+    def _report(self) -> dict[str, Any]:
+        consumers = self._supervisor.consumers if self._supervisor is not None else {}
+        delivered = {f"{t}${n}": c.metrics.totals["delivered"] for (t, n), c in consumers.items()}
+        per_second = {
+            name: round(max(0, count - self._delivered.get(name, count)) / self._interval, 2)
+            for name, count in delivered.items()
+        }
+        self._delivered = delivered
+        return {
+            "id": self.node_id,
+            "address": self._address,
+            "load": self._meter.sample(),
+            "running": sorted(delivered),
+            "deliveriesPerSecond": per_second,
+            "updatedAt": int(time.time() * 1000),
+        }
