@@ -92,6 +92,9 @@ class BrokerConsumer:
                     "enable.partition.eof": False,
                     "fetch.wait.max.ms": fetch_wait_ms,
                     "queued.max.messages.kbytes": 8192,  # the prefetch bound per consumer (librdkafka: 64 MiB)
+                    # once that bound is reached, fetching resumes this soon after the queue drains (librdkafka's
+                    # 1000 ms stalled a consumer reading a backlog for most of each second)
+                    "fetch.queue.backoff.ms": 20,
                     # a topic created again after the broker lost it is seen within seconds, not librdkafka's 5 min
                     "topic.metadata.refresh.interval.ms": 5000,
                     **overrides,
