@@ -44,6 +44,12 @@ class InvalidQuery(ValidationError):
     code = "INVALID_QUERY"
 
 
+class OffsetsNotMovable(ValidationError):
+    """A retransmission asked of a subscription no consumer has run yet (PENDING), as Hermes refuses it."""
+
+    code = "MOVING_SUBSCRIPTION_OFFSETS_VALIDATION_ERROR"
+
+
 class NotFoundError(HermesError):
     code = "NOT_FOUND"
     status = 404

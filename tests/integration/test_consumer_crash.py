@@ -140,3 +140,36 @@ def test_metrics_are_aggregated_over_consumer_nodes(split: SplitHermes) -> None:
         return total == per_node == len(subscriber.received)
 
     wait_until(settled, 10, 0.2)
+
+
+def test_a_subscription_is_pending_until_a_consumers_process_runs_it(split: SplitHermes) -> None:
+    """Hermes' lifecycle: PENDING from creation until consumers start it, then ACTIVE for good (a consumers
+    restart changes nothing); SUSPENDED only when a user says so, and it stays so across restarts."""
+    client, subscriber = split.client, split.subscriber
+    topic = client.create_topic()
+
+    def state(name: str) -> str:
+        return str(client.management.get(f"/topics/{topic}/subscriptions/{name}/state").json())
+
+    first = client.create_subscription(topic, subscriber.url)
+    assert state(first) == "PENDING"  # no consumers process runs yet
+    retransmission = f"/topics/{topic}/subscriptions/{first}/retransmission"
+    refused = client.management.put(retransmission, json={"retransmissionDate": "2026-01-01T00:00:00Z"})
+    assert (refused.status_code, refused.json()["code"]) == (400, "MOVING_SUBSCRIPTION_OFFSETS_VALIDATION_ERROR")
+    dry_run = f"{retransmission}?dryRun=true"
+    assert client.management.put(dry_run, json={"retransmissionDate": "2026-01-01T00:00:00Z"}).status_code == 200
+
+    consumers = split.consumers()
+    wait_until(lambda: state(first) == "ACTIVE", timeout=30, interval=0.1)
+    client.publish(topic, '{"n": 1}')
+    subscriber.wait_for(1, timeout=30)
+    path = f"/topics/{topic}/subscriptions/{first}"
+    assert client.management.put(path, json={"state": "PENDING"}).json()["state"] == "ACTIVE"  # as Hermes: kept
+
+    assert consumers.stop() == 0
+    assert state(first) == "ACTIVE"  # stopping consumers does not make it PENDING again
+    second = client.create_subscription(topic, subscriber.url)
+    client.set_state(topic, first, "SUSPENDED")
+    split.consumers()
+    wait_until(lambda: state(second) == "ACTIVE", timeout=30, interval=0.1)
+    assert state(first) == "SUSPENDED"

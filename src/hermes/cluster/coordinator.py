@@ -17,7 +17,6 @@ from kazoo.client import KazooState
 
 from hermes.cluster import assignment as algorithm
 from hermes.cluster.registry import CONSUMERS, ClusterStore
-from hermes.domain.subscription import SubscriptionState
 from hermes.metadata.repository import MetadataChange, MetadataRepository
 
 log = logging.getLogger(__name__)
@@ -95,7 +94,7 @@ class Coordinator:
         names = [
             s.qualified_name.qualified
             for s in self._repository.list_subscriptions()
-            if s.state is SubscriptionState.ACTIVE
+            if s.runs  # PENDING ones too: a consumer starting one makes it ACTIVE
         ]
         constraints = self._repository.list_documents(algorithm.CONSTRAINTS_NAMESPACE)
         wanted = algorithm.wanted_consumers(names, constraints, self._settings.limits.consumers_per_subscription)

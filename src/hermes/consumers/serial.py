@@ -54,7 +54,7 @@ class SerialConsumer:
 
     def limits(self) -> Limits:
         return Limits(
-            capacity=self._delivery.subscription.serial_policy.inflight_size + self.read_ahead.messages,
+            capacity=self._delivery.subscription.serial_policy.inflight_limit + self.read_ahead.messages,
             refill_at=self.read_ahead.refill_at,
             byte_budget=self.read_ahead.byte_budget(),
             failing=self._delivery.failing,
@@ -81,7 +81,7 @@ class SerialConsumer:
     def _start_deliveries(self) -> None:
         """Starts buffered messages while fewer than inflightSize deliveries run; wakes the receiver when enough
         room is free. Messages of an older generation or of a revoked partition are dropped."""
-        limit = self._delivery.subscription.serial_policy.inflight_size
+        limit = self._delivery.subscription.serial_policy.inflight_limit
         while len(self._tasks) < limit and not self._stopping and (item := self.read_ahead.take()):
             message, generation = item
             if not self._receiver.pending(message, generation):

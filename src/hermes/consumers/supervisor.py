@@ -11,6 +11,7 @@ not touched. A consumer that ran ten times that cap since its restart before cra
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -189,11 +190,7 @@ class ConsumersSupervisor:
         key = (topic.qualified, name)
         async with self._lock:
             current = self._consumers.get(key)
-            active = (
-                subscription is not None
-                and subscription.state is SubscriptionState.ACTIVE
-                and self._placement(f"{key[0]}${name}")
-            )
+            active = subscription is not None and subscription.runs and self._placement(f"{key[0]}${name}")
             if (
                 current is not None
                 and subscription is not None
@@ -214,3 +211,19 @@ class ConsumersSupervisor:
                 self._consumers[key] = consumer
                 await consumer.start()
                 log.info("started consumer of %s$%s", topic, name)
+                if subscription.state is SubscriptionState.PENDING:
+                    await asyncio.to_thread(self._activate, topic, name)
+
+    def _activate(self, topic: TopicName, name: str) -> None:
+        """As Hermes' consumers: a PENDING subscription becomes ACTIVE once a consumer runs it (unless its user
+        changed the state meanwhile)."""
+
+        def started(current: Subscription) -> Subscription:
+            if current.state is not SubscriptionState.PENDING:
+                return current
+            return dataclasses.replace(current, state=SubscriptionState.ACTIVE)
+
+        try:
+            self._repository.update_subscription(topic, name, started)
+        except HermesError as exc:  # deleted meanwhile, or the store unreachable: it runs all the same
+            log.warning("could not mark %s$%s ACTIVE: %s", topic, name, exc.message)

@@ -11,9 +11,14 @@ from hermes.domain.names import SubscriptionName, TopicName
 from hermes.domain.topic import ContentType, Owner
 
 MAX_MESSAGE_TTL_SECONDS = 7200
+# The window of a SERIAL subscription whose inflightSize is unset (Hermes' consumer default)
+DEFAULT_INFLIGHT_SIZE = 100
 
 
 class SubscriptionState(StrEnum):
+    """As Hermes: a new subscription is PENDING until a consumers process runs it, then ACTIVE; consumers run
+    PENDING and ACTIVE subscriptions, never SUSPENDED ones."""
+
     PENDING = "PENDING"
     ACTIVE = "ACTIVE"
     SUSPENDED = "SUSPENDED"
@@ -67,10 +72,14 @@ class SerialSubscriptionPolicy:
     retry_client_errors: bool = False
     request_timeout: int = 1000
     socket_timeout: int = 0  # 0 = no limit
-    inflight_size: int = 100
+    inflight_size: int | None = None  # unset: DEFAULT_INFLIGHT_SIZE, and left out of the JSON as Hermes does
     sending_delay: int = 0
     backoff_multiplier: float = 1.0
     backoff_max_interval_in_sec: int = 600
+
+    @property
+    def inflight_limit(self) -> int:
+        return self.inflight_size or DEFAULT_INFLIGHT_SIZE
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,7 @@ class Subscription:
     description: str = ""
     owner: Owner = field(default_factory=Owner)
     contact: str = ""
-    state: SubscriptionState = SubscriptionState.ACTIVE
+    state: SubscriptionState = SubscriptionState.PENDING
     content_type: ContentType = ContentType.JSON
     delivery_type: DeliveryType = DeliveryType.SERIAL
     serial_policy: SerialSubscriptionPolicy = field(default_factory=SerialSubscriptionPolicy)
@@ -151,6 +160,11 @@ class Subscription:
     @property
     def is_batch(self) -> bool:
         return self.delivery_type is DeliveryType.BATCH
+
+    @property
+    def runs(self) -> bool:
+        """Whether consumers deliver it (PENDING: not yet started by any, but to be)."""
+        return self.state is not SubscriptionState.SUSPENDED
 
     @property
     def message_ttl_seconds(self) -> int:

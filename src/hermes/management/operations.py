@@ -15,7 +15,7 @@ from typing import Any
 from hermes.broker.admin import BrokerAdmin
 from hermes.consumers.subscription_metrics import ATTEMPT_OUTCOMES, COUNTERS, SNAPSHOT_NAMESPACE
 from hermes.domain.subscription import Subscription, SubscriptionState
-from hermes.errors import ValidationError
+from hermes.errors import OffsetsNotMovable, ValidationError
 from hermes.metadata.repository import MetadataRepository
 
 RETRANSMISSION_NAMESPACE = "retransmission"
@@ -172,7 +172,9 @@ def retransmit(
     summary = {"partitionOffsetListPerBrokerName": {cluster: partitions}}
     if dry_run:
         return summary
-    if subscription.state is not SubscriptionState.ACTIVE:
+    if subscription.state is SubscriptionState.PENDING:
+        raise OffsetsNotMovable("Cannot retransmit messages for subscription in PENDING state")
+    if subscription.state is SubscriptionState.SUSPENDED:
         admin.commit_offsets(subscription.consumer_group_id, topic, offsets)
     repository.put_document(
         RETRANSMISSION_NAMESPACE,

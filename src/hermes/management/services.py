@@ -130,6 +130,8 @@ class ManagementService:
             oauth = edit.get("oAuthPolicy")
             if isinstance(oauth, dict) and oauth.get("password") == api_json.SECRET_MASK and current.oauth_policy:
                 edit["oAuthPolicy"] = {**oauth, "password": current.oauth_policy.password}  # likewise the password
+            if edit.get("state") == SubscriptionState.PENDING:
+                del edit["state"]  # as Hermes: only consumers make a subscription leave PENDING, nobody enters it
             if "trackingEnabled" in edit and "trackingMode" not in edit:
                 del base["trackingMode"]  # the older shape decides tracking
             if "supportTeam" in edit and "owner" not in edit:

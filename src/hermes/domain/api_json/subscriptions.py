@@ -62,7 +62,9 @@ def _serial_policy(data: Mapping[str, Any]) -> SerialSubscriptionPolicy:
         retry_client_errors=read_bool(data, "retryClientErrors", d.retry_client_errors, f + "retryClientErrors"),
         request_timeout=read_int(data, "requestTimeout", d.request_timeout, f + "requestTimeout", 100, 300_000),
         socket_timeout=read_int(data, "socketTimeout", d.socket_timeout, f + "socketTimeout", 0, 300_000),
-        inflight_size=read_int(data, "inflightSize", d.inflight_size, f + "inflightSize", 1, 10_000),
+        inflight_size=None
+        if data.get("inflightSize") is None
+        else read_int(data, "inflightSize", 0, f + "inflightSize", 1, 10_000),
         sending_delay=read_int(data, "sendingDelay", d.sending_delay, f + "sendingDelay", 0, 5000),
         backoff_multiplier=read_float(data, "backoffMultiplier", d.backoff_multiplier, f + "backoffMultiplier", 1, 10),
         backoff_max_interval_in_sec=read_int(
@@ -187,7 +189,7 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
         description=read_str(body, "description", ""),
         owner=owner_from_json(owner),
         contact=read_str(body, "contact", ""),
-        state=read_enum(body, "state", SubscriptionState, SubscriptionState.ACTIVE, "state"),
+        state=read_enum(body, "state", SubscriptionState, SubscriptionState.PENDING, "state"),
         content_type=content_type,
         delivery_type=delivery,
         serial_policy=_serial_policy(policy) if delivery is DeliveryType.SERIAL else SerialSubscriptionPolicy(),
@@ -248,18 +250,20 @@ def _policy_to_json(sub: Subscription) -> Json:
             "batchVolume": b.batch_volume,
         }
     s = sub.serial_policy
-    return {
+    policy: Json = {
         "rate": s.rate,
         "messageTtl": s.message_ttl,
         "messageBackoff": s.message_backoff,
         "retryClientErrors": s.retry_client_errors,
         "requestTimeout": s.request_timeout,
         "socketTimeout": s.socket_timeout,
-        "inflightSize": s.inflight_size,
         "sendingDelay": s.sending_delay,
         "backoffMultiplier": s.backoff_multiplier,
         "backoffMaxIntervalInSec": s.backoff_max_interval_in_sec,
     }
+    if s.inflight_size is not None:  # as Hermes, which leaves null fields out
+        policy["inflightSize"] = s.inflight_size
+    return policy
 
 
 def _filter_to_json(f: MessageFilterSpecification) -> Json:
