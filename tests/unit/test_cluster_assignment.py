@@ -8,10 +8,10 @@ from hermes.cluster.assignment import (
     Assignment,
     Limits,
     Rebalancing,
+    Standby,
     assign,
     choose_move,
     finish_moves,
-    standby_delay,
     start_move,
     wanted_consumers,
 )
@@ -83,9 +83,25 @@ def test_a_subscription_on_one_node_gets_staggered_standbys() -> None:
     result = assign({A: 1}, {"n1": 0.0, "n2": 0.5, "n3": 0.1}, Assignment(), Limits(standbys=2))
     assert result.subscriptions == {A: ("n1",)}
     assert result.standbys == {A: ("n3", "n2")}
-    assert standby_delay(result, A, "n3", 5.0) == 5.0
-    assert standby_delay(result, A, "n2", 5.0) == 10.0
-    assert standby_delay(result, A, "n1", 5.0) is None
+
+
+def test_standbys_take_over_after_staggered_timeouts_unless_reassigned() -> None:
+    assignment = Assignment({A: ("n1",)}, {A: ("n3", "n2")})
+    first, second, other = Standby("n3", 5.0), Standby("n2", 5.0), Standby("n4", 5.0)
+    alive = frozenset({"n1", "n2", "n3"})
+    assert not first.taken_over(assignment, alive, 0.0)
+    gone = frozenset({"n2", "n3", "n4"})  # n1 left at t=10
+    for standby in (first, second, other):
+        assert not standby.taken_over(assignment, gone, 10.0)
+    assert first.taken_over(assignment, gone, 14.9) == frozenset()
+    assert first.taken_over(assignment, gone, 15.0) == {A}
+    assert second.taken_over(assignment, gone, 15.0) == frozenset()
+    assert second.taken_over(assignment, gone, 20.0) == {A}
+    assert other.taken_over(assignment, gone, 100.0) == frozenset()  # no standby of it
+    reassigned = Assignment({A: ("n3",)}, {A: ("n2",)})
+    assert first.taken_over(reassigned, gone, 21.0) == frozenset()  # n3 runs it as its assignee now
+    assert second.taken_over(reassigned, gone, 21.0) == frozenset()
+    assert second.taken_over(assignment, gone, 22.0) == frozenset()  # the clock started again
 
 
 def test_the_first_standby_replaces_a_dead_single_node() -> None:

@@ -12,8 +12,10 @@ when every assignee has gone and no coordinator has reassigned it (node.py).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 # Where management stores the workload constraints (``consumersNumber`` of a topic's or a subscription's).
 CONSTRAINTS_NAMESPACE = "workload-constraints"
@@ -34,11 +36,13 @@ class Limits:
 class Assignment:
     """``subscriptions``: qualified subscription name -> its assignees (in the order they were assigned);
     ``standbys``: for a subscription on one node, the nodes that take over after staggered timeouts;
-    ``moves``: a move by load in progress, subscription -> (from, to): both run it until ``to`` reports running."""
+    ``moves``: a move by load in progress, subscription -> (from, to): both run it until ``to`` reports running;
+    ``rates``: each node's share of a subscription's rate limit (rates.py), subscription -> node -> messages/s."""
 
     subscriptions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     standbys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     moves: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    rates: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
     def of_node(self, node: str) -> frozenset[str]:
         return frozenset(s for s, nodes in self.subscriptions.items() if node in nodes)
@@ -48,21 +52,21 @@ class Assignment:
             "subscriptions": {s: list(n) for s, n in sorted(self.subscriptions.items())},
             "standbys": {s: list(n) for s, n in sorted(self.standbys.items())},
             "moves": {s: {"from": f, "to": t} for s, (f, t) in sorted(self.moves.items())},
+            "rates": {s: dict(sorted(r.items())) for s, r in sorted(self.rates.items())},
         }
 
     @classmethod
-    def from_document(cls, document: Mapping[str, object] | None) -> Assignment:
-        if not document:
-            return cls()
-        subscriptions = document.get("subscriptions") or {}
-        standbys = document.get("standbys") or {}
-        moves = document.get("moves") or {}
-        assert isinstance(subscriptions, dict) and isinstance(standbys, dict) and isinstance(moves, dict)
+    def from_document(cls, document: Mapping[str, Any] | None) -> Assignment:
+        document = document or {}
         return cls(
-            {s: tuple(n) for s, n in subscriptions.items()},
-            {s: tuple(n) for s, n in standbys.items()},
-            {s: (m["from"], m["to"]) for s, m in moves.items()},
+            {s: tuple(n) for s, n in document.get("subscriptions", {}).items()},
+            {s: tuple(n) for s, n in document.get("standbys", {}).items()},
+            {s: (m["from"], m["to"]) for s, m in document.get("moves", {}).items()},
+            {s: {n: float(r) for n, r in shares.items()} for s, shares in document.get("rates", {}).items()},
         )
+
+    def with_rates(self, rates: Mapping[str, Mapping[str, float]]) -> Assignment:
+        return dataclasses.replace(self, rates=rates)
 
 
 def wanted_consumers(
@@ -143,7 +147,7 @@ def assign(wanted: Mapping[str, int], loads: Mapping[str, float], current: Assig
                 others.append(node)
             if others[: limits.standbys]:
                 standbys[name] = tuple(others[: limits.standbys])
-    return Assignment({s: n for s, n in kept.items() if n}, standbys, moves)
+    return Assignment({s: n for s, n in kept.items() if n}, standbys, moves, current.rates)
 
 
 @dataclass(frozen=True)
@@ -181,7 +185,9 @@ def start_move(assignment: Assignment, name: str, source: str, target: str) -> A
     """The assignment with ``target`` added beside ``source``: the old node goes only once the new one runs it."""
     subscriptions = dict(assignment.subscriptions)
     subscriptions[name] = (*subscriptions[name], target)
-    return Assignment(subscriptions, assignment.standbys, {**assignment.moves, name: (source, target)})
+    return Assignment(
+        subscriptions, assignment.standbys, {**assignment.moves, name: (source, target)}, assignment.rates
+    )
 
 
 def finish_moves(assignment: Assignment, running: Mapping[str, frozenset[str]]) -> Assignment:
@@ -193,11 +199,27 @@ def finish_moves(assignment: Assignment, running: Mapping[str, frozenset[str]]) 
     for name, (source, _) in done.items():
         subscriptions[name] = tuple(n for n in subscriptions[name] if n != source)
     moves = {s: m for s, m in assignment.moves.items() if s not in done}
-    return Assignment(subscriptions, assignment.standbys, moves)
+    return Assignment(subscriptions, assignment.standbys, moves, assignment.rates)
 
 
-def standby_delay(assignment: Assignment, name: str, node: str, step: float) -> float | None:
-    """How long after the last assignee of ``name`` went ``node`` takes over as its standby (the first standby
-    after ``step`` seconds, the second after twice that, ...); None when ``node`` is no standby of it."""
-    standbys = assignment.standbys.get(name, ())
-    return (standbys.index(node) + 1) * step if node in standbys else None
+class Standby:
+    """When ``node`` takes over the subscriptions it stands by for: the k-th standby of a subscription starts it
+    ``k x step`` seconds after its last assignee left the cluster, unless an assignment names live nodes for it
+    meanwhile, so that several standbys never all start at once."""
+
+    def __init__(self, node: str, step: float) -> None:
+        self.node = node
+        self.step = step
+        self._orphaned: dict[str, float] = {}  # subscription -> when it was first seen without a live assignee
+
+    def taken_over(self, assignment: Assignment, members: frozenset[str], now: float) -> frozenset[str]:
+        taken = set()
+        for name, nodes in assignment.subscriptions.items():
+            standbys = assignment.standbys.get(name, ())
+            if self.node not in standbys or any(n in members for n in nodes):
+                self._orphaned.pop(name, None)
+                continue
+            since = self._orphaned.setdefault(name, now)
+            if now - since >= (standbys.index(self.node) + 1) * self.step:
+                taken.add(name)
+        return frozenset(taken)

@@ -2,8 +2,9 @@
 
 Every node contends (in a thread of its own); the winner recomputes the assignment (assignment.py) when a node
 joins or leaves, when a subscription or a workload constraint changes, and at every load report interval, and
-writes it when it changed. When it dies, its ZooKeeper session times out, its election znode goes, and the
-next contender takes over from the assignment its predecessor left.
+writes it when it changed, with each node's share of every subscription's rate limit (rates.py). When it dies,
+its ZooKeeper session times out, its election znode goes, and the next contender takes over from the
+assignment its predecessor left.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from kazoo.client import KazooState
 
 from hermes.cluster import assignment as algorithm
+from hermes.cluster.rates import split_rate
 from hermes.cluster.registry import CONSUMERS, ClusterStore
 from hermes.metadata.repository import MetadataChange, MetadataRepository
 
@@ -91,20 +93,19 @@ class Coordinator:
     def _round(self) -> None:
         members = self._store.members(CONSUMERS)
         loads = {node: float(doc.get("load", {}).get("cpu", 0.0)) for node, doc in members.items()}
-        names = [
-            s.qualified_name.qualified
-            for s in self._repository.list_subscriptions()
-            if s.runs  # PENDING ones too: a consumer starting one makes it ACTIVE
-        ]
+        # PENDING ones too: a consumer starting one makes it ACTIVE
+        active = [s for s in self._repository.list_subscriptions() if s.runs]
+        names = [s.qualified_name.qualified for s in active]
+        limits = {s.qualified_name.qualified: float(s.serial_policy.rate) for s in active if not s.is_batch}
         constraints = self._repository.list_documents(algorithm.CONSTRAINTS_NAMESPACE)
         wanted = algorithm.wanted_consumers(names, constraints, self._settings.limits.consumers_per_subscription)
         current, version = self._store.read_assignment()
         new = algorithm.assign(wanted, loads, current, self._settings.limits)
         running = {node: frozenset(doc.get("running", ())) for node, doc in members.items()}
         new = algorithm.finish_moves(new, running)
+        attempts = {node: doc.get("attemptsPerSecond", {}) for node, doc in members.items()}
         if time.monotonic() - self._last_move >= self._settings.move_interval:
-            deliveries = {node: doc.get("deliveriesPerSecond", {}) for node, doc in members.items()}
-            move = algorithm.choose_move(new, loads, deliveries, self._settings.rebalancing)
+            move = algorithm.choose_move(new, loads, attempts, self._settings.rebalancing)
             if move is not None:
                 name, source, target = move
                 log.info(
@@ -117,5 +118,17 @@ class Coordinator:
                 )
                 new = algorithm.start_move(new, name, source, target)
                 self._last_move = time.monotonic()
+        new = new.with_rates(
+            {
+                name: split_rate(
+                    limits[name],
+                    nodes,
+                    {node: attempts.get(node, {}).get(name, 0.0) for node in nodes},
+                    current.rates.get(name, {}),
+                )
+                for name, nodes in new.subscriptions.items()
+                if name in limits
+            }
+        )
         if new != current and not self._store.write_assignment(new, version):
             self._wake.set()  # written by somebody else meanwhile: a new round on theirs

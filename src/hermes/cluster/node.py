@@ -3,8 +3,8 @@ coordination, and runs the subscriptions the assignment gives it (through the su
 those it takes over as a standby.
 
 A standby of a subscription on one node starts it when every assignee has left the cluster and its own
-staggered delay (assignment.standby_delay) has passed without a coordinator reassigning it, so that several
-standbys never all start at once; it stops again when an assignment names the subscription's nodes anew.
+staggered delay (assignment.Standby) has passed without a coordinator reassigning it; it stops again when an
+assignment names the subscription's nodes anew.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import logging
 import time
 from typing import Any
 
-from hermes.cluster.assignment import Assignment, standby_delay
+from hermes.cluster.assignment import Assignment, Standby
 from hermes.cluster.coordinator import Coordinator, CoordinatorSettings
 from hermes.cluster.load import LoadMeter
 from hermes.cluster.registry import CONSUMERS, ClusterStore
+from hermes.consumers.subscription_metrics import ATTEMPT_OUTCOMES
 from hermes.consumers.supervisor import ConsumersSupervisor
 from hermes.metadata.repository import MetadataRepository
 
@@ -45,9 +46,9 @@ class ConsumersNode:
         self._assignment = Assignment()
         self._assigned: frozenset[str] = frozenset()
         self._members: frozenset[str] = frozenset()
-        self._orphaned: dict[str, float] = {}  # subscription -> when its last assignee left (as its standby)
-        self._taken_over: set[str] = set()
-        self._delivered: dict[str, int] = {}
+        self._standby = Standby(node_id, standby_step)
+        self._taken_over: frozenset[str] = frozenset()
+        self._attempts: dict[str, int] = {}
         self._supervisor: ConsumersSupervisor | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Event()
@@ -103,25 +104,13 @@ class ConsumersNode:
                 await asyncio.wait_for(self._changed.wait(), timeout=self._standby_step / 4)
             self._changed.clear()
             assigned = self._assignment.of_node(self.node_id)
-            taken_over = self._standing_in()
+            taken_over = self._standby.taken_over(self._assignment, self._members, time.monotonic())
             if assigned != self._assigned or taken_over != self._taken_over:
                 for name in taken_over - self._taken_over:
                     log.warning("taking over %s as its standby: its node left and nobody reassigned it", name)
                 self._assigned, self._taken_over = assigned, taken_over
                 await self._supervisor.replace()
-
-    def _standing_in(self) -> set[str]:
-        """The subscriptions this node runs as a standby now."""
-        now, standing = time.monotonic(), set()
-        for name, nodes in self._assignment.subscriptions.items():
-            delay = standby_delay(self._assignment, name, self.node_id, self._standby_step)
-            if delay is None or any(n in self._members for n in nodes):
-                self._orphaned.pop(name, None)
-                continue
-            since = self._orphaned.setdefault(name, now)
-            if now - since >= delay:
-                standing.add(name)
-        return standing
+            self._apply_rate_shares()  # also to a consumer started again after a crash
 
     async def _reporting(self) -> None:
         while True:
@@ -133,17 +122,28 @@ class ConsumersNode:
 
     def _report(self) -> dict[str, Any]:
         consumers = self._supervisor.consumers if self._supervisor is not None else {}
-        delivered = {f"{t}${n}": c.metrics.totals["delivered"] for (t, n), c in consumers.items()}
-        per_second = {
-            name: round(max(0, count - self._delivered.get(name, count)) / self._interval, 2)
-            for name, count in delivered.items()
+        attempts = {
+            f"{t}${n}": sum(c.metrics.totals[outcome] for outcome in ATTEMPT_OUTCOMES)
+            for (t, n), c in consumers.items()
         }
-        self._delivered = delivered
+        per_second = {
+            name: round(max(0, count - self._attempts.get(name, count)) / self._interval, 2)
+            for name, count in attempts.items()
+        }
+        self._attempts = attempts
         return {
             "id": self.node_id,
             "address": self._address,
             "load": self._meter.sample(),
-            "running": sorted(delivered),
-            "deliveriesPerSecond": per_second,
+            "running": sorted(attempts),
+            "attemptsPerSecond": per_second,
             "updatedAt": int(time.time() * 1000),
         }
+
+    def _apply_rate_shares(self) -> None:
+        """Each running consumer's maximum rate: this node's share of the cluster-wide limit (none while it
+        stands in for a dead node: the whole limit was that node's alone)."""
+        assert self._supervisor is not None
+        for (topic, name), consumer in self._supervisor.consumers.items():
+            shares = self._assignment.rates.get(f"{topic}${name}", {})
+            consumer.delivery.set_rate_share(shares.get(self.node_id))

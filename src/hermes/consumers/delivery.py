@@ -41,6 +41,7 @@ class Delivery:
         self.context = context
         self._filters = MessageFilters(subscription.filters)
         self.rate = AdaptiveRateLimiter(subscription.serial_policy.rate, context.rate)
+        self._rate_share: float | None = None  # this node's share of the rate in a cluster (hermes.cluster)
         self.metrics = SubscriptionMetrics(subscription.topic_name.qualified, subscription.name)
         self.failures = FailureLog(self.name, context.failure_log_interval)
         self._redirected = asyncio.Event()  # set (and replaced) when the endpoint changes
@@ -57,11 +58,21 @@ class Delivery:
         redirected = _destination(subscription) != _destination(self.subscription)
         self.subscription = subscription
         self._filters = MessageFilters(subscription.filters)
-        self.rate.set_max_rate(subscription.serial_policy.rate)
+        self.rate.set_max_rate(self._max_rate())
         if redirected:
             self._redirected.set()
             self._redirected = asyncio.Event()
             self.rate.reset()
+
+    def set_rate_share(self, share: float | None) -> None:
+        """This node's share of the subscription's rate, which the nodes delivering it split (None: all of it)."""
+        if share != self._rate_share:
+            self._rate_share = share
+            self.rate.set_max_rate(self._max_rate())
+
+    def _max_rate(self) -> float:
+        rate = float(self.subscription.serial_policy.rate)
+        return rate if self._rate_share is None else min(rate, self._rate_share)
 
     @property
     def failing(self) -> bool:
