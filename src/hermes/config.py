@@ -39,6 +39,14 @@ class Settings(BaseSettings):
     # --- HTTP ports ---
     frontend_port: int = Field(8080, ge=0, le=65535, description="Port of the publishing API (0 = any free).")
     management_port: int = Field(8090, ge=0, le=65535, description="Port of the management API (0 = any free).")
+    inactive_topics_threshold: float = Field(
+        60 * 24 * 3600,
+        gt=0,
+        description="Seconds without a published message after which /inactive-topics lists a topic (Hermes: 60 days).",
+    )
+    inactive_topics_whitelist: str = Field(
+        "", description="Comma-separated qualified topic names /inactive-topics marks whitelisted."
+    )
     pipeline_port: int = Field(
         8060, ge=0, le=65535, description="Port of `hermes pipeline`'s health and Prometheus endpoints (0 = any free)."
     )
@@ -350,7 +358,11 @@ SECTIONS = (
         ),
     ),
     Section("hermes frontend", ("frontend",), ("workers",)),
-    Section("management", ("run", "management"), ("management_port",)),
+    Section(
+        "management",
+        ("run", "management"),
+        ("management_port", "inactive_topics_threshold", "inactive_topics_whitelist"),
+    ),
     Section(
         "consumers",
         ("run", "consumers"),

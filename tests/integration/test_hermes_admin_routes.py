@@ -4,6 +4,7 @@ clients, the absent integrations, mode, readiness, workload constraints, inactiv
 from __future__ import annotations
 
 import base64
+import time
 from typing import Any
 
 import pytest
@@ -14,6 +15,14 @@ from tests.integration.test_management_api import conforms_to_openapi
 from tests.support.hermes import HermesClient, unique
 
 pytestmark = pytest.mark.integration
+
+INACTIVITY_S = 3.0  # /inactive-topics lists a topic whose newest message is older than this
+WHITELISTED = f"{unique('g')}.idle"
+
+
+@pytest.fixture(scope="module")
+def hermes_overrides() -> dict[str, Any]:
+    return {"inactive_topics_threshold": INACTIVITY_S, "inactive_topics_whitelist": f"other.topic,{WHITELISTED}"}
 
 
 def _error(response: Any, status: int, code: str) -> None:
@@ -142,14 +151,29 @@ def test_workload_constraints(client: HermesClient) -> None:
     )
 
 
-def test_inactive_topics_leave_out_recent_and_empty_ones(client: HermesClient) -> None:
-    active = client.create_topic()
-    empty = client.create_topic()
-    client.publish(active, "{}")
-    response = client.management.get("/inactive-topics")
-    assert response.status_code == 200
-    assert not {active, empty} & {t["topic"] for t in response.json()}
-    conforms_to_openapi("/inactive-topics", "get", response)
+def test_inactive_topics_are_those_without_a_message_for_the_threshold(client: HermesClient) -> None:
+    idle, empty = client.create_topic(), client.create_topic()
+    client.create_group(WHITELISTED.partition(".")[0])
+    client.create_topic(WHITELISTED)
+    published = time.time() * 1000
+    for topic in (idle, WHITELISTED):
+        assert client.publish(topic, "{}").status_code in (201, 202)
+
+    def inactive() -> dict[str, Any]:
+        response = client.management.get("/inactive-topics")
+        assert response.status_code == 200
+        return {t["topic"]: t for t in response.json()}
+
+    assert not {idle, WHITELISTED} & set(inactive())  # published a moment ago
+    wait_until(lambda: {idle, WHITELISTED} <= set(inactive()), timeout=INACTIVITY_S + 20, interval=0.2)
+    recent = client.create_topic()
+    client.publish(recent, "{}")
+    found = inactive()
+    assert recent not in found and empty not in found  # a message just now; never a message
+    assert found[idle]["notificationTsMs"] == [] and found[idle]["whitelisted"] is False
+    assert found[WHITELISTED]["whitelisted"] is True
+    assert published - 1000 <= found[idle]["lastPublishedTsMs"] <= published + 5000
+    conforms_to_openapi("/inactive-topics", "get", client.management.get("/inactive-topics"))
 
 
 def test_consistency_between_the_store_and_kafka(hermes: Any, client: HermesClient) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +16,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     ConfigResource,
     NewPartitions,
     NewTopic,
+    OffsetSpec,
 )
 
 from hermes.broker.connection import KafkaConnection
@@ -132,6 +133,28 @@ class BrokerAdmin:
         if metadata is None or metadata.error is not None:
             return []
         return sorted(metadata.partitions)
+
+    def newest_timestamps(self, topics: Iterable[str]) -> dict[str, int]:
+        """The timestamp (ms) of each topic's newest record (Kafka's max-timestamp offset look-up, one request
+        for every partition); a topic whose partitions hold no record is left out."""
+        metadata = self._admin.list_topics(timeout=self._timeout).topics
+        wanted = {
+            TopicPartition(name, p): OffsetSpec.max_timestamp()  # type: ignore[no-untyped-call]
+            for name in topics
+            if (found := metadata.get(name)) is not None and found.error is None
+            for p in found.partitions
+        }
+        if not wanted:
+            return {}
+        newest: dict[str, int] = {}
+        try:
+            for tp, future in self._admin.list_offsets(wanted, request_timeout=self._timeout).items():
+                timestamp = future.result().timestamp
+                if timestamp >= 0:
+                    newest[tp.topic] = max(timestamp, newest.get(tp.topic, timestamp))
+        except KafkaException as exc:
+            raise _to_error(exc, "reading the newest records' timestamps") from exc
+        return newest
 
     # --- offsets (through a short-lived consumer: the admin client has no watermark call) ---
 

@@ -18,14 +18,12 @@ from hermes.http.server import json_response
 from hermes.management.access import authenticated_admin
 from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.context import SERVICE
-from hermes.management.preview import recent_messages
 from hermes.management.services import ManagementService
 from hermes.metadata.repository import MetadataRepository
 
 MANAGEMENT_NAMESPACE = "management"
 READINESS_NAMESPACE = "datacenter-readiness"
 READ_WRITE, READ_ONLY, READ_ONLY_ADMIN = "readWrite", "readOnly", "readOnlyAdmin"
-INACTIVITY_THRESHOLD_S = 7 * 24 * 3600
 MAX_CONSUMERS_NUMBER = 10_000
 
 
@@ -211,22 +209,21 @@ async def delete_subscription_constraints(request: web.Request) -> web.Response:
 
 
 async def inactive_topics(request: web.Request) -> web.Response:
-    """Topics with messages, none of them published in the last 7 days (Kafka's time index says so), with the
-    time of the newest one. Hermes' detection job also notifies owners; nobody is notified here."""
+    """Hermes' ``InactiveTopic`` of each topic whose newest message (Kafka's record timestamps say when) is older
+    than ``--inactive-topics-threshold``; a topic without messages (never published, or all expired) has no
+    such time and is left out. Hermes' detection job also notifies owners; nobody is notified here."""
     service = request.app[SERVICE]
+    settings = service.settings
+    whitelist = {name.strip() for name in settings.inactive_topics_whitelist.split(",")}
 
     def find() -> list[dict[str, Any]]:
-        threshold = int((time.time() - INACTIVITY_THRESHOLD_S) * 1000)
-        out = []
-        for topic in service.repository.list_topics():
-            name = topic.qualified_name
-            end, begin = service.admin.end_offsets(name), service.admin.beginning_offsets(name)
-            if all(end[p] <= begin.get(p, 0) for p in end):
-                continue  # never published (or all expired): nothing says when it was last active
-            if service.admin.offsets_for_time(name, threshold) != end:
-                continue  # a message at or after the threshold
-            last = max((m.publish_timestamp for m in recent_messages(service.admin, topic)), default=0)
-            out.append({"topic": name, "lastPublishedTsMs": last, "notificationTsMs": [], "whitelisted": False})
-        return out
+        names = [t.qualified_name for t in service.repository.list_topics()]
+        newest = service.admin.newest_timestamps(names)
+        threshold = int((time.time() - settings.inactive_topics_threshold) * 1000)
+        return [
+            {"topic": name, "lastPublishedTsMs": last, "notificationTsMs": [], "whitelisted": name in whitelist}
+            for name in names
+            if (last := newest.get(name)) is not None and last <= threshold
+        ]
 
     return json_response(await asyncio.to_thread(find))
