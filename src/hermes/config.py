@@ -142,6 +142,21 @@ class Settings(BaseSettings):
         "(default: the number of cores). `hermes run` is one process.",
     )
 
+    # --- large messages ---
+    offload_max_message_size: int = Field(
+        100 * 1024 * 1024,
+        ge=1,
+        description="Bytes a message may have when offloaded beside Kafka (the offload service's limit).",
+    )
+    offload_advertised_url: str | None = Field(
+        None,
+        description="URL of the offload service that sys.metadata advertises to Kafka clients; default: the "
+        "frontend's URL + /offload (set it when the frontend listens on all addresses or behind a proxy).",
+    )
+    offload_expiry_interval: float = Field(
+        60.0, gt=0, description="Seconds between sweeps deleting offloaded messages past their topic's retention."
+    )
+
     # --- consumers ---
     consumer_commit_interval: float = Field(
         1.0, gt=0, description="Seconds between offset commits of each subscription consumer."
@@ -356,6 +371,11 @@ SECTIONS = (
             "frontend_journal_fsync",
             "frontend_journal_fsync_interval",
         ),
+    ),
+    Section(
+        "large messages",
+        ("run", "frontend"),
+        ("offload_max_message_size", "offload_advertised_url", "offload_expiry_interval"),
     ),
     Section("hermes frontend", ("frontend",), ("workers",)),
     Section(

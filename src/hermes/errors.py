@@ -68,6 +68,12 @@ class SubscriptionNotFound(NotFoundError):
     status = 400  # Hermes' ErrorCode answers an unknown subscription with 400, and its clients expect it
 
 
+class OffloadedMessageNotFound(NotFoundError):
+    """An offloaded message that is unknown, expired with its topic's retention, or deleted with its topic."""
+
+    code = "OFFLOADED_MESSAGE_NOT_FOUND"
+
+
 class OAuthProviderNotFound(NotFoundError):
     code = "OAUTH_PROVIDER_NOT_EXISTS"
 

@@ -27,12 +27,16 @@ from hermes.datadir import DataDirLock
 from hermes.domain.topic import Topic
 from hermes.domain.trace import TRACKING_TOPIC
 from hermes.errors import StartupError
-from hermes.http.lean import LeanServer
+from hermes.http.lean import DEFAULT_MAX_BODY, LeanServer
 from hermes.http.server import Server
 from hermes.logs import log_path
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
+from hermes.offload.api import UPLOAD_HEADROOM, OffloadApi
+from hermes.offload.discovery import advertise_at_start
+from hermes.offload.local import LocalBlobStore
+from hermes.offload.retention import BlobRetention
 from hermes.security.setup import Security
 from hermes.tracker import Tracker
 
@@ -232,17 +236,31 @@ class Hermes:
             self._stoppers.append(readiness.stop)
             assert self.security is not None
             access = PublishAccess(self.security.authenticator, settings.publish_authentication == "required")
+            offload = await self._start_offload(admin)
             if self.worker and SharedMetrics.enabled():
                 shared = SharedMetrics(journal)
-                api = PublishingApi(publisher, self.cache, published, readiness, access, shared.exposition)
+                api = PublishingApi(
+                    publisher, self.cache, published, readiness, access, shared.exposition, offload=offload
+                )
                 sharing = asyncio.create_task(shared.run(), name="shared-metrics")
                 self._stoppers.append(lambda: _cancel(sharing))
             else:
-                api = PublishingApi(publisher, self.cache, published, readiness, access)
-            server = LeanServer(api, settings.host, settings.frontend_port, Role.FRONTEND.value, reuse_port=self.worker)
+                api = PublishingApi(publisher, self.cache, published, readiness, access, offload=offload)
+            server = LeanServer(
+                api,
+                settings.host,
+                settings.frontend_port,
+                Role.FRONTEND.value,
+                max_body=max(DEFAULT_MAX_BODY, settings.offload_max_message_size + UPLOAD_HEADROOM),
+                reuse_port=self.worker,
+            )
             await server.start()
             self.servers[Role.FRONTEND] = server
             self._stoppers.append(server.stop)
+            endpoint = settings.offload_advertised_url or f"{self.frontend_url}/offload"
+            advertiser = await advertise_at_start(admin, producer, endpoint)
+            if advertiser is not None:
+                self._stoppers.append(lambda: _cancel(advertiser))
             reporter = asyncio.create_task(self._report_published(published), name="published-metrics")
             self._stoppers.append(lambda: _cancel(reporter))
             if self._distributed:
@@ -271,6 +289,17 @@ class Hermes:
         role = next((r for r in (Role.CONSUMERS, Role.MANAGEMENT) if r in self.servers), None)
         port = f":{self.servers[role].port}" if role is not None else ""
         return f"http://{self.settings.host}{port}"
+
+    async def _start_offload(self, admin: BrokerAdmin) -> OffloadApi:
+        """The offload service of large messages, on the frontend's port, and its blobs' retention."""
+        from hermes.frontend.app import TopicLookup
+
+        assert self.cache is not None
+        store = await asyncio.to_thread(LocalBlobStore, self.settings.data_dir / "offload")
+        retention = BlobRetention(store, self.cache, self.settings.offload_expiry_interval)
+        await retention.start()
+        self._stoppers.append(retention.stop)
+        return OffloadApi(store, self.cache, TopicLookup(self.cache), self.settings.offload_max_message_size)
 
     def _running_embedded_broker(self) -> str:
         """A role started alone, without --kafka-bootstrap-servers, uses the broker a `hermes run` started."""

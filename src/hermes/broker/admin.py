@@ -185,6 +185,27 @@ class BrokerAdmin:
                     raise _to_error(exc, f"reading the offsets of {topic}/{partition}") from exc
                 time.sleep(0.05)
 
+    def last_value(self, topic: str, timeout: float = 10.0) -> bytes | None:
+        """The value of the latest record of the topic's partition 0, None when it has none."""
+        consumer = self._offset_consumer()
+        try:
+            _, high = self._watermark(consumer, topic, 0)
+            if high == 0:
+                return None
+            consumer.assign([TopicPartition(topic, 0, high - 1)])
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                record = consumer.poll(0.2)
+                if record is None:
+                    continue
+                if record.error() is not None:
+                    raise _to_error(KafkaException(record.error()), f"reading the latest record of {topic}")
+                value: bytes | None = record.value()
+                return value
+            raise BrokerUnavailable(f"the latest record of {topic} did not arrive within {timeout:.0f} s")
+        finally:
+            consumer.close()
+
     def end_offsets(self, topic: str) -> dict[int, int]:
         return {p: high for p, (_, high) in self._watermarks(topic).items()}
 

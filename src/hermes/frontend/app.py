@@ -20,8 +20,9 @@ from hermes.frontend.access import Caller, PublishAccess, Unchecked
 from hermes.frontend.publish_metrics import PUBLISH_REQUESTS, PublishedCounter
 from hermes.frontend.publishing import Publisher, PublishResult
 from hermes.frontend.readiness import Readiness
-from hermes.http.lean import Request, error_body
+from hermes.http.lean import Handler, Request, error_body
 from hermes.metadata.cache import MetadataCache
+from hermes.offload import OFFLOAD_PREFIX
 from hermes.security.authenticator import challenge
 
 log = logging.getLogger(__name__)
@@ -60,7 +61,8 @@ class TopicLookup:
 
 
 class PublishingApi:
-    """The request handler of the publishing port (``hermes.http.lean.Handler``)."""
+    """The request handler of the publishing port (``hermes.http.lean.Handler``); ``offload`` serves the offload
+    service's routes (``hermes.offload.api``)."""
 
     def __init__(
         self,
@@ -70,10 +72,12 @@ class PublishingApi:
         readiness: Readiness,
         access: PublishAccess,
         exposition: Callable[[], bytes] = generate_latest,  # a worker's covers every worker
+        offload: Handler | None = None,
     ) -> None:
         self._publisher = publisher
         self._access = access
         self._exposition = exposition
+        self._offload = offload
         self._readiness = readiness
         self._cache = cache
         self._topics = TopicLookup(cache)
@@ -100,6 +104,8 @@ class PublishingApi:
                 request.respond(200 if ready else 503, body=b"READY" if ready else b"NOT_READY", content_type=TEXT)
             else:
                 request.respond(200, body=b"UP", content_type=TEXT)
+        elif self._offload is not None and path.startswith(OFFLOAD_PREFIX):
+            self._offload(request)
         else:
             _not_found(request)
 

@@ -39,6 +39,7 @@ REASONS = {
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
+DEFAULT_MAX_BODY = 64 * 1024 * 1024
 # Pipelined requests waiting behind an unanswered one before the connection stops reading.
 _QUEUED_MAX = 16
 
@@ -267,7 +268,7 @@ class LeanServer:
         host: str,
         port: int,
         what: str,
-        max_body: int = 64 * 1024 * 1024,
+        max_body: int = DEFAULT_MAX_BODY,
         keepalive: float = 75.0,
         reuse_port: bool = False,
     ) -> None:

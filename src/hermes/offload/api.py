@@ -1,0 +1,114 @@
+"""The offload service on the publishing port: ``POST /offload/topic/{topic}+oversized`` stores a BSON document
+``{message, headers, key}`` (201), ``GET /offload/msg/{id}`` answers it again (200) or 404 once it is unknown,
+expired with its topic's retention or deleted with its topic."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+
+from hermes.errors import HermesError, OffloadedMessageNotFound
+from hermes.frontend.app import TopicLookup
+from hermes.http.lean import Request, error_body
+from hermes.metadata.cache import MetadataCache
+from hermes.offload import OFFLOAD_PREFIX
+from hermes.offload.blobs import BlobInfo, BlobStore
+from hermes.offload.documents import canonical_id, check_upload
+
+log = logging.getLogger(__name__)
+
+PREFIX = OFFLOAD_PREFIX
+_UPLOAD = PREFIX + "topic/"
+_OVERSIZED = "+oversized"
+_DOWNLOAD = PREFIX + "msg/"
+BSON = "application/bson"
+# An upload's document holds the message plus its headers, key and BSON framing.
+UPLOAD_HEADROOM = 1024 * 1024
+_JSON = "application/json"
+
+
+class OffloadApi:
+    def __init__(self, store: BlobStore, cache: MetadataCache, topics: TopicLookup, max_message_size: int) -> None:
+        self._store = store
+        self._cache = cache
+        self._topics = topics
+        self._max_size = max_message_size
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __call__(self, request: Request) -> None:
+        path = unquote(request.path)
+        if path.startswith(_UPLOAD) and path.endswith(_OVERSIZED):
+            if request.method != "POST":
+                _not_allowed(request, "POST")
+            else:
+                self._spawn(self._upload(request, path[len(_UPLOAD) : -len(_OVERSIZED)]))
+        elif path.startswith(_DOWNLOAD):
+            if request.method not in ("GET", "HEAD"):
+                _not_allowed(request, "GET,HEAD")
+            else:
+                self._spawn(self._download(request, path[len(_DOWNLOAD) :]))
+        else:
+            request.respond(404, body=error_body("Not Found", "NOT_FOUND"), content_type=_JSON)
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _upload(self, request: Request, name: str) -> None:
+        try:
+            topic = await self._topics.get(name)
+            upload = check_upload(request.body, self._max_size)
+            await asyncio.to_thread(self._store.put, topic.qualified_name, upload.message_id, (request.body,))
+        except HermesError as exc:
+            _error(request, exc)
+            return
+        except Exception as exc:
+            log.exception("storing an offloaded message for %s failed", name)
+            _error(request, exc)
+            return
+        request.respond(201, (("Location", f"{_DOWNLOAD}{upload.message_id}"),))
+
+    async def _download(self, request: Request, text: str) -> None:
+        try:
+            info = await self._find(text)
+            body = await asyncio.to_thread(lambda: b"".join(self._store.read(info)))
+        except HermesError as exc:
+            _error(request, exc)
+            return
+        except Exception as exc:
+            log.exception("reading offloaded message %s failed", text)
+            _error(request, exc)
+            return
+        request.respond(200, body=body, content_type=BSON)
+
+    async def _find(self, text: str) -> BlobInfo:
+        """The blob of that id, unless it expired with its topic's retention (then deleted now)."""
+        blob_id = canonical_id(text)
+        info = None if blob_id is None else await asyncio.to_thread(self._store.info, blob_id)
+        if info is None:
+            raise OffloadedMessageNotFound(f"offloaded message {text} not found")
+        topic = self._cache.topic(info.topic)
+        if topic is None or info.stored_at < time.time() - topic.retention_time.seconds:
+            await asyncio.to_thread(self._store.delete, info)
+            raise OffloadedMessageNotFound(f"offloaded message {text} expired with its topic's retention")
+        return info
+
+
+def _error(request: Request, exc: Exception) -> None:
+    if isinstance(exc, HermesError):
+        request.respond(exc.status, body=orjson.dumps(exc.to_body()), content_type=_JSON)
+    else:
+        request.respond(500, body=error_body("internal error", "INTERNAL_ERROR"), content_type=_JSON)
+
+
+def _not_allowed(request: Request, allow: str) -> None:
+    request.respond(
+        405, (("Allow", allow),), body=error_body("Method Not Allowed", "METHOD_NOT_ALLOWED"), content_type=_JSON
+    )

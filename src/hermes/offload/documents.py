@@ -1,0 +1,100 @@
+"""The offload protocol's BSON document, ``{message, headers, key}``: checked on upload, as the spec has it.
+
+``message`` and ``key`` are BSON binaries; ``headers`` either an array of ``[name, value]`` pairs or a document
+of ``name: value``, names strings, values binaries. The ``_id`` header is the message's UUID (16 bytes, as the
+spec's standard headers have it, or its text form)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import bson
+from bson.errors import BSONError
+
+from hermes.errors import PayloadTooLarge, ValidationError
+
+ID_HEADER = "_id"
+
+
+@dataclass(frozen=True)
+class Upload:
+    message_id: str  # the canonical text form of the UUID
+    size: int  # of the message, in bytes
+
+
+def check_upload(document: bytes, max_size: int) -> Upload:
+    """Raises what is wrong with the document; a message without an ``_id`` header gets a new id."""
+    try:
+        fields = bson.decode(document)
+    except (BSONError, ValueError, TypeError) as exc:  # bson raises all three on malformed input
+        raise ValidationError(f"the body is not a BSON document: {exc}") from None
+    message = fields.get("message")
+    if message is None:
+        raise ValidationError("is required", "message")
+    if not isinstance(message, bytes):
+        raise ValidationError(f"must be a BSON binary, not {_bson_type(message)}", "message")
+    if len(message) > max_size:
+        raise PayloadTooLarge(f"Message size {len(message)} exceeds the offload limit {max_size}")
+    key = fields.get("key")
+    if key is not None and not isinstance(key, bytes):
+        raise ValidationError(f"must be a BSON binary, not {_bson_type(key)}", "key")
+    headers = _headers(fields.get("headers"))
+    message_id = _message_id(headers[ID_HEADER]) if ID_HEADER in headers else str(uuid.uuid4())
+    return Upload(message_id, len(message))
+
+
+def _headers(value: Any) -> dict[str, bytes]:
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        pairs = [(name, header, f"headers.{name}") for name, header in value.items()]
+    elif isinstance(value, list):
+        pairs = []
+        for index, pair in enumerate(value):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ValidationError("must be an array of two elements, a name and a value", f"headers[{index}]")
+            pairs.append((pair[0], pair[1], f"headers[{index}]"))
+    else:
+        kind = _bson_type(value)
+        raise ValidationError(f"must be an array of [name, value] pairs or a document, not {kind}", "headers")
+    headers: dict[str, bytes] = {}
+    for raw_name, header, field in pairs:
+        name = raw_name.decode("utf-8", "replace") if isinstance(raw_name, bytes) else raw_name
+        if not isinstance(name, str):
+            raise ValidationError(f"the name must be a string, not {_bson_type(name)}", field)
+        if not isinstance(header, bytes):
+            raise ValidationError(f"the value must be a BSON binary, not {_bson_type(header)}", field)
+        headers.setdefault(name, header)
+    return headers
+
+
+def _message_id(value: bytes) -> str:
+    try:
+        return str(uuid.UUID(bytes=value) if len(value) == 16 else uuid.UUID(value.decode("ascii")))
+    except (ValueError, UnicodeDecodeError):
+        raise ValidationError("must be a UUID (16 bytes, or its text form)", f"headers.{ID_HEADER}") from None
+
+
+def canonical_id(text: str) -> str | None:
+    """A message id from a URL in its canonical form, or None when it is no UUID."""
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        return None
+
+
+def _bson_type(value: Any) -> str:
+    return _BSON_TYPES.get(type(value), type(value).__name__)
+
+
+_BSON_TYPES: dict[type, str] = {
+    str: "a string",
+    bool: "a boolean",
+    int: "an integer",
+    float: "a double",
+    list: "an array",
+    dict: "a document",
+}
