@@ -17,7 +17,7 @@ from hermes.domain.topic import Owner
 from hermes.errors import NotFoundError
 from hermes.frontend.publish_metrics import TOPIC_METRICS_NAMESPACE
 from hermes.http.server import json_response, read_json
-from hermes.management import operations, query
+from hermes.management import monitoring, query, retransmission
 from hermes.management.api.bodies import flag
 from hermes.management.api.owners import PLAINTEXT
 from hermes.management.api.topics import topic_name
@@ -60,13 +60,13 @@ async def _subscription(request: web.Request) -> tuple[ManagementService, Subscr
 
 
 def _metrics(service: ManagementService, sub: Subscription) -> Json:
-    return operations.subscription_metrics(service.repository, service.admin, sub)
+    return monitoring.subscription_metrics(service.repository, service.admin, sub)
 
 
 async def subscription_metrics(request: web.Request) -> web.Response:
     service, sub = await _subscription(request)
     metrics = await asyncio.to_thread(_metrics, service, sub)
-    return json_response(operations.hermes_subscription_metrics(metrics, sub))
+    return json_response(monitoring.hermes_subscription_metrics(metrics, sub))
 
 
 async def persistent_metrics(request: web.Request) -> web.Response:
@@ -79,7 +79,7 @@ async def persistent_metrics(request: web.Request) -> web.Response:
 async def subscription_health(request: web.Request) -> web.Response:
     service, sub = await _subscription(request)
     metrics = await asyncio.to_thread(_metrics, service, sub)
-    return json_response(operations.subscription_health(metrics))
+    return json_response(monitoring.subscription_health(metrics))
 
 
 async def consumer_groups(request: web.Request) -> web.Response:
@@ -143,10 +143,11 @@ async def retransmit(request: web.Request) -> web.Response:
         body: Any = orjson.loads(raw)
     except orjson.JSONDecodeError:
         body = raw  # the older POST form sends the bare date or "-6h"
-    moment = operations.parse_retransmission_date(body)
+    moment = retransmission.parse_retransmission_date(body)
     dry_run = flag(request, "dryRun")
+    cluster = service.settings.cluster_name
     summary = await asyncio.to_thread(
-        operations.retransmit, service.repository, service.admin, sub, moment, service.settings.cluster_name, dry_run
+        retransmission.retransmit, service.repository, service.admin, sub, moment, cluster, dry_run
     )
     return json_response(summary)
 
@@ -168,10 +169,10 @@ def _topic_metrics(service: ManagementService, name: TopicName) -> Json:
     return {
         "published": sum(end.values()) - sum(begin.values()),
         "volume": 0,
-        "rate": operations.decimal(sum(float(f.get("publishedPerSecond", 0)) for f in frontends)),
-        "deliveryRate": operations.decimal(sum(m["codes2xx"] for m in per_sub)),
+        "rate": monitoring.decimal(sum(float(f.get("publishedPerSecond", 0)) for f in frontends)),
+        "deliveryRate": monitoring.decimal(sum(m["codes2xx"] for m in per_sub)),
         "subscriptions": len(subs),
-        "throughput": operations.UNAVAILABLE,
+        "throughput": monitoring.UNAVAILABLE,
         "delivered": sum(m["delivered"] for m in per_sub),
         "discarded": sum(m["discarded"] for m in per_sub),
     }
@@ -206,7 +207,7 @@ async def unhealthy(request: web.Request) -> web.Response:
     def collect() -> list[Json]:
         out = []
         for sub in filter(wanted, service.repository.list_subscriptions()):
-            health = operations.subscription_health(_metrics(service, sub))
+            health = monitoring.subscription_health(_metrics(service, sub))
             if health["problems"]:
                 out.append(
                     {
@@ -255,7 +256,7 @@ async def query_subscription_metrics(request: web.Request) -> web.Response:
     def collect() -> list[Json]:
         out = []
         for sub in service.repository.list_subscriptions():
-            m = operations.hermes_subscription_metrics(_metrics(service, sub), sub)
+            m = monitoring.hermes_subscription_metrics(_metrics(service, sub), sub)
             fields = ("delivered", "discarded", "volume", "timeouts", "lag", "rate", "throughput")
             out.append({"topicName": sub.topic_name.qualified, "name": sub.name, **{k: m[k] for k in fields}})
         return out

@@ -1,4 +1,4 @@
-"""Operations on running subscriptions: metrics aggregated over consumer nodes, health, retransmission.
+"""Monitoring of subscriptions and topics: delivery metrics aggregated over consumer nodes, and health.
 
 Consumers write one metrics snapshot per (subscription, node) to the metadata repository; these functions
 read and combine them, so the answers are the same with one process or many consumer nodes.
@@ -6,23 +6,17 @@ read and combine them, so the answers are the same with one process or many cons
 
 from __future__ import annotations
 
-import re
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.consumers.subscription_metrics import ATTEMPT_OUTCOMES, COUNTERS, SNAPSHOT_NAMESPACE
-from hermes.domain.subscription import Subscription, SubscriptionState
-from hermes.errors import OffsetsNotMovable, ValidationError
+from hermes.domain.subscription import Subscription
 from hermes.metadata.repository import MetadataRepository
 
-RETRANSMISSION_NAMESPACE = "retransmission"
 # A node whose snapshot is older than this no longer contributes to the per-second figures.
 _STALE_MS = 30_000
-_RELATIVE = re.compile(r"^-(\d+)([smhd])$")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
 def subscription_metrics(
@@ -96,9 +90,6 @@ def subscription_lag(admin: BrokerAdmin, subscription: Subscription) -> int:
     return sum(max(0, offset - committed.get(partition, offset)) for partition, offset in end.items())
 
 
-# --- health ---
-
-
 @dataclass(frozen=True)
 class HealthThresholds:
     """A subscription is unhealthy when more than these shares of its recent attempts (each node's last 100
@@ -124,65 +115,3 @@ def subscription_health(metrics: dict[str, Any], thresholds: HealthThresholds = 
     if metrics["lag"] > thresholds.lag:
         problems.append({"code": "LAGGING", "description": f"{metrics['lag']} messages wait for delivery"})
     return {"status": "UNHEALTHY" if problems else "HEALTHY", "problems": problems}
-
-
-# --- retransmission ---
-
-
-def parse_retransmission_date(body: Any, field: str = "retransmissionDate") -> datetime:
-    """An ISO-8601 date (without an offset it is UTC) or, in the older form, a relative ``-6h``."""
-    text = body.get(field) if isinstance(body, dict) else body
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    if not isinstance(text, str) or not text.strip():
-        raise ValidationError("must be an ISO-8601 date such as 2021-10-25T00:00:00+02:00, or -6h", field)
-    text = text.strip().strip('"')
-    relative = _RELATIVE.match(text)
-    if relative:
-        amount, unit = int(relative.group(1)), _UNITS[relative.group(2)]
-        return datetime.now(UTC) - timedelta(**{unit: amount})
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValidationError(f"'{text}' is not an ISO-8601 date or a relative -6h", field) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def retransmit(
-    repository: MetadataRepository,
-    admin: BrokerAdmin,
-    subscription: Subscription,
-    moment: datetime,
-    cluster: str,
-    dry_run: bool = False,
-) -> dict[str, Any]:
-    """Moves every partition of the subscription to the first offset at or after ``moment``; a dry run only
-    answers which offsets those are.
-
-    A running consumer picks the request up from the repository and seeks; a suspended subscription gets
-    the offsets committed to its consumer group, effective on activation.
-    """
-    topic = subscription.topic_name.qualified
-    timestamp = int(moment.timestamp() * 1000)
-    offsets = admin.offsets_for_time(topic, timestamp)
-    oldest = admin.beginning_offsets(topic)
-    partitions = [
-        {"partition": p, "offset": o, "oldestAvailable": o == oldest.get(p, 0)} for p, o in sorted(offsets.items())
-    ]
-    summary = {"partitionOffsetListPerBrokerName": {cluster: partitions}}
-    if dry_run:
-        return summary
-    if subscription.state is SubscriptionState.PENDING:
-        raise OffsetsNotMovable("Cannot retransmit messages for subscription in PENDING state")
-    if subscription.state is SubscriptionState.SUSPENDED:
-        admin.commit_offsets(subscription.consumer_group_id, topic, offsets)
-    repository.put_document(
-        RETRANSMISSION_NAMESPACE,
-        subscription.qualified_name.qualified,
-        {
-            "offsets": {str(p): o for p, o in offsets.items()},
-            "requestedAt": int(time.time() * 1000),
-            "retransmissionDate": moment.isoformat(),
-        },
-    )
-    return summary
