@@ -39,21 +39,24 @@ def create_app(service: ManagementService, security: Security) -> web.Applicatio
     app[SERVICE] = service
     app[SECURITY] = security
     status_routes.register(app.router)
-    groups.register(app.router)
-    topics.register(app.router)
-    subscriptions.register(app.router)
-    operations.register(app.router)
-    oauth.register(app.router)
-    tracking.register(app.router)
-    offline_retransmission.register(app.router)
-    queries.register(app.router)
-    owners.register(app.router)
-    filters.register(app.router)
-    preview.register(app.router)
-    integrations.register(app.router)
-    cluster.register(app.router)
-    consistency.register(app.router)
-    console.register(app.router)
+    for module in (
+        groups,
+        topics,
+        subscriptions,
+        operations,
+        oauth,
+        tracking,
+        offline_retransmission,
+        queries,
+        owners,
+        filters,
+        preview,
+        integrations,
+        cluster,
+        consistency,
+        console,
+    ):
+        app.router.add_routes(module.routes)
     nodes_api.register(app.router)
     app.router.add_get("/openapi.json", _openapi)
     return app

@@ -21,6 +21,8 @@ from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
 from hermes.metadata.repository import MetadataRepository
 
+routes = web.RouteTableDef()
+
 MANAGEMENT_NAMESPACE = "management"
 READINESS_NAMESPACE = "datacenter-readiness"
 READ_WRITE, READ_ONLY, READ_ONLY_ADMIN = "readWrite", "readOnly", "readOnlyAdmin"
@@ -42,19 +44,6 @@ class ConstraintsNotFound(HermesError):
     def __init__(self, message: str, code: str) -> None:
         super().__init__(message)
         self.code = code
-
-
-def register(router: web.UrlDispatcher) -> None:
-    router.add_get("/mode", get_mode)
-    router.add_post("/mode", set_mode)
-    router.add_get("/readiness/datacenters", list_readiness)
-    router.add_post("/readiness/datacenters/{datacenter}", set_readiness)
-    router.add_get("/workload-constraints", list_constraints)
-    router.add_put("/workload-constraints/topic", put_topic_constraints)
-    router.add_delete("/workload-constraints/topic/{topic}", delete_topic_constraints)
-    router.add_put("/workload-constraints/subscription", put_subscription_constraints)
-    router.add_delete("/workload-constraints/subscription/{topic}/{subscription}", delete_subscription_constraints)
-    router.add_get("/inactive-topics", inactive_topics)
 
 
 # --- mode ---
@@ -85,10 +74,12 @@ async def read_only_middleware(request: web.Request, handler: Handler) -> web.St
     return await handler(request)
 
 
+@routes.get("/mode")
 async def get_mode(request: web.Request) -> web.Response:
     return web.Response(text=await asyncio.to_thread(_mode, request.app[SERVICE].repository))
 
 
+@routes.post("/mode")
 async def set_mode(request: web.Request) -> web.Response:
     """``?mode=readWrite|readOnly|readOnlyAdmin``; as Hermes, ``readOnly`` set by hand is ``readOnlyAdmin``."""
     mode = request.query.get("mode")
@@ -110,6 +101,7 @@ def _datacenter(service: ManagementService, name: str) -> str:
     return name
 
 
+@routes.get("/readiness/datacenters")
 async def list_readiness(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     name = service.settings.cluster_name
@@ -118,6 +110,7 @@ async def list_readiness(request: web.Request) -> web.Response:
     return json_response([{"datacenter": name, "status": "READY" if ready else "NOT_READY"}])
 
 
+@routes.post("/readiness/datacenters/{datacenter}")
 async def set_readiness(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     name = _datacenter(service, request.match_info["datacenter"])
@@ -147,6 +140,7 @@ def _constraints(body: dict[str, Any]) -> dict[str, Any]:
     return {"consumersNumber": number, "reason": reason}
 
 
+@routes.get("/workload-constraints")
 async def list_constraints(request: web.Request) -> web.Response:
     documents = await asyncio.to_thread(request.app[SERVICE].repository.list_documents, CONSTRAINTS_NAMESPACE)
     out: dict[str, dict[str, Any]] = {"topicConstraints": {}, "subscriptionConstraints": {}}
@@ -172,18 +166,21 @@ async def _delete_constraints(request: web.Request, key: str, missing: Constrain
     return web.Response(status=200)
 
 
+@routes.put("/workload-constraints/topic")
 async def put_topic_constraints(request: web.Request) -> web.Response:
     body = await read_object(request)
     name = TopicName.parse(body.get("topicName"), "topicName")  # type: ignore[arg-type]
     return await _put_constraints(request, f"topic:{name.qualified}", body, "TopicConstraints")
 
 
+@routes.delete("/workload-constraints/topic/{topic}")
 async def delete_topic_constraints(request: web.Request) -> web.Response:
     name = TopicName.parse(request.match_info["topic"], "topicName")
     missing = ConstraintsNotFound(f"No workload constraints for topic {name}", "TOPIC_CONSTRAINTS_DO_NOT_EXIST")
     return await _delete_constraints(request, f"topic:{name.qualified}", missing)
 
 
+@routes.put("/workload-constraints/subscription")
 async def put_subscription_constraints(request: web.Request) -> web.Response:
     body = await read_object(request)
     raw = body.get("subscriptionName")
@@ -196,6 +193,7 @@ async def put_subscription_constraints(request: web.Request) -> web.Response:
     return await _put_constraints(request, f"subscription:{qualified.qualified}", body, "SubscriptionConstraints")
 
 
+@routes.delete("/workload-constraints/subscription/{topic}/{subscription}")
 async def delete_subscription_constraints(request: web.Request) -> web.Response:
     topic = TopicName.parse(request.match_info["topic"], "topicName")
     qualified = SubscriptionName(topic, validate_simple_name(request.match_info["subscription"], "subscriptionName"))
@@ -208,6 +206,7 @@ async def delete_subscription_constraints(request: web.Request) -> web.Response:
 # --- inactive topics ---
 
 
+@routes.get("/inactive-topics")
 async def inactive_topics(request: web.Request) -> web.Response:
     """Hermes' ``InactiveTopic`` of each topic whose newest message (Kafka's record timestamps say when) is older
     than ``--inactive-topics-threshold``; a topic without messages (never published, or all expired) has no

@@ -17,15 +17,7 @@ from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
 
-
-def register(router: web.UrlDispatcher) -> None:
-    router.add_get("/consistency/groups", list_groups)
-    router.add_get("/consistency/inconsistencies/groups", inconsistent_groups)
-    router.add_post("/consistency/sync/groups/{group}", sync_group)
-    router.add_post("/consistency/sync/topics/{topic}", sync_topic)
-    router.add_post("/consistency/sync/topics/{topic}/subscriptions/{subscription}", sync_subscription)
-    router.add_get("/consistency/inconsistencies/topics", inconsistent_topics)
-    router.add_delete("/consistency/inconsistencies/topics", remove_inconsistent_topic)
+routes = web.RouteTableDef()
 
 
 def _is_internal(name: str) -> bool:
@@ -38,35 +30,42 @@ def _unknown_to_hermes(service: ManagementService) -> list[str]:
     return sorted(n for n in service.admin.topic_names() if n not in known and not _is_internal(n))
 
 
+@routes.get("/consistency/groups")
 async def list_groups(request: web.Request) -> web.Response:
     groups = await asyncio.to_thread(request.app[SERVICE].repository.list_groups)
     return json_response(sorted(g.name for g in groups))
 
 
+@routes.get("/consistency/inconsistencies/groups")
 async def inconsistent_groups(_: web.Request) -> web.Response:
     return json_response([])
 
 
+@routes.post("/consistency/sync/groups/{group}")
 async def sync_group(request: web.Request) -> web.Response:
     await asyncio.to_thread(request.app[SERVICE].repository.get_group, request.match_info["group"])
     return web.Response(status=200)
 
 
+@routes.post("/consistency/sync/topics/{topic}")
 async def sync_topic(request: web.Request) -> web.Response:
     await asyncio.to_thread(request.app[SERVICE].repository.get_topic, topic_name(request))
     return web.Response(status=200)
 
 
+@routes.post("/consistency/sync/topics/{topic}/subscriptions/{subscription}")
 async def sync_subscription(request: web.Request) -> web.Response:
     name = validate_simple_name(request.match_info["subscription"], "subscriptionName")
     await asyncio.to_thread(request.app[SERVICE].repository.get_subscription, topic_name(request), name)
     return web.Response(status=200)
 
 
+@routes.get("/consistency/inconsistencies/topics")
 async def inconsistent_topics(request: web.Request) -> web.Response:
     return json_response(await asyncio.to_thread(_unknown_to_hermes, request.app[SERVICE]))
 
 
+@routes.delete("/consistency/inconsistencies/topics")
 async def remove_inconsistent_topic(request: web.Request) -> web.Response:
     """Deletes a Kafka topic that no Hermes topic accounts for (``?topicName=``); a Hermes topic's Kafka
     topic is deleted with the Hermes topic, never here."""

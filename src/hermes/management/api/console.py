@@ -14,17 +14,16 @@ from hermes.http.server import json_response
 from hermes.management.api.owners import PLAINTEXT
 from hermes.management.context import SERVICE
 
+routes = web.RouteTableDef()
+
 _DOCS = "https://hermes-pubsub.readthedocs.io/"
-
-
-def register(router: web.UrlDispatcher) -> None:
-    router.add_get("/console", configuration)
 
 
 def _choices(*values: str) -> list[dict[str, str]]:
     return [{"value": v, "label": v} for v in values]
 
 
+@routes.get("/console")
 async def configuration(request: web.Request) -> web.Response:
     settings = request.app[SERVICE].settings
     here = f"{request.scheme}://{request.host}"

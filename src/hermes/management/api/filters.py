@@ -23,11 +23,10 @@ from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 
-
-def register(router: web.UrlDispatcher) -> None:
-    router.add_post("/filters/{topic}", verify)
+routes = web.RouteTableDef()
 
 
+@routes.post("/filters/{topic}")
 async def verify(request: web.Request) -> web.Response:
     body = await read_object(request)
     filters = MessageFilters(api_json.filters_from_json(body.get("filters")))

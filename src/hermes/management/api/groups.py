@@ -12,21 +12,17 @@ from hermes.http.server import json_response
 from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.context import SERVICE
 
-
-def register(router: web.UrlDispatcher) -> None:
-    router.add_get("/groups", list_groups)
-    router.add_post("/groups", create_group)
-    router.add_get("/groups/{group}", get_group)
-    router.add_put("/groups/{group}", update_group)
-    router.add_delete("/groups/{group}", delete_group)
+routes = web.RouteTableDef()
 
 
+@routes.get("/groups")
 async def list_groups(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     groups = await asyncio.to_thread(service.repository.list_groups)
     return json_response([g.name for g in groups])
 
 
+@routes.post("/groups")
 async def create_group(request: web.Request) -> web.Response:
     body = await read_object(request)
     name = validate_group_name(body.get("groupName"))  # type: ignore[arg-type]
@@ -34,12 +30,14 @@ async def create_group(request: web.Request) -> web.Response:
     return json_response({"groupName": group.name}, status=201, headers=ignored_fields_header(request, body, "Group"))
 
 
+@routes.get("/groups/{group}")
 async def get_group(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     group = await asyncio.to_thread(service.repository.get_group, request.match_info["group"])
     return json_response({"groupName": group.name})
 
 
+@routes.put("/groups/{group}")
 async def update_group(request: web.Request) -> web.Response:
     """A group has nothing but its name, which cannot change: Hermes' 204 once the group is found."""
     body = await read_object(request)
@@ -50,6 +48,7 @@ async def update_group(request: web.Request) -> web.Response:
     return web.Response(status=204, headers=ignored_fields_header(request, body, "Group"))
 
 
+@routes.delete("/groups/{group}")
 async def delete_group(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     await asyncio.to_thread(service.repository.delete_group, request.match_info["group"])

@@ -14,16 +14,10 @@ from hermes.http.server import json_response
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 
-
-def register(router: web.UrlDispatcher) -> None:
-    router.add_get("/topics/{topic}/clients", topic_clients)
-    router.add_get("/topics/{topic}/offline-clients-source", offline_clients_source)
-    router.add_get("/dashboards/topics/{topic}", dashboard)
-    router.add_get("/dashboards/topics/{topic}/subscriptions/{subscription}", dashboard)
-    router.add_get("/tracking-urls/topics/{topic}", tracking_urls)
-    router.add_get("/tracking-urls/topics/{topic}/subscriptions/{subscription}", tracking_urls)
+routes = web.RouteTableDef()
 
 
+@routes.get("/topics/{topic}/clients")
 async def topic_clients(request: web.Request) -> web.Response:
     repository = request.app[SERVICE].repository
     name = topic_name(request)
@@ -32,14 +26,19 @@ async def topic_clients(request: web.Request) -> web.Response:
     return json_response(list(dict.fromkeys(s.owner.id for s in subs)))
 
 
+@routes.get("/topics/{topic}/offline-clients-source")
 async def offline_clients_source(_: web.Request) -> web.Response:
     raise ImplementationAbsent("Offline clients implementation is absent")
 
 
+@routes.get("/dashboards/topics/{topic}")
+@routes.get("/dashboards/topics/{topic}/subscriptions/{subscription}")
 async def dashboard(_: web.Request) -> web.Response:
     raise ImplementationAbsent("Dashboard url implementation is absent")
 
 
+@routes.get("/tracking-urls/topics/{topic}")
+@routes.get("/tracking-urls/topics/{topic}/subscriptions/{subscription}")
 async def tracking_urls(request: web.Request) -> web.Response:
     topic_name(request)
     if "subscription" in request.match_info:

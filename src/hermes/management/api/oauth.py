@@ -13,20 +13,16 @@ from hermes.http.server import json_response
 from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.context import SERVICE
 
-
-def register(router: web.UrlDispatcher) -> None:
-    router.add_get("/oauth/providers", list_providers)
-    router.add_post("/oauth/providers", create_provider)
-    router.add_get("/oauth/providers/{provider}", get_provider)
-    router.add_put("/oauth/providers/{provider}", update_provider)
-    router.add_delete("/oauth/providers/{provider}", delete_provider)
+routes = web.RouteTableDef()
 
 
+@routes.get("/oauth/providers")
 async def list_providers(request: web.Request) -> web.Response:
     providers = await asyncio.to_thread(request.app[SERVICE].repository.list_oauth_providers)
     return json_response([p.name for p in providers])
 
 
+@routes.post("/oauth/providers")
 async def create_provider(request: web.Request) -> web.Response:
     body = await read_object(request)
     provider = api_json.oauth_provider_from_json(body)
@@ -35,12 +31,14 @@ async def create_provider(request: web.Request) -> web.Response:
     return json_response(api_json.oauth_provider_to_json(created), status=201, headers=headers)
 
 
+@routes.get("/oauth/providers/{provider}")
 async def get_provider(request: web.Request) -> web.Response:
     repository = request.app[SERVICE].repository
     provider = await asyncio.to_thread(repository.get_oauth_provider, request.match_info["provider"])
     return json_response(api_json.oauth_provider_to_json(provider))
 
 
+@routes.put("/oauth/providers/{provider}")
 async def update_provider(request: web.Request) -> web.Response:
     patch = await read_object(request)
     headers = ignored_fields_header(request, patch, "OAuthProvider")
@@ -56,6 +54,7 @@ async def update_provider(request: web.Request) -> web.Response:
     return json_response(api_json.oauth_provider_to_json(updated), headers=headers)
 
 
+@routes.delete("/oauth/providers/{provider}")
 async def delete_provider(request: web.Request) -> web.Response:
     await asyncio.to_thread(request.app[SERVICE].repository.delete_oauth_provider, request.match_info["provider"])
     return web.Response(status=200)

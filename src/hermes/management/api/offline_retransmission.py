@@ -11,17 +11,10 @@ from hermes.management import offline_retransmission as tasks
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 
-_TASKS = "/offline-retransmission/tasks"
+routes = web.RouteTableDef()
 
 
-def register(router: web.UrlDispatcher) -> None:
-    router.add_post(_TASKS, create_task)
-    router.add_get(_TASKS, list_tasks)
-    router.add_delete(_TASKS + "/{taskId}", delete_task)
-    router.add_get("/offline-retransmission/topics/{topic}/tasks", topic_tasks)
-    router.add_get("/offline-retransmission/topics/{topic}/tasks/", topic_tasks)  # the console's form
-
-
+@routes.post("/offline-retransmission/tasks")
 async def create_task(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     body = await read_json(request)
@@ -29,17 +22,21 @@ async def create_task(request: web.Request) -> web.Response:
     return json_response(task.to_document(), status=201)
 
 
+@routes.get("/offline-retransmission/tasks")
 async def list_tasks(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     return json_response(await asyncio.to_thread(tasks.list_tasks, service.repository))
 
 
+@routes.delete("/offline-retransmission/tasks/{taskId}")
 async def delete_task(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     await asyncio.to_thread(tasks.delete_task, service.repository, request.match_info["taskId"])
     return web.Response(status=200)
 
 
+@routes.get("/offline-retransmission/topics/{topic}/tasks")
+@routes.get("/offline-retransmission/topics/{topic}/tasks/")
 async def topic_tasks(request: web.Request) -> web.Response:
     """Hermes' ``OfflineRetransmissionTaskMonitoringInfo`` of the tasks from or to the topic. There are no
     job logs or dashboards to link to (empty URLs); ``status`` and ``progress`` are added."""

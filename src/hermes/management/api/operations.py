@@ -24,6 +24,8 @@ from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
 
+routes = web.RouteTableDef()
+
 Json = dict[str, Any]
 # Kafka's group states as Hermes prints them (the Java client's names)
 _GROUP_STATES = {
@@ -33,22 +35,6 @@ _GROUP_STATES = {
     "PREPARING_REBALANCING": "PreparingRebalance",
     "COMPLETING_REBALANCING": "CompletingRebalance",
 }
-
-
-def register(router: web.UrlDispatcher) -> None:
-    base = "/topics/{topic}/subscriptions/{subscription}"
-    router.add_get(base + "/metrics", subscription_metrics)
-    router.add_get(base + "/metrics/persistent", persistent_metrics)
-    router.add_get(base + "/health", subscription_health)
-    router.add_get(base + "/consumer-groups", consumer_groups)
-    router.add_get(base + "/undelivered/last", last_undelivered)
-    router.add_put(base + "/retransmission", retransmit)
-    router.add_post(base + "/retransmission", retransmit)
-    router.add_get("/topics/{topic}/metrics", topic_metrics)
-    router.add_get("/unhealthy", unhealthy)
-    router.add_get("/unhealthy/", unhealthy)
-    router.add_post("/query/topics/metrics", query_topic_metrics)
-    router.add_post("/query/subscriptions/metrics", query_subscription_metrics)
 
 
 async def _subscription(request: web.Request) -> tuple[ManagementService, Subscription]:
@@ -63,12 +49,14 @@ def _metrics(service: ManagementService, sub: Subscription) -> Json:
     return monitoring.subscription_metrics(service.repository, service.admin, sub)
 
 
+@routes.get("/topics/{topic}/subscriptions/{subscription}/metrics")
 async def subscription_metrics(request: web.Request) -> web.Response:
     service, sub = await _subscription(request)
     metrics = await asyncio.to_thread(_metrics, service, sub)
     return json_response(monitoring.hermes_subscription_metrics(metrics, sub))
 
 
+@routes.get("/topics/{topic}/subscriptions/{subscription}/metrics/persistent")
 async def persistent_metrics(request: web.Request) -> web.Response:
     """Hermes' lifetime counts (they survive restarts here too: consumers store them with their snapshots)."""
     service, sub = await _subscription(request)
@@ -76,12 +64,14 @@ async def persistent_metrics(request: web.Request) -> web.Response:
     return json_response({"delivered": metrics["delivered"], "discarded": metrics["discarded"], "volume": 0})
 
 
+@routes.get("/topics/{topic}/subscriptions/{subscription}/health")
 async def subscription_health(request: web.Request) -> web.Response:
     service, sub = await _subscription(request)
     metrics = await asyncio.to_thread(_metrics, service, sub)
     return json_response(monitoring.subscription_health(metrics))
 
 
+@routes.get("/topics/{topic}/subscriptions/{subscription}/consumer-groups")
 async def consumer_groups(request: web.Request) -> web.Response:
     """Hermes' ``ConsumerGroup`` list: the subscription's Kafka consumer group, its members and, for each
     assigned partition, the committed offset and the log end."""
@@ -126,6 +116,7 @@ async def consumer_groups(request: web.Request) -> web.Response:
     return json_response(await asyncio.to_thread(describe))
 
 
+@routes.get("/topics/{topic}/subscriptions/{subscription}/undelivered/last")
 async def last_undelivered(request: web.Request) -> web.Response:
     service, sub = await _subscription(request)
     record = await asyncio.to_thread(
@@ -136,6 +127,8 @@ async def last_undelivered(request: web.Request) -> web.Response:
     return json_response(record)
 
 
+@routes.put("/topics/{topic}/subscriptions/{subscription}/retransmission")
+@routes.post("/topics/{topic}/subscriptions/{subscription}/retransmission")
 async def retransmit(request: web.Request) -> web.Response:
     service, sub = await _subscription(request)
     raw = await request.read()
@@ -178,11 +171,14 @@ def _topic_metrics(service: ManagementService, name: TopicName) -> Json:
     }
 
 
+@routes.get("/topics/{topic}/metrics")
 async def topic_metrics(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     return json_response(await asyncio.to_thread(_topic_metrics, service, topic_name(request)))
 
 
+@routes.get("/unhealthy")
+@routes.get("/unhealthy/")
 async def unhealthy(request: web.Request) -> web.Response:
     """Hermes' ``/unhealthy``: by default only subscriptions whose ``monitoringDetails.severity`` matters
     (``respectMonitoringSeverity=false`` lists all), optionally of one owner, some subscription names or
@@ -228,6 +224,7 @@ async def unhealthy(request: web.Request) -> web.Response:
     return json_response(found)
 
 
+@routes.post("/query/topics/metrics")
 async def query_topic_metrics(request: web.Request) -> web.Response:
     """Hermes' ``TopicNameWithMetrics`` of every topic, filtered by the query."""
     document = await read_json(request)
@@ -247,6 +244,7 @@ async def query_topic_metrics(request: web.Request) -> web.Response:
     return json_response(query.select(document, await asyncio.to_thread(collect)))
 
 
+@routes.post("/query/subscriptions/metrics")
 async def query_subscription_metrics(request: web.Request) -> web.Response:
     """Hermes' ``SubscriptionNameWithMetrics`` of every subscription, filtered by the query."""
     document = await read_json(request)

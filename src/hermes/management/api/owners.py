@@ -18,18 +18,9 @@ from hermes.management.access import principal
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 
+routes = web.RouteTableDef()
+
 PLAINTEXT = "Plaintext"
-
-
-def register(router: web.UrlDispatcher) -> None:
-    router.add_get("/owners/sources", list_sources)
-    router.add_get("/owners/sources/{source}", search_owners)
-    router.add_get("/owners/sources/{source}/{id}", get_owner)
-    router.add_get("/topics/owner/{source}/{id}", topics_of_owner)
-    router.add_get("/subscriptions/owner/{source}/{id}", subscriptions_of_owner)
-    router.add_get("/roles", roles)
-    router.add_get("/roles/topics/{topic}", topic_roles)
-    router.add_get("/roles/topics/{topic}/subscriptions/{subscription}", subscription_roles)
 
 
 def _owner(request: web.Request) -> Owner:
@@ -43,10 +34,12 @@ def _owner_json(owner_id: str) -> dict[str, str]:
     return {"id": owner_id, "name": owner_id}
 
 
+@routes.get("/owners/sources")
 async def list_sources(_: web.Request) -> web.Response:
     return json_response([{"name": PLAINTEXT, "autocomplete": True, "deprecated": False}])
 
 
+@routes.get("/owners/sources/{source}")
 async def search_owners(request: web.Request) -> web.Response:
     _owner(request)
     text = request.query.get("search", "").lower()
@@ -59,16 +52,19 @@ async def search_owners(request: web.Request) -> web.Response:
     return json_response([_owner_json(i) for i in ids])
 
 
+@routes.get("/owners/sources/{source}/{id}")
 async def get_owner(request: web.Request) -> web.Response:
     return json_response(_owner_json(_owner(request).id))
 
 
+@routes.get("/topics/owner/{source}/{id}")
 async def topics_of_owner(request: web.Request) -> web.Response:
     owner = _owner(request)
     topics = await asyncio.to_thread(request.app[SERVICE].repository.list_topics)
     return json_response([api_json.topic_to_json(t) for t in topics if t.owner == owner])
 
 
+@routes.get("/subscriptions/owner/{source}/{id}")
 async def subscriptions_of_owner(request: web.Request) -> web.Response:
     owner = _owner(request)
     subs = await asyncio.to_thread(request.app[SERVICE].repository.list_subscriptions)
@@ -79,6 +75,7 @@ def _roles(request: web.Request) -> list[str]:
     return ["admin", "any"] if principal(request).is_admin else ["any"]
 
 
+@routes.get("/roles")
 async def roles(request: web.Request) -> web.Response:
     return json_response(_roles(request))
 
@@ -95,6 +92,7 @@ async def _owns(request: web.Request, owner: Callable[[], Owner]) -> bool:
     return caller.owns(found.id)
 
 
+@routes.get("/roles/topics/{topic}")
 async def topic_roles(request: web.Request) -> web.Response:
     name = topic_name(request)
     repository = request.app[SERVICE].repository
@@ -102,6 +100,7 @@ async def topic_roles(request: web.Request) -> web.Response:
     return json_response([*_roles(request), *(["topicOwner"] if owner else [])])
 
 
+@routes.get("/roles/topics/{topic}/subscriptions/{subscription}")
 async def subscription_roles(request: web.Request) -> web.Response:
     name = topic_name(request)
     subscription = request.match_info["subscription"]

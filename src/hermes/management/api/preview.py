@@ -15,12 +15,7 @@ from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
 
-
-def register(router: web.UrlDispatcher) -> None:
-    base = "/topics/{topic}/preview"
-    router.add_get(base, list_preview)
-    router.add_get(base + "/{idx}", raw_preview)
-    router.add_get(base + "/cluster/{cluster}/partition/{partition}/offset/{offset}", message_at)
+routes = web.RouteTableDef()
 
 
 async def _topic(request: web.Request) -> tuple[ManagementService, Topic]:
@@ -39,12 +34,14 @@ def _number(request: web.Request, field: str) -> int:
     return int(text)
 
 
+@routes.get("/topics/{topic}/preview")
 async def list_preview(request: web.Request) -> web.Response:
     service, topic = await _topic(request)
     contents = await asyncio.to_thread(_previews, service, topic)
     return json_response([preview.preview(c) for c in contents])
 
 
+@routes.get("/topics/{topic}/preview/{idx}")
 async def raw_preview(request: web.Request) -> web.Response:
     idx = _number(request, "idx")
     service, topic = await _topic(request)
@@ -54,6 +51,7 @@ async def raw_preview(request: web.Request) -> web.Response:
     return web.Response(body=contents[idx][: preview.PREVIEW_MAX_BYTES], content_type="application/octet-stream")
 
 
+@routes.get("/topics/{topic}/preview/cluster/{cluster}/partition/{partition}/offset/{offset}")
 async def message_at(request: web.Request) -> web.Response:
     partition, offset = _number(request, "partition"), _number(request, "offset")
     service, topic = await _topic(request)

@@ -17,17 +17,9 @@ from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 from hermes.metadata.repository import MetadataRepository
 
+routes = web.RouteTableDef()
+
 Json = dict[str, Any]
-
-
-def register(router: web.UrlDispatcher) -> None:
-    router.add_post("/query/groups", query_groups)
-    router.add_post("/query/topics", query_topics)
-    router.add_post("/query/subscriptions", query_subscriptions)
-    router.add_post("/topics/query", query_topic_names)
-    router.add_post("/topics/{topic}/subscriptions/query", query_subscription_names)
-    router.add_get("/search/query", search)
-    router.add_get("/stats", stats)
 
 
 def _topics(repository: MetadataRepository, group: str | None = None) -> list[Json]:
@@ -45,6 +37,7 @@ async def _selected(request: web.Request, items: Any, *args: Any) -> list[Json]:
     return query.select(document, found)
 
 
+@routes.post("/query/groups")
 async def query_groups(request: web.Request) -> web.Response:
     def groups(repository: MetadataRepository) -> list[Json]:
         return [{"groupName": g.name} for g in repository.list_groups()]
@@ -52,19 +45,23 @@ async def query_groups(request: web.Request) -> web.Response:
     return json_response(await _selected(request, groups))
 
 
+@routes.post("/query/topics")
 async def query_topics(request: web.Request) -> web.Response:
     return json_response(await _selected(request, _topics))
 
 
+@routes.post("/query/subscriptions")
 async def query_subscriptions(request: web.Request) -> web.Response:
     return json_response(await _selected(request, _subscriptions))
 
 
+@routes.post("/topics/query")
 async def query_topic_names(request: web.Request) -> web.Response:
     found = await _selected(request, _topics, request.query.get("groupName") or None)
     return json_response([t["name"] for t in found])
 
 
+@routes.post("/topics/{topic}/subscriptions/query")
 async def query_subscription_names(request: web.Request) -> web.Response:
     topic = topic_name(request)
 
@@ -75,6 +72,7 @@ async def query_subscription_names(request: web.Request) -> web.Response:
     return json_response([s["name"] for s in await _selected(request, of_topic)])
 
 
+@routes.get("/search/query")
 async def search(request: web.Request) -> web.Response:
     """Topics and subscriptions whose name or owner id (and endpoint, for subscriptions) contains ``q``,
     ignoring case; no ``q`` finds nothing."""
@@ -112,6 +110,7 @@ async def search(request: web.Request) -> web.Response:
     return json_response({"results": results, "totalCount": len(results)})
 
 
+@routes.get("/stats")
 async def stats(request: web.Request) -> web.Response:
     repository = request.app[SERVICE].repository
 

@@ -16,17 +16,7 @@ from hermes.management.context import SERVICE
 from hermes.management.openapi.components import SCHEMAS
 from hermes.management.openapi.schemas import BATCH_POLICY, SERIAL_POLICY, Schema
 
-
-def register(router: web.UrlDispatcher) -> None:
-    base = "/topics/{topic}/subscriptions"
-    router.add_get(base, list_subscriptions)
-    router.add_post(base, create_subscription)
-    router.add_get(base + "/{subscription}", get_subscription)
-    router.add_put(base + "/{subscription}", update_subscription)
-    router.add_delete(base + "/{subscription}", delete_subscription)
-    router.add_put(base + "/{subscription}/state", change_state)
-    router.add_post(base + "/{subscription}/state", change_state)
-    router.add_get(base + "/{subscription}/state", get_state)
+routes = web.RouteTableDef()
 
 
 def request_schema(sub: Subscription) -> Schema:
@@ -37,6 +27,7 @@ def request_schema(sub: Subscription) -> Schema:
     return {**schema, "properties": {**schema["properties"], "subscriptionPolicy": policy}}
 
 
+@routes.get("/topics/{topic}/subscriptions")
 async def list_subscriptions(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     topic = topic_name(request)
@@ -46,6 +37,7 @@ async def list_subscriptions(request: web.Request) -> web.Response:
     return json_response([s.name for s in subs if s.tracking_enabled or not tracked])
 
 
+@routes.post("/topics/{topic}/subscriptions")
 async def create_subscription(request: web.Request) -> web.Response:
     topic = topic_name(request)
     body = await read_object(request)
@@ -54,6 +46,7 @@ async def create_subscription(request: web.Request) -> web.Response:
     return json_response(api_json.subscription_to_json(created), status=201, headers=headers)
 
 
+@routes.get("/topics/{topic}/subscriptions/{subscription}")
 async def get_subscription(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     sub = await asyncio.to_thread(
@@ -62,6 +55,7 @@ async def get_subscription(request: web.Request) -> web.Response:
     return json_response(api_json.subscription_to_json(sub))
 
 
+@routes.put("/topics/{topic}/subscriptions/{subscription}")
 async def update_subscription(request: web.Request) -> web.Response:
     patch = await read_object(request)
     updated = await request.app[SERVICE].update_subscription(
@@ -71,6 +65,7 @@ async def update_subscription(request: web.Request) -> web.Response:
     return json_response(api_json.subscription_to_json(updated), headers=headers)
 
 
+@routes.delete("/topics/{topic}/subscriptions/{subscription}")
 async def delete_subscription(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     await asyncio.to_thread(
@@ -79,6 +74,8 @@ async def delete_subscription(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+@routes.put("/topics/{topic}/subscriptions/{subscription}/state")
+@routes.post("/topics/{topic}/subscriptions/{subscription}/state")
 async def change_state(request: web.Request) -> web.Response:
     body = await read_json(request)
     try:
@@ -91,6 +88,7 @@ async def change_state(request: web.Request) -> web.Response:
     return web.Response(status=200)
 
 
+@routes.get("/topics/{topic}/subscriptions/{subscription}/state")
 async def get_state(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     sub = await asyncio.to_thread(

@@ -19,25 +19,14 @@ from hermes.management.api.bodies import flag, ignored_fields_header, read_objec
 from hermes.management.context import SERVICE
 from hermes.metadata.repository import MetadataRepository
 
-
-def register(router: web.UrlDispatcher) -> None:
-    router.add_get("/topics", list_topics)
-    router.add_post("/topics", create_topic)
-    router.add_get("/topics/{topic}", get_topic)
-    router.add_put("/topics/{topic}", update_topic)
-    router.add_delete("/topics/{topic}", delete_topic)
-    router.add_get("/topics/{topic}/schema", get_schema)
-    router.add_get("/topics/{topic}/schema/versions", list_schema_versions)
-    router.add_get("/topics/{topic}/schema/versions/{version}", get_schema)
-    router.add_get("/topics/{topic}/schema/ids/{id}", get_schema)
-    router.add_post("/topics/{topic}/schema", save_schema)
-    router.add_delete("/topics/{topic}/schema", delete_schema)
+routes = web.RouteTableDef()
 
 
 def topic_name(request: web.Request) -> TopicName:
     return TopicName.parse(request.match_info["topic"], "topicName")
 
 
+@routes.get("/topics")
 async def list_topics(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     topics = await asyncio.to_thread(service.repository.list_topics, request.query.get("groupName") or None)
@@ -61,6 +50,7 @@ def _schema_text(value: Any, field: str = "schema") -> str:
     return text
 
 
+@routes.post("/topics")
 async def create_topic(request: web.Request) -> web.Response:
     body = await read_object(request)
     topic = api_json.topic_from_json(body)
@@ -76,6 +66,9 @@ async def create_topic(request: web.Request) -> web.Response:
     return json_response(shown, status=201, headers=ignored_fields_header(request, body, "Topic"))
 
 
+@routes.get("/topics/{topic}/schema")
+@routes.get("/topics/{topic}/schema/versions/{version}")
+@routes.get("/topics/{topic}/schema/ids/{id}")
 async def get_schema(request: web.Request) -> web.Response:
     """A schema version (a schema's id is its version: this registry numbers schemas per topic); like
     Hermes, 204 without a body when there is none."""
@@ -95,17 +88,20 @@ async def get_schema(request: web.Request) -> web.Response:
     return web.Response(body=schema.encode(), content_type="application/json", headers={"Schema-Version": str(version)})
 
 
+@routes.delete("/topics/{topic}/schema")
 async def delete_schema(request: web.Request) -> web.Response:
     """Hermes refuses by default (``schema.removeSchema``): an AVRO topic without a schema cannot publish."""
     await asyncio.to_thread(request.app[SERVICE].repository.get_topic, topic_name(request))
     raise OperationDisabled("Removing schema is disabled.")
 
 
+@routes.get("/topics/{topic}/schema/versions")
 async def list_schema_versions(request: web.Request) -> web.Response:
     repository = request.app[SERVICE].repository
     return json_response(await asyncio.to_thread(repository.list_schema_versions, topic_name(request)))
 
 
+@routes.post("/topics/{topic}/schema")
 async def save_schema(request: web.Request) -> web.Response:
     name = topic_name(request)
     repository = request.app[SERVICE].repository
@@ -116,12 +112,14 @@ async def save_schema(request: web.Request) -> web.Response:
     return json_response({"version": version}, status=201)
 
 
+@routes.get("/topics/{topic}")
 async def get_topic(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     topic = await asyncio.to_thread(service.repository.get_topic, topic_name(request))
     return json_response(await asyncio.to_thread(topic_with_schema, service.repository, topic))
 
 
+@routes.put("/topics/{topic}")
 async def update_topic(request: web.Request) -> web.Response:
     """Changes the fields sent; a ``schema`` different from the latest adds a schema version, as in Hermes."""
     patch = await read_object(request)
@@ -144,6 +142,7 @@ async def update_topic(request: web.Request) -> web.Response:
     return json_response(shown, headers=ignored_fields_header(request, patch, "Topic"))
 
 
+@routes.delete("/topics/{topic}")
 async def delete_topic(request: web.Request) -> web.Response:
     await request.app[SERVICE].delete_topic(topic_name(request))
     return web.Response(status=200)

@@ -16,14 +16,9 @@ from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 from hermes.pipeline.traces import TrackingStore, tracking_root
 
-_S = "/topics/{topic}/subscriptions/{subscription}"
+routes = web.RouteTableDef()
+
 _MAX_MINUTES = 7 * 24 * 60
-
-
-def register(router: web.UrlDispatcher) -> None:
-    router.add_get(_S + "/events/{messageId}/trace", trace)
-    router.add_get(_S + "/undelivered", undelivered)
-    router.add_get(_S + "/statistics", statistics)
 
 
 async def _store(request: web.Request) -> tuple[TrackingStore, str, str]:
@@ -34,16 +29,19 @@ async def _store(request: web.Request) -> tuple[TrackingStore, str, str]:
     return TrackingStore(tracking_root(service.settings)), topic.qualified, name
 
 
+@routes.get("/topics/{topic}/subscriptions/{subscription}/events/{messageId}/trace")
 async def trace(request: web.Request) -> web.Response:
     store, topic, name = await _store(request)
     return json_response(await asyncio.to_thread(store.trace, topic, name, request.match_info["messageId"]))
 
 
+@routes.get("/topics/{topic}/subscriptions/{subscription}/undelivered")
 async def undelivered(request: web.Request) -> web.Response:
     store, topic, name = await _store(request)
     return json_response(await asyncio.to_thread(store.undelivered, topic, name))
 
 
+@routes.get("/topics/{topic}/subscriptions/{subscription}/statistics")
 async def statistics(request: web.Request) -> web.Response:
     raw = request.query.get("minutes", "60")
     if not raw.isdigit() or not 1 <= int(raw) <= _MAX_MINUTES:
