@@ -14,7 +14,7 @@ def banner(hermes: Hermes) -> str:
     rows: list[tuple[str, str]] = []
     for role in (Role.MANAGEMENT, Role.FRONTEND, Role.CONSUMERS):
         server = hermes.servers.get(role)
-        url = f"http://{settings.host}:{server.port}" if server is not None else ""
+        url = hermes.url(role) if server is not None else ""
         if role == Role.CONSUMERS and role in hermes.roles:  # alone, it serves health and metrics only
             rows.append((role, "delivering in this process" + (f"; health and metrics at {url}" if url else "")))
         elif url:

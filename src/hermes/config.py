@@ -65,6 +65,11 @@ class Settings(BaseSettings):
     auth_failed_logins_per_minute: int = Field(
         10, ge=1, le=10_000, description="Failed logins a client address may make per minute before it must wait."
     )
+    tls_cert_file: Path | None = Field(
+        None,
+        description="Certificate chain (PEM) of the HTTP listeners: with --tls-key-file, they speak HTTPS only.",
+    )
+    tls_key_file: Path | None = Field(None, description="Private key (PEM, unencrypted) of --tls-cert-file.")
     publish_authentication: Literal["required", "optional"] = Field(
         "required",
         description="While authentication is on: whether every publish must authenticate (required) or only those "
@@ -158,6 +163,9 @@ class Settings(BaseSettings):
     )
 
     # --- consumers ---
+    consumer_tls_ca_file: Path | None = Field(
+        None, description="CA certificates (PEM) trusted for HTTPS subscribers, beside the system's."
+    )
     consumer_commit_interval: float = Field(
         1.0, gt=0, description="Seconds between offset commits of each subscription consumer."
     )
@@ -328,6 +336,7 @@ SECTIONS = (
             "publish_authentication",
         ),
     ),
+    Section("TLS", SERVERS, ("tls_cert_file", "tls_key_file")),
     Section(
         "Kafka cluster",
         EVERY_PROCESS,
@@ -387,6 +396,7 @@ SECTIONS = (
         "consumers",
         ("run", "consumers"),
         (
+            "consumer_tls_ca_file",
             "consumer_commit_interval",
             "consumer_metrics_interval",
             "consumer_rate_period",

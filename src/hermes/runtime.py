@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import tempfile
 import time
 from enum import StrEnum
@@ -38,6 +39,7 @@ from hermes.offload.discovery import advertise_at_start
 from hermes.offload.local import LocalBlobStore
 from hermes.offload.retention import BlobRetention
 from hermes.security.setup import Security
+from hermes.security.tls import server_context
 from hermes.tracker import Tracker
 
 if TYPE_CHECKING:  # kazoo is the zookeeper extra's: imported only in distributed mode
@@ -89,6 +91,7 @@ class Hermes:
         self.security: Security | None = None
         self.cluster_node: ConsumersNode | None = None
         self._cluster: ClusterStore | None = None
+        self._tls: ssl.SSLContext | None = None
 
     @property
     def name(self) -> str:
@@ -96,12 +99,19 @@ class Hermes:
         return "hermes " + ("run" if self.roles == ALL_ROLES else "+".join(sorted(self.roles)))
 
     @property
+    def scheme(self) -> str:
+        return "https" if self.settings.tls_cert_file is not None else "http"
+
+    def url(self, role: Role) -> str:
+        return f"{self.scheme}://{self.settings.host}:{self.servers[role].port}"
+
+    @property
     def frontend_url(self) -> str:
-        return f"http://{self.settings.host}:{self.servers[Role.FRONTEND].port}"
+        return self.url(Role.FRONTEND)
 
     @property
     def management_url(self) -> str:
-        return f"http://{self.settings.host}:{self.servers[Role.MANAGEMENT].port}"
+        return self.url(Role.MANAGEMENT)
 
     async def start(self) -> None:
         try:
@@ -114,6 +124,7 @@ class Hermes:
         settings = self.settings
         check_data_dir(settings)
         self.security = Security.from_settings(settings)
+        self._tls = server_context(settings.tls_cert_file, settings.tls_key_file)
         for role in sorted(self.roles & {Role.MANAGEMENT, Role.FRONTEND}):
             self.security.check_listener(settings.host, role.value)
         if Role.FRONTEND in self.roles and not self.worker:  # its journal (and hermes run's files) is its alone
@@ -253,6 +264,7 @@ class Hermes:
                 Role.FRONTEND.value,
                 max_body=max(DEFAULT_MAX_BODY, settings.offload_max_message_size + UPLOAD_HEADROOM),
                 reuse_port=self.worker,
+                tls=self._tls,
             )
             await server.start()
             self.servers[Role.FRONTEND] = server
@@ -374,7 +386,7 @@ class Hermes:
                     log.warning("reporting publish metrics failed", exc_info=True)
 
     async def _serve(self, role: Role, app: Any, port: int) -> None:
-        server = Server(app, self.settings.host, port, role.value)
+        server = Server(app, self.settings.host, port, role.value, self._tls)
         await server.start()
         self.servers[role] = server
         self._stoppers.append(server.stop)

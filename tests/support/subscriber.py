@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -41,8 +42,10 @@ def always(status: int = 200, **headers: str) -> Script:
 class SubscriberServer:
     """``script(n, request)`` decides the reply to the n-th request (0-based)."""
 
-    def __init__(self, script: Script | None = None) -> None:
+    def __init__(self, script: Script | None = None, tls: ssl.SSLContext | None = None) -> None:
+        """``tls``: the server's context, to listen for HTTPS."""
         self.script: Script = script or always(200)
+        self.tls = tls
         self.received: list[Received] = []
         self._cond = threading.Condition()
         self._loop = asyncio.new_event_loop()
@@ -52,7 +55,7 @@ class SubscriberServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/"
 
     def start(self) -> SubscriberServer:
         self._thread.start()
@@ -64,7 +67,7 @@ class SubscriberServer:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, ssl_context=self.tls)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
@@ -93,6 +96,8 @@ class SubscriberServer:
     def stop(self) -> None:
         if self._runner is not None:
             asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+            if self.tls is not None:  # TLS connections close in callbacks after the cleanup: let them run
+                asyncio.run_coroutine_threadsafe(asyncio.sleep(0.05), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self._loop.close()

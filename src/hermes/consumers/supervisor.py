@@ -34,6 +34,7 @@ from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import HermesError
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.repository import MetadataRepository
+from hermes.security.tls import client_context
 from hermes.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,9 @@ class ConsumersSupervisor:
 
     async def start(self) -> None:
         resolver = load_resolver(self._settings.endpoint_address_resolver)
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=60),
+        tls = client_context(self._settings.consumer_tls_ca_file)
+        self._session = aiohttp.ClientSession(  # OAuth token endpoints
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=60, ssl=tls),
             auto_decompress=False,
         )
         s = self._settings
@@ -75,7 +77,7 @@ class ConsumersSupervisor:
         self._cache.on_subscription_change(self._oauth.subscription_changed)
         self._context = ConsumerContext(
             connection=self._connection,
-            sender=HttpSender(self._oauth),
+            sender=HttpSender(self._oauth, tls),
             repository=self._repository,
             content=ContentConverter(self._repository),
             node_id=s.node_id,

@@ -127,10 +127,11 @@ async def _supervise(settings: Settings, lock_fd: int, metrics_dir: str) -> int:
             return 1
         pids = ", ".join(str(w.process.pid) for w in workers if w.process is not None)
         log.info(
-            "hermes frontend is running (pid %d) with %d workers (pids %s) on http://%s:%d; Ctrl-C stops it",
+            "hermes frontend is running (pid %d) with %d workers (pids %s) on %s://%s:%d; Ctrl-C stops it",
             os.getpid(),
             len(workers),
             pids,
+            "https" if settings.tls_cert_file is not None else "http",
             settings.host,
             settings.frontend_port,
         )

@@ -112,12 +112,16 @@ class _Connection(asyncio.Protocol):
     def received_any(self) -> bool:
         return self._received_any
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
+        """``abort``: at once, without TLS's closing handshake (which would outlive a stopping event loop)."""
         self.closed = True
         if self._waiter is not None and not self._waiter.done():
             self._waiter.cancel()  # abandoned (a timeout): nobody will read its outcome
         if self.transport is not None:
-            self.transport.close()
+            if abort:
+                self.transport.abort()
+            else:
+                self.transport.close()
 
     def _fail(self, exc: Exception) -> None:
         if self._waiter is not None and not self._waiter.done():
@@ -278,5 +282,5 @@ class HttpClient:
     async def close(self) -> None:
         for connections in self._idle.values():
             for connection in connections:
-                connection.close()
+                connection.close(abort=True)  # idle: nothing in flight to lose
         self._idle.clear()

@@ -14,6 +14,7 @@ import asyncio
 import email.utils
 import logging
 import socket
+import ssl
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any, cast
@@ -271,8 +272,10 @@ class LeanServer:
         max_body: int = DEFAULT_MAX_BODY,
         keepalive: float = 75.0,
         reuse_port: bool = False,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.handler = handler
+        self.tls = tls
         self.host = host
         self.port = port
         self.what = what
@@ -290,14 +293,14 @@ class LeanServer:
         options: dict[str, Any] = {"reuse_port": True} if self._reuse_port else {"reuse_address": True}
         try:
             self._server = await self.loop.create_server(
-                lambda: _Connection(self), self.host, self.port, backlog=1024, **options
+                lambda: _Connection(self), self.host, self.port, backlog=1024, ssl=self.tls, **options
             )
         except OSError as exc:
             raise StartupError(f"the {self.what} cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
         sock: socket.socket = self._server.sockets[0]
         self.port = int(sock.getsockname()[1])
         self._timer = self.loop.call_later(1.0, self._tick)
-        log.info("%s listening on http://%s:%d", self.what, self.host, self.port)
+        log.info("%s listening on %s://%s:%d", self.what, "https" if self.tls else "http", self.host, self.port)
         return self.port
 
     def _tick(self) -> None:

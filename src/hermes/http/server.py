@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import ssl
 from typing import Any
 
 import orjson
@@ -62,8 +63,11 @@ async def read_json(request: web.Request) -> Any:
 class Server:
     """One aiohttp application listening on host:port (port 0 picks a free one)."""
 
-    def __init__(self, app: web.Application, host: str, port: int, what: str) -> None:
+    def __init__(
+        self, app: web.Application, host: str, port: int, what: str, tls: ssl.SSLContext | None = None
+    ) -> None:
         self.app = app
+        self.tls = tls
         self.host = host
         self.port = port
         self.what = what
@@ -72,7 +76,7 @@ class Server:
     async def start(self) -> int:
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True, backlog=1024)
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True, backlog=1024, ssl_context=self.tls)
         try:
             await site.start()
         except OSError as exc:
@@ -81,7 +85,7 @@ class Server:
         server = site._server
         if server is not None and self.port == 0:
             self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
-        log.info("%s listening on http://%s:%d", self.what, self.host, self.port)
+        log.info("%s listening on %s://%s:%d", self.what, "https" if self.tls else "http", self.host, self.port)
         return self.port
 
     async def stop(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ssl
 
 from hermes.consumers.sender.oauth import OAuthTokens
 from hermes.consumers.sender.result import SendResult
@@ -29,8 +30,8 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 class HttpSender:
-    def __init__(self, oauth: OAuthTokens | None = None) -> None:
-        self._client = HttpClient()
+    def __init__(self, oauth: OAuthTokens | None = None, tls: ssl.SSLContext | None = None) -> None:
+        self._client = HttpClient(tls)
         self._oauth = oauth
 
     def headers(
