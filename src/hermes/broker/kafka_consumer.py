@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 PartitionOffsets = Mapping[tuple[str, int], int]
 AssignmentListener = Callable[[list[tuple[str, int]]], None]
+_PREFIX_LENGTH = len(KAFKA_PROPAGATED_PREFIX)
 
 
 def _int_header(value: bytes | None) -> int | None:
@@ -43,24 +44,32 @@ def _id_header(value: bytes | None) -> str | None:
 def to_message(record: Any) -> Message:
     """Translates a Kafka record into a ``Message``; records without Hermes headers get derived ids. Headers
     written by other producers are never trusted: one this cannot read is ignored (raising here would stop the
-    subscription's consumer at that record at every restart)."""
-    headers: dict[str, bytes] = {k: v for k, v in (record.headers() or []) if v is not None}
-    propagated = {
-        k[len(KAFKA_PROPAGATED_PREFIX) :]: v.decode("utf-8", "replace")
-        for k, v in headers.items()
-        if k.startswith(KAFKA_PROPAGATED_PREFIX)
-    }
-    message_id = _id_header(headers.get(KAFKA_MESSAGE_ID))
-    published = _int_header(headers.get(KAFKA_PUBLISH_TIMESTAMP))
+    subscription's consumer at that record at every restart). Of a header given twice, the last counts."""
+    message_id: str | None = None
+    published: int | None = None
+    schema_version: int | None = None
+    propagated: dict[str, str] = {}
+    for name, value in record.headers() or ():  # one pass: this runs for every message read
+        if value is None:
+            continue
+        if name == KAFKA_MESSAGE_ID:
+            message_id = _id_header(value)
+        elif name == KAFKA_PUBLISH_TIMESTAMP:
+            published = _int_header(value)
+        elif name == KAFKA_SCHEMA_VERSION:
+            schema_version = _int_header(value)
+        elif name.startswith(KAFKA_PROPAGATED_PREFIX):
+            propagated[name[_PREFIX_LENGTH:]] = value.decode("utf-8", "replace")
+    topic, partition, offset = record.topic(), record.partition(), record.offset()
     return Message(
-        topic=record.topic(),
-        partition=record.partition(),
-        offset=record.offset(),
-        message_id=message_id or f"{record.topic()}-{record.partition()}-{record.offset()}",
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        message_id=message_id or f"{topic}-{partition}-{offset}",
         body=record.value() or b"",
         publish_timestamp=published if published is not None else record.timestamp()[1],
         key=record.key(),
-        schema_version=_int_header(headers.get(KAFKA_SCHEMA_VERSION)),
+        schema_version=schema_version,
         propagated_headers=propagated,
     )
 
@@ -125,7 +134,7 @@ class BrokerConsumer:
         # consume() waits for a full batch or the timeout: wait for one record only, then take what is queued,
         # so a message read alone is handed over at once instead of after the timeout.
         records = self._consumer.consume(num_messages=1, timeout=timeout)
-        sizes = [len(r.value() or b"") for r in records]
+        sizes = [len(r.value() or b"") for r in records] if max_bytes is not None else []
         while records and len(records) < max_messages:
             wanted = max_messages - len(records)
             if max_bytes is not None:
@@ -137,7 +146,8 @@ class BrokerConsumer:
             if not more:
                 break
             records += more
-            sizes += [len(r.value() or b"") for r in more]
+            if max_bytes is not None:
+                sizes += [len(r.value() or b"") for r in more]
         out = []
         for record in records:
             err = record.error()

@@ -14,7 +14,9 @@ import functools
 import logging
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from hermes.consumers.content import JSON
 from hermes.consumers.context import CrashListener
@@ -55,9 +57,10 @@ class BatchConsumer:
         self._delivery = delivery
         self._receiver = receiver
         self._on_crash = on_crash
-        self._queue: asyncio.Queue[tuple[Message, int]] = asyncio.Queue()
+        # what was read, with its generation, in order; taken without awaiting while anything is there
+        self._arrived: deque[tuple[Message, int]] = deque()
+        self._more = asyncio.Event()  # set when messages arrive
         self._batcher: asyncio.Task[None] | None = None
-        self._carry: tuple[Message, int] | None = None  # the first message of the next batch
 
     def start(self) -> None:
         self._receiver.start(self)
@@ -85,8 +88,8 @@ class BatchConsumer:
         """Nothing to count: the capacity bounds what waits in the queue."""
 
     def receive(self, messages: list[Message], generation: int) -> None:
-        for message in messages:
-            self._queue.put_nowait((message, generation))
+        self._arrived.extend(zip(messages, repeat(generation)))
+        self._more.set()
 
     def moved(self, generation: int) -> None:
         """Nothing to cancel: queued messages of older generations are dropped as they are collected."""
@@ -97,51 +100,53 @@ class BatchConsumer:
         while True:
             batch = await self._collect()
             if batch.messages:
+                self._delivery.traces(batch.messages, TraceStatus.INFLIGHT)
                 await self._deliver(batch)
 
     async def _collect(self) -> Batch:
         batch = Batch(time.monotonic())
+        delivery = self._delivery
         while True:
-            policy = self._delivery.subscription.batch_policy
+            policy = delivery.subscription.batch_policy
             if len(batch.messages) >= policy.batch_size or batch.volume >= policy.batch_volume:
                 return batch
-            try:
-                message, generation = await self._next(batch)
-            except TimeoutError:
+            if not self._arrived and not await self._more_for(batch):
                 return batch
+            message, generation = self._arrived.popleft()
             if not self._receiver.pending(message, generation):
                 continue  # read before a retransmission moved the group, or its partition was revoked
-            schema = await self._delivery.schema(message)
-            if not self._delivery.passes(message, schema):
+            schema = None if message.schema_version is None else await delivery.schema(message)
+            if not delivery.passes(message, schema):
                 self._receiver.finish(message, generation)
                 self._receiver.wake()
                 continue
-            body, _, _ = self._delivery.context.content.body(self._delivery.subscription, message, schema)
+            body, _, _ = delivery.context.content.body(delivery.subscription, message, schema)
             if batch.messages and batch.volume + len(body) > policy.batch_volume:
-                self._carry = (message, generation)  # starts the next batch, ahead of everything queued
+                self._arrived.appendleft((message, generation))  # starts the next batch
                 return batch
             batch.add(message, generation, body)
-            self._delivery.trace(message, TraceStatus.INFLIGHT)
 
-    async def _next(self, batch: Batch) -> tuple[Message, int]:
-        """The next message for ``batch``; TimeoutError when its batchTime ends first."""
-        if self._carry is not None:
-            item, self._carry = self._carry, None
-            return item
-        if not batch.messages:  # the batch time counts from its first message
-            item = await self._queue.get()
+    async def _more_for(self, batch: Batch) -> bool:
+        """Waits for messages; False when the batchTime of ``batch`` (counted from its first message) ends."""
+        self._more.clear()
+        if not batch.messages:
+            await self._more.wait()
             batch.started = time.monotonic()
-            return item
+            return True
         remaining = batch.started + self._delivery.subscription.batch_policy.batch_time / 1000 - time.monotonic()
         if remaining <= 0:
-            raise TimeoutError
-        return await asyncio.wait_for(self._queue.get(), remaining)
+            return False
+        try:
+            async with asyncio.timeout(remaining):
+                await self._more.wait()
+        except TimeoutError:
+            return False
+        return True
 
     async def _deliver(self, batch: Batch) -> None:
         send = functools.partial(self._send, batch, str(uuid.uuid4()))
         await retry_until_ttl(self._delivery, batch.messages, batch.started, send, paced=False)
-        for message, generation in zip(batch.messages, batch.generations, strict=True):
-            self._receiver.finish(message, generation)
+        self._receiver.finish_all(batch.messages, batch.generations)
         self._receiver.wake()
 
     async def _send(

@@ -9,7 +9,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 from hermes.consumers.context import ConsumerContext
@@ -23,6 +23,7 @@ from hermes.domain.message import Message
 from hermes.domain.subscription import Subscription, TrackingMode
 from hermes.domain.trace import TraceStatus
 from hermes.errors import EndpointResolutionError
+from hermes.tracker import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -150,10 +151,9 @@ class Delivery:
             self.failures.failed(outcome.reason)
         return outcome
 
-    def delivered(self, messages: Iterable[Message]) -> None:
-        for message in messages:
-            self.metrics.count("delivered")
-            self.trace(message, TraceStatus.SUCCESS)
+    def delivered(self, messages: Sequence[Message]) -> None:
+        self.metrics.count("delivered", len(messages))
+        self.traces(messages, TraceStatus.SUCCESS)
 
     async def discard(self, messages: Iterable[Message], reason: str) -> None:
         """Gives up on ``messages``: counted, traced and recorded as the last undelivered message."""
@@ -179,11 +179,23 @@ class Delivery:
             except Exception:
                 log.warning("recording the undelivered message of %s failed", self.name, exc_info=True)
 
-    def trace(self, message: Message, status: TraceStatus, reason: str | None = None) -> None:
+    def traces(self, messages: Iterable[Message], status: TraceStatus, reason: str | None = None) -> None:
+        if self._tracker(status) is not None:
+            for message in messages:
+                self.trace(message, status, reason)
+
+    def _tracker(self, status: TraceStatus) -> Tracker | None:
+        """The tracker, if the subscription's tracking records ``status``."""
         tracker = self.context.tracker
         if tracker is None or not self.subscription.tracking_enabled:
-            return
+            return None
         if status is not TraceStatus.DISCARDED and self.subscription.tracking_mode is TrackingMode.DISCARDED_ONLY:
+            return None
+        return tracker
+
+    def trace(self, message: Message, status: TraceStatus, reason: str | None = None) -> None:
+        tracker = self._tracker(status)
+        if tracker is None:
             return
         tracker.consumer(
             message.message_id,

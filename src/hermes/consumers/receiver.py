@@ -121,6 +121,12 @@ class MessageReceiver:
             if generation == self.generation:
                 self._tracker.finish((message.topic, message.partition), message.offset)
 
+    def finish_all(self, messages: list[Message], generations: list[int]) -> None:
+        with self._lock:
+            for message, generation in zip(messages, generations, strict=True):
+                if generation == self.generation:
+                    self._tracker.finish((message.topic, message.partition), message.offset)
+
     def unfinished(self) -> int:
         with self._lock:
             return self._tracker.inflight()

@@ -69,8 +69,7 @@ async def retry_until_ttl(
         backoff = Backoff.of(subscription).delay(retries, outcome.retry_after)
         if backoff > delivery.ttl_left(started):
             break
-        for message in messages:
-            delivery.trace(message, TraceStatus.FAILED, reason)
+        delivery.traces(messages, TraceStatus.FAILED, reason)
         retries += 1
         await delivery.pause(backoff)
     await delivery.discard(messages, reason)

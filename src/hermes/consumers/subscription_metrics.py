@@ -61,8 +61,8 @@ class SubscriptionMetrics:
                 self.totals[name] = int(snapshot.get(name, 0))
         self._previous = dict(self.totals)
 
-    def count(self, name: str) -> None:
-        self.totals[name] += 1
+    def count(self, name: str, amount: int = 1) -> None:
+        self.totals[name] += amount
         child = self._children.get(name)
         if child is None:  # looking a child up by labels costs more than the increment: once per name
             labels = self._labels()
@@ -75,7 +75,7 @@ class SubscriptionMetrics:
             else:
                 child = _RESPONSES.labels(**labels, outcome=name)
             self._children[name] = child
-        child.inc()
+        child.inc(amount)
 
     def response(self, status: int | None, timed_out: bool) -> None:
         if timed_out:
