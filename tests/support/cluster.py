@@ -1,0 +1,99 @@
+"""Distributed mode in tests: hermes processes on one ZooKeeper root and the session's Kafka, with short
+session timeouts and intervals, and readers of what management's /consumers/nodes says."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hermes.broker.embedded import EmbeddedBroker
+from tests.support.hermes import HermesProcess
+from tests.support.zookeeper import ZookeeperServer
+
+SESSION_TIMEOUT = 2.0  # a dead member leaves the cluster this long after its last heartbeat
+REPORT_INTERVAL = 0.5
+STANDBY_TIMEOUT = 1.0
+# docs/cluster.md's bound of a failover (kill to the replacement running the subscription): the session
+# timeout, a coordinator round and a consumer's start (10 s allowed on a loaded machine).
+FAILOVER_BOUND = SESSION_TIMEOUT + REPORT_INTERVAL + 10.0
+
+
+class Cluster:
+    def __init__(self, tmp: Path, kafka: EmbeddedBroker, zookeeper: ZookeeperServer, root: str) -> None:
+        self.tmp, self.kafka, self.zookeeper, self.root = tmp, kafka, zookeeper, root
+        self.processes: dict[str, HermesProcess] = {}
+
+    def flags(self) -> list[str]:
+        return [
+            "--metadata-store=zookeeper",
+            f"--zookeeper-connect={self.zookeeper.connect}",
+            f"--zookeeper-root={self.root}",
+            f"--kafka-bootstrap-servers={self.kafka.bootstrap_servers}",
+            f"--cluster-session-timeout={SESSION_TIMEOUT}",
+            f"--cluster-report-interval={REPORT_INTERVAL}",
+        ]
+
+    def settings(self) -> dict[str, Any]:
+        """The same, for a Hermes in the test's process."""
+        return {
+            "metadata_store": "zookeeper",
+            "zookeeper_connect": self.zookeeper.connect,
+            "zookeeper_root": self.root,
+            "cluster_session_timeout": SESSION_TIMEOUT,
+            "cluster_report_interval": REPORT_INTERVAL,
+        }
+
+    def start(self, name: str, command: str, *args: str) -> HermesProcess:
+        """A ``consumers`` node (its node id is ``name``), a ``frontend`` or a ``management`` process; its own
+        process group, so that SIGKILL takes a frontend's workers along (``kill``)."""
+        extra = {
+            "consumers": [f"--node-id={name}", f"--cluster-standby-timeout={STANDBY_TIMEOUT}"],
+            "frontend": ["--workers=1"],
+        }.get(command, [])
+        process = HermesProcess(self.tmp / name, *self.flags(), *extra, *args, command=command)
+        wait_for = {"consumers": "nothing", "frontend": "frontend"}.get(command, "management")
+        self.processes[name] = process.start(wait_for=wait_for, own_group=True)
+        return process
+
+    def restart(self, name: str) -> HermesProcess:
+        """The process again on its data directory and ports (a frontend replays its journal)."""
+        process = self.processes[name]
+        command = process.argv[3]
+        wait_for = {"consumers": "nothing", "frontend": "frontend"}.get(command, "management")
+        return process.start(wait_for=wait_for, own_group=True)
+
+    def kill(self, name: str) -> None:
+        process = self.processes[name].process
+        assert process is not None
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(30)
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.process is not None and process.process.poll() is None:
+                os.killpg(process.process.pid, signal.SIGKILL)
+                process.process.wait(30)
+
+
+def nodes(management: httpx.Client) -> dict[str, dict[str, Any]]:
+    response = management.get("/consumers/nodes")
+    assert response.status_code == 200, response.text
+    return {node["nodeId"]: node for node in response.json()}
+
+
+def assigned(management: httpx.Client) -> dict[str, list[str]]:
+    """Subscription -> the live nodes assigned to it that report running it."""
+    out: dict[str, list[str]] = {}
+    for node, report in nodes(management).items():
+        for name in report["subscriptions"]:
+            if name in report["running"]:
+                out.setdefault(name, []).append(node)
+    return out
+
+
+def coordinator(management: httpx.Client) -> str | None:
+    return next((n for n, report in nodes(management).items() if report["coordinator"]), None)
