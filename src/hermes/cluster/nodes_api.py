@@ -15,11 +15,7 @@ if TYPE_CHECKING:
     from hermes.cluster.registry import ClusterStore
 
 CLUSTER: web.AppKey[ClusterStore] = web.AppKey("cluster")
-
-
-def register(router: web.UrlDispatcher) -> None:
-    router.add_get("/consumers/nodes", consumer_nodes)
-    router.add_get("/frontends/nodes", frontend_nodes)
+routes = web.RouteTableDef()
 
 
 def _consumer_nodes(store: ClusterStore) -> list[dict[str, Any]]:
@@ -50,11 +46,13 @@ def _frontend_nodes(store: ClusterStore) -> list[dict[str, Any]]:
     return [{"process": name, **report} for name, report in sorted(store.members(FRONTENDS).items())]
 
 
+@routes.get("/consumers/nodes")
 async def consumer_nodes(request: web.Request) -> web.Response:
     store = request.app.get(CLUSTER)
     return json_response(await asyncio.to_thread(_consumer_nodes, store) if store is not None else [])
 
 
+@routes.get("/frontends/nodes")
 async def frontend_nodes(request: web.Request) -> web.Response:
     store = request.app.get(CLUSTER)
     return json_response(await asyncio.to_thread(_frontend_nodes, store) if store is not None else [])

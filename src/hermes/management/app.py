@@ -55,9 +55,9 @@ def create_app(service: ManagementService, security: Security) -> web.Applicatio
         cluster,
         consistency,
         console,
+        nodes_api,
     ):
         app.router.add_routes(module.routes)
-    nodes_api.register(app.router)
     app.router.add_get("/openapi.json", _openapi)
     return app
 
