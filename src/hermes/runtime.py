@@ -32,6 +32,7 @@ from hermes.http.lean import DEFAULT_MAX_BODY, LeanServer
 from hermes.http.server import Server
 from hermes.logs import log_path
 from hermes.metadata.cache import MetadataCache
+from hermes.metadata.documents import TOPIC_METRICS
 from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
 from hermes.offload.api import UPLOAD_HEADROOM, OffloadApi
@@ -373,15 +374,13 @@ class Hermes:
             started = time.monotonic()
 
     async def _report_published(self, published: Any) -> None:
-        from hermes.frontend.publish_metrics import TOPIC_METRICS_NAMESPACE
-
         assert self.repository is not None
         while True:
             await asyncio.sleep(self.settings.consumer_metrics_interval)
             for topic, snapshot in published.snapshots().items():
                 key = f"{topic}/{self.settings.node_id}"
                 try:
-                    await asyncio.to_thread(self.repository.put_document, TOPIC_METRICS_NAMESPACE, key, snapshot)
+                    await asyncio.to_thread(self.repository.put_document, TOPIC_METRICS, key, snapshot)
                 except Exception:
                     log.warning("reporting publish metrics failed", exc_info=True)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hermes.broker.admin import BrokerAdmin
-from hermes.consumers.subscription_metrics import UNDELIVERED_NAMESPACE
+from hermes.metadata.documents import UNDELIVERED_LAST
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import Reply, SubscriberServer, always
@@ -86,8 +86,8 @@ def test_broadcast_discards_at_the_ttl_naming_the_failing_instances(
     client.publish(topic, '{"doomed": "partly"}')
     repository = hermes.hermes.repository
     assert repository is not None
-    wait_until(lambda: repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}") is not None, 15)
-    record = repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}")
+    wait_until(lambda: repository.get_document(UNDELIVERED_LAST, f"{topic}${name}") is not None, 15)
+    record = repository.get_document(UNDELIVERED_LAST, f"{topic}${name}")
     assert record is not None
     assert record["reason"] == (
         f"Message sending failed for instances: {broken.url} (Message sending failed with status code:500)"
@@ -132,8 +132,8 @@ def test_bad_resolver_metadata_is_retried_and_discarded_with_the_reason(
     client.publish(topic, '{"n": 1}')
     repository = hermes.hermes.repository
     assert repository is not None
-    wait_until(lambda: repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}") is not None, 15)
-    record = repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}")
+    wait_until(lambda: repository.get_document(UNDELIVERED_LAST, f"{topic}${name}") is not None, 15)
+    record = repository.get_document(UNDELIVERED_LAST, f"{topic}${name}")
     assert record is not None and record["reason"] == (
         "Message sending failed: endpointAddressResolverMetadata.addresses: must be a non-empty list of URLs"
     )

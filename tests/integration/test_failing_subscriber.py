@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hermes.consumers.rate import RateMode
-from hermes.consumers.subscription_metrics import UNDELIVERED_NAMESPACE
+from hermes.metadata.documents import UNDELIVERED_LAST
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import Reply, SubscriberServer, always
@@ -101,8 +101,8 @@ def test_message_ttl_holds_while_messages_wait_for_the_heartbeat(
     assert time.monotonic() - published < 2 + 3.0, "messages outlived their messageTtl waiting for the limiter"
     repository = hermes.hermes.repository
     assert repository is not None
-    wait_until(lambda: repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}") is not None)
-    record = repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}")
+    wait_until(lambda: repository.get_document(UNDELIVERED_LAST, f"{topic}${name}") is not None)
+    record = repository.get_document(UNDELIVERED_LAST, f"{topic}${name}")
     assert record is not None and record["reason"] == "Message sending failed with status code:500"
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from hermes.domain.retransmission_task import NAMESPACE
+from hermes.metadata.documents import OFFLINE_RETRANSMISSION_TASKS
 from tests.integration.test_management_api import conforms_to_openapi
 from tests.support.hermes import HermesClient, InProcessHermes
 
@@ -39,7 +39,9 @@ def test_a_task_is_created_listed_and_deleted(hermes: InProcessHermes, client: H
     assert task["endTimestamp"] == "2026-11-23T07:00:00.000Z", "instants are answered in UTC"
     assert task["status"] == "PENDING" and task["progress"] == {"republished": 0, "total": None}
     assert hermes.hermes.repository is not None
-    assert hermes.hermes.repository.get_document(NAMESPACE, task["taskId"]) == task, "stored for the pipeline"
+    assert hermes.hermes.repository.get_document(OFFLINE_RETRANSMISSION_TASKS, task["taskId"]) == task, (
+        "stored for the pipeline"
+    )
 
     listed = client.management.get(TASKS)
     assert listed.status_code == 200 and task in listed.json()

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from hermes.consumers.subscription_metrics import SNAPSHOT_NAMESPACE, UNDELIVERED_NAMESPACE
 from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAFKA_SCHEMA_VERSION
+from hermes.metadata.documents import SUBSCRIPTION_METRICS, UNDELIVERED_LAST
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import Received, Reply, SubscriberServer
@@ -119,8 +119,8 @@ def test_an_expired_message_is_discarded_and_recorded_as_undelivered(
     subscriber.wait_for(2, timeout=20)
     repository = hermes.hermes.repository
     assert repository is not None
-    wait_until(lambda: repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}") is not None, 10)
-    record = repository.get_document(UNDELIVERED_NAMESPACE, f"{topic}${name}")
+    wait_until(lambda: repository.get_document(UNDELIVERED_LAST, f"{topic}${name}") is not None, 10)
+    record = repository.get_document(UNDELIVERED_LAST, f"{topic}${name}")
     assert record is not None
     assert record["status"] == "DISCARDED" and record["message"] == '{"doomed": true}'
     assert record["reason"] == "Message sending failed with status code:500"
@@ -130,7 +130,7 @@ def test_an_expired_message_is_discarded_and_recorded_as_undelivered(
     assert len(subscriber.received) == attempts, "no attempts after the discard"
 
     def discarded() -> bool:
-        snapshots = repository.list_documents(SNAPSHOT_NAMESPACE)
+        snapshots = repository.list_documents(SUBSCRIPTION_METRICS)
         return any(
             k.startswith(f"{topic}${name}/") and v["discarded"] == 1 and v["codes5xx"] == attempts
             for k, v in snapshots.items()

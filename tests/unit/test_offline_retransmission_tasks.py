@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAFKA_SCHEMA_VERSION
-from hermes.domain.retransmission_task import NAMESPACE, RetransmissionTask, TaskStatus, task_from_request
+from hermes.domain.retransmission_task import RetransmissionTask, TaskStatus, task_from_request
+from hermes.metadata.documents import OFFLINE_RETRANSMISSION_TASKS
 from hermes.metadata.sqlite import SqliteMetadataRepository
 from hermes.pipeline.retransmission import KAFKA_RETRANSMISSION_TASK, frontend_headers, next_task, update
 
@@ -43,19 +44,22 @@ def test_the_oldest_unfinished_task_runs_next(sqlite_repository: SqliteMetadataR
     tasks = [task(50, TaskStatus.DONE), task(40, TaskStatus.FAILED), task(30, TaskStatus.PENDING)]
     interrupted = task(35, TaskStatus.RUNNING)
     for t in [*tasks, interrupted]:
-        sqlite_repository.put_document(NAMESPACE, t.task_id, t.to_document())
+        sqlite_repository.put_document(OFFLINE_RETRANSMISSION_TASKS, t.task_id, t.to_document())
     found = next_task(sqlite_repository)
     assert found is not None and found.task_id == interrupted.task_id, "left RUNNING by a stopped pipeline: rerun"
 
 
 def test_progress_never_brings_back_a_deleted_task(sqlite_repository: SqliteMetadataRepository) -> None:
     running = task(0, TaskStatus.RUNNING)
-    sqlite_repository.put_document(NAMESPACE, running.task_id, running.to_document())
+    sqlite_repository.put_document(OFFLINE_RETRANSMISSION_TASKS, running.task_id, running.to_document())
     assert update(sqlite_repository, running.with_progress(TaskStatus.RUNNING, 3, 10))
-    assert sqlite_repository.get_document(NAMESPACE, running.task_id)["progress"] == {"republished": 3, "total": 10}  # type: ignore[index]
-    sqlite_repository.delete_document(NAMESPACE, running.task_id)
+    assert sqlite_repository.get_document(OFFLINE_RETRANSMISSION_TASKS, running.task_id)["progress"] == {
+        "republished": 3,
+        "total": 10,
+    }  # type: ignore[index]
+    sqlite_repository.delete_document(OFFLINE_RETRANSMISSION_TASKS, running.task_id)
     assert not update(sqlite_repository, running.with_progress(TaskStatus.DONE, 10, 10))
-    assert sqlite_repository.get_document(NAMESPACE, running.task_id) is None
+    assert sqlite_repository.get_document(OFFLINE_RETRANSMISSION_TASKS, running.task_id) is None
 
 
 def test_republished_messages_keep_the_original_frontend_headers() -> None:

@@ -17,9 +17,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# Where management stores the workload constraints (``consumersNumber`` of a topic's or a subscription's).
-CONSTRAINTS_NAMESPACE = "workload-constraints"
-
 # A node that reports no use at all still costs something per subscription it runs: without this floor an idle
 # cluster would pile every new subscription onto the same node.
 MIN_SUBSCRIPTION_COST = 0.01

@@ -19,6 +19,7 @@ from kazoo.client import KazooState
 from hermes.cluster import assignment as algorithm
 from hermes.cluster.rates import split_rate
 from hermes.cluster.registry import CONSUMERS, ClusterStore
+from hermes.metadata.documents import WORKLOAD_CONSTRAINTS
 from hermes.metadata.repository import MetadataChange, MetadataRepository
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class Coordinator:
         active = [s for s in self._repository.list_subscriptions() if s.runs]
         names = [s.qualified_name.qualified for s in active]
         limits = {s.qualified_name.qualified: float(s.serial_policy.rate) for s in active if not s.is_batch}
-        constraints = self._repository.list_documents(algorithm.CONSTRAINTS_NAMESPACE)
+        constraints = self._repository.list_documents(WORKLOAD_CONSTRAINTS)
         wanted = algorithm.wanted_consumers(names, constraints, self._settings.limits.consumers_per_subscription)
         current, version = self._store.read_assignment()
         new = algorithm.assign(wanted, loads, current, self._settings.limits)

@@ -19,8 +19,8 @@ from hermes.cluster.assignment import Assignment, Standby
 from hermes.cluster.coordinator import Coordinator, CoordinatorSettings
 from hermes.cluster.load import LoadMeter
 from hermes.cluster.registry import CONSUMERS, ClusterStore
-from hermes.consumers.subscription_metrics import ATTEMPT_OUTCOMES
 from hermes.consumers.supervisor import ConsumersSupervisor
+from hermes.metadata.documents import ATTEMPT_OUTCOMES
 from hermes.metadata.repository import MetadataRepository
 
 log = logging.getLogger(__name__)

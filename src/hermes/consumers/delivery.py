@@ -18,11 +18,12 @@ from hermes.consumers.filtering import MessageFilters
 from hermes.consumers.rate import AdaptiveRateLimiter, RateMode
 from hermes.consumers.recipients import Outcome, Recipients
 from hermes.consumers.sender.result import SendResult
-from hermes.consumers.subscription_metrics import UNDELIVERED_NAMESPACE, SubscriptionMetrics, UndeliveredMessage
+from hermes.consumers.subscription_metrics import SubscriptionMetrics
 from hermes.domain.message import Message
 from hermes.domain.subscription import Subscription, TrackingMode
 from hermes.domain.trace import TraceStatus
 from hermes.errors import EndpointResolutionError
+from hermes.metadata.documents import UNDELIVERED_LAST, UndeliveredMessage
 from hermes.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ class Delivery:
             log.info("discarded %s of %s: %s", message.message_id, self.name, reason)
             try:
                 await asyncio.to_thread(
-                    self.context.repository.put_document, UNDELIVERED_NAMESPACE, self.name, record.to_document()
+                    self.context.repository.put_document, UNDELIVERED_LAST, self.name, record.to_document()
                 )
             except Exception:
                 log.warning("recording the undelivered message of %s failed", self.name, exc_info=True)

@@ -20,8 +20,9 @@ from hermes.consumers.rate import AdaptiveRateLimiter
 from hermes.consumers.receiver import MessageReceiver
 from hermes.consumers.retransmission import RetransmissionRequests
 from hermes.consumers.serial import SerialConsumer
-from hermes.consumers.subscription_metrics import SNAPSHOT_NAMESPACE, SubscriptionMetrics
+from hermes.consumers.subscription_metrics import SubscriptionMetrics
 from hermes.domain.subscription import Subscription
+from hermes.metadata.documents import SUBSCRIPTION_METRICS
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,7 @@ class ConsumerProcess:
 
     async def start(self) -> None:
         snapshot = await asyncio.to_thread(
-            self._context.repository.get_document, SNAPSHOT_NAMESPACE, self._snapshot_key
+            self._context.repository.get_document, SUBSCRIPTION_METRICS, self._snapshot_key
         )
         self.metrics.restore(snapshot)
         await self._retransmissions.start()
@@ -113,5 +114,5 @@ class ConsumerProcess:
     async def _publish_metrics(self) -> None:
         self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value)
         await asyncio.to_thread(
-            self._context.repository.put_document, SNAPSHOT_NAMESPACE, self._snapshot_key, self.metrics.snapshot()
+            self._context.repository.put_document, SUBSCRIPTION_METRICS, self._snapshot_key, self.metrics.snapshot()
         )

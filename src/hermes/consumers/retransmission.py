@@ -8,9 +8,8 @@ import asyncio
 from typing import Any
 
 from hermes.consumers.offsets import Partition
+from hermes.metadata.documents import RETRANSMISSION
 from hermes.metadata.repository import MetadataRepository
-
-RETRANSMISSION_NAMESPACE = "retransmission"  # one document per subscription, keyed by its qualified name
 
 
 class RetransmissionRequests:
@@ -33,4 +32,4 @@ class RetransmissionRequests:
         return {(self._topic, int(p)): int(o) for p, o in request.get("offsets", {}).items()}
 
     async def _read(self) -> dict[str, Any] | None:
-        return await asyncio.to_thread(self._repository.get_document, RETRANSMISSION_NAMESPACE, self._subscription)
+        return await asyncio.to_thread(self._repository.get_document, RETRANSMISSION, self._subscription)

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client import Counter, Gauge
 
-SNAPSHOT_NAMESPACE = "subscription-metrics"
-UNDELIVERED_NAMESPACE = "undelivered-last"
+from hermes.metadata.documents import ATTEMPT_OUTCOMES, COUNTERS
 
 _LABELS = ("topic", "subscription")
 _DELIVERED = Counter("hermes_consumers_delivered", "Messages delivered", _LABELS)
@@ -25,8 +24,6 @@ _TOKEN_REQUESTS = Counter("hermes_consumers_oauth_token_requests", "OAuth token 
 _TOKEN_FAILURES = Counter("hermes_consumers_oauth_token_failures", "OAuth tokens needed but not obtained", _LABELS)
 _MODE = Gauge("hermes_consumers_rate_mode", "Rate mode: 0 normal, 1 slow, 2 heartbeat", _LABELS)
 
-COUNTERS = ("delivered", "discarded", "filtered", "timeouts", "otherErrors", "codes2xx", "codes4xx", "codes5xx")
-ATTEMPT_OUTCOMES = ("codes2xx", "codes4xx", "codes5xx", "timeouts", "otherErrors")
 # Health looks at the last attempts rather than the last second: a failing subscription is slowed down to one
 # attempt a second, then a minute, and must not look healthy in the seconds between its attempts.
 RECENT_ATTEMPTS = 100
@@ -126,21 +123,3 @@ class SubscriptionMetrics:
 
 def count_token_request(topic: str, subscription: str, *, failed: bool) -> None:
     (_TOKEN_FAILURES if failed else _TOKEN_REQUESTS).labels(topic=topic, subscription=subscription).inc()
-
-
-@dataclass(frozen=True)
-class UndeliveredMessage:
-    """Hermes' ``undelivered/last`` record."""
-
-    timestamp: int
-    subscription: str
-    topicName: str  # Hermes field names, camelCase on the wire
-    status: str
-    reason: str
-    message: str
-    partition: int
-    offset: int
-    cluster: str
-
-    def to_document(self) -> dict[str, Any]:
-        return asdict(self)

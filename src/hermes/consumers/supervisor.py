@@ -26,13 +26,13 @@ from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.process import ConsumerProcess
 from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import load_resolver
-from hermes.consumers.retransmission import RETRANSMISSION_NAMESPACE
 from hermes.consumers.sender.http import HttpSender
 from hermes.consumers.sender.oauth import OAuthTokens, TokenClient
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import HermesError
 from hermes.metadata.cache import MetadataCache
+from hermes.metadata.documents import RETRANSMISSION
 from hermes.metadata.repository import MetadataRepository
 from hermes.security.tls import client_context
 from hermes.tracker import Tracker
@@ -94,7 +94,7 @@ class ConsumersSupervisor:
             resolver=resolver,
         )
         self._cache.on_subscription_change(self._on_change)
-        self._cache.on_document_change(RETRANSMISSION_NAMESPACE, self._on_retransmission)
+        self._cache.on_document_change(RETRANSMISSION, self._on_retransmission)
         for subscription in list(self._cache.subscriptions.values()):
             await self._apply(subscription.topic_name, subscription.name, subscription)
 

@@ -17,8 +17,6 @@ from typing import Any
 from hermes.domain.names import TopicName
 from hermes.errors import FormattingError, ValidationError
 
-NAMESPACE = "offline-retransmission-tasks"
-
 
 class TaskStatus(StrEnum):
     PENDING = "PENDING"

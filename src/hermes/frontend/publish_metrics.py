@@ -38,7 +38,6 @@ JOURNAL_BYTES = Gauge(
     multiprocess_mode="livesum",
 )
 
-TOPIC_METRICS_NAMESPACE = "topic-metrics"
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.065, 0.1, 0.25, 0.4, 0.5, 1.0, float("inf"))
 # How often a worker writes its request counts for the other workers' scrapes (its own scrapes write them first).

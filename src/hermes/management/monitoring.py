@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes.broker.admin import BrokerAdmin
-from hermes.consumers.subscription_metrics import ATTEMPT_OUTCOMES, COUNTERS, SNAPSHOT_NAMESPACE
 from hermes.domain.subscription import Subscription
+from hermes.metadata.documents import ATTEMPT_OUTCOMES, COUNTERS, SUBSCRIPTION_METRICS
 from hermes.metadata.repository import MetadataRepository
 
 # A node whose snapshot is older than this no longer contributes to the per-second figures.
@@ -26,7 +26,7 @@ def subscription_metrics(
     ``codes*``; plus ``totals`` (lifetime counts of every counter), ``recentAttempts`` (outcomes of each node's
     last attempts, what health is judged on), ``inflight``, ``rate``, ``maxRate``, ``lag``."""
     prefix = f"{subscription.qualified_name.qualified}/"
-    snapshots = [v for k, v in repository.list_documents(SNAPSHOT_NAMESPACE).items() if k.startswith(prefix)]
+    snapshots = [v for k, v in repository.list_documents(SUBSCRIPTION_METRICS).items() if k.startswith(prefix)]
     now = int(time.time() * 1000)
     fresh = [s for s in snapshots if now - int(s.get("updatedAt", 0)) <= _STALE_MS]
     totals = {name: sum(int(s.get(name, 0)) for s in snapshots) for name in COUNTERS}

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from hermes.domain.names import TopicName
-from hermes.domain.retransmission_task import NAMESPACE, RetransmissionTask, task_from_request
+from hermes.domain.retransmission_task import RetransmissionTask, task_from_request
 from hermes.domain.topic import Topic
 from hermes.errors import NotFoundError, TopicNotFound, ValidationError
+from hermes.metadata.documents import OFFLINE_RETRANSMISSION_TASKS
 from hermes.metadata.repository import MetadataRepository
 
 
@@ -27,20 +28,23 @@ def create_task(repository: MetadataRepository, body: Any) -> RetransmissionTask
             f"is a {target.content_type.value} topic; the source topic is {source.content_type.value}",
             "targetTopic",
         )
-    repository.put_document(NAMESPACE, task.task_id, task.to_document())
+    repository.put_document(OFFLINE_RETRANSMISSION_TASKS, task.task_id, task.to_document())
     return task
 
 
 def list_tasks(repository: MetadataRepository) -> list[dict[str, Any]]:
     """Every task, oldest first, with its status and progress."""
-    return sorted(repository.list_documents(NAMESPACE).values(), key=lambda d: (d.get("createdAt", ""), d["taskId"]))
+    return sorted(
+        repository.list_documents(OFFLINE_RETRANSMISSION_TASKS).values(),
+        key=lambda d: (d.get("createdAt", ""), d["taskId"]),
+    )
 
 
 def delete_task(repository: MetadataRepository, task_id: str) -> None:
     """Forgets the task; a running job notices and stops before its next step."""
-    if repository.get_document(NAMESPACE, task_id) is None:
+    if repository.get_document(OFFLINE_RETRANSMISSION_TASKS, task_id) is None:
         raise NotFoundError(f"No offline retransmission task {task_id}")
-    repository.delete_document(NAMESPACE, task_id)
+    repository.delete_document(OFFLINE_RETRANSMISSION_TASKS, task_id)
 
 
 def _topic(repository: MetadataRepository, name: TopicName, field: str) -> Topic:

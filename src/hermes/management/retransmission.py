@@ -10,9 +10,9 @@ from typing import Any
 from hermes.broker.admin import BrokerAdmin
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import OffsetsNotMovable, ValidationError
+from hermes.metadata.documents import RETRANSMISSION
 from hermes.metadata.repository import MetadataRepository
 
-RETRANSMISSION_NAMESPACE = "retransmission"
 _RELATIVE = re.compile(r"^-(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
@@ -65,7 +65,7 @@ def retransmit(
     if subscription.state is SubscriptionState.SUSPENDED:
         admin.commit_offsets(subscription.consumer_group_id, topic, offsets)
     repository.put_document(
-        RETRANSMISSION_NAMESPACE,
+        RETRANSMISSION,
         subscription.qualified_name.qualified,
         {
             "offsets": {str(p): o for p, o in offsets.items()},

@@ -5,8 +5,9 @@ Methods are synchronous (both back ends are blocking clients); async callers wra
 sharing the store, within about a second, on a background thread.
 
 Besides the Hermes entities, the repository keeps small JSON *documents* in named namespaces: operational
-records such as the last undelivered message, consumer nodes, retransmission requests or offline
-retransmission tasks. They survive restarts and are shared by every process.
+records such as the last undelivered message, retransmission requests or offline retransmission tasks (every
+namespace, its writer and readers: :mod:`hermes.metadata.documents`). They survive restarts and are shared by
+every process.
 """
 
 from __future__ import annotations

@@ -27,8 +27,9 @@ from hermes.domain.message import (
     KAFKA_PUBLISH_TIMESTAMP,
     KAFKA_SCHEMA_VERSION,
 )
-from hermes.domain.retransmission_task import NAMESPACE, RetransmissionTask, TaskStatus
+from hermes.domain.retransmission_task import RetransmissionTask, TaskStatus
 from hermes.domain.topic import Ack
+from hermes.metadata.documents import OFFLINE_RETRANSMISSION_TASKS
 from hermes.metadata.repository import ChangeKind, MetadataChange, MetadataRepository
 from hermes.pipeline.job import LoopingJob
 from hermes.pipeline.lake import Lake, hour_of, read_lake
@@ -134,7 +135,7 @@ class RetransmissionJob(LoopingJob):
     watches_metadata = True
 
     def wakes_on(self, change: MetadataChange) -> bool:
-        return change.kind is ChangeKind.DOCUMENT and change.key.startswith(NAMESPACE + "/")
+        return change.kind is ChangeKind.DOCUMENT and change.key.startswith(OFFLINE_RETRANSMISSION_TASKS + "/")
 
     def interrupt(self) -> None:
         try:  # a task's Spark jobs carry the tag (classic sessions and Spark Connect alike)
@@ -178,7 +179,7 @@ class RetransmissionJob(LoopingJob):
             if self._stopping.is_set():
                 return  # left RUNNING: run again after the restart
             log.exception("offline retransmission %s failed", task.task_id)
-            current = repository.get_document(NAMESPACE, task.task_id)
+            current = repository.get_document(OFFLINE_RETRANSMISSION_TASKS, task.task_id)
             progress = (current or {}).get("progress") or {}
             update(
                 repository,
@@ -194,7 +195,7 @@ class RetransmissionJob(LoopingJob):
 def next_task(repository: MetadataRepository) -> RetransmissionTask | None:
     waiting = [
         RetransmissionTask.from_document(d)
-        for d in repository.list_documents(NAMESPACE).values()
+        for d in repository.list_documents(OFFLINE_RETRANSMISSION_TASKS).values()
         if d.get("status") in (TaskStatus.PENDING.value, TaskStatus.RUNNING.value)
     ]
     return min(waiting, key=lambda t: (t.created_at, t.task_id), default=None)
@@ -202,9 +203,9 @@ def next_task(repository: MetadataRepository) -> RetransmissionTask | None:
 
 def update(repository: MetadataRepository, task: RetransmissionTask) -> bool:
     """Stores the task's new state unless it was deleted meanwhile; False when it was."""
-    if repository.get_document(NAMESPACE, task.task_id) is None:
+    if repository.get_document(OFFLINE_RETRANSMISSION_TASKS, task.task_id) is None:
         return False
-    repository.put_document(NAMESPACE, task.task_id, task.to_document())
+    repository.put_document(OFFLINE_RETRANSMISSION_TASKS, task.task_id, task.to_document())
     return True
 
 

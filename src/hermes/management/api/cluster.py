@@ -11,7 +11,6 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from hermes.cluster.assignment import CONSTRAINTS_NAMESPACE
 from hermes.domain.names import SubscriptionName, TopicName, validate_simple_name
 from hermes.errors import HermesError, NotFoundError, ValidationError
 from hermes.http.server import json_response
@@ -19,12 +18,11 @@ from hermes.management.access import authenticated_admin
 from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
+from hermes.metadata.documents import DATACENTER_READINESS, MANAGEMENT, WORKLOAD_CONSTRAINTS
 from hermes.metadata.repository import MetadataRepository
 
 routes = web.RouteTableDef()
 
-MANAGEMENT_NAMESPACE = "management"
-READINESS_NAMESPACE = "datacenter-readiness"
 READ_WRITE, READ_ONLY, READ_ONLY_ADMIN = "readWrite", "readOnly", "readOnlyAdmin"
 MAX_CONSUMERS_NUMBER = 10_000
 
@@ -50,7 +48,7 @@ class ConstraintsNotFound(HermesError):
 
 
 def _mode(repository: MetadataRepository) -> str:
-    document = repository.get_document(MANAGEMENT_NAMESPACE, "mode")
+    document = repository.get_document(MANAGEMENT, "mode")
     return str(document["mode"]) if document else READ_WRITE
 
 
@@ -86,9 +84,7 @@ async def set_mode(request: web.Request) -> web.Response:
     if mode not in (READ_WRITE, READ_ONLY, READ_ONLY_ADMIN):
         raise ValidationError(f"must be one of {READ_WRITE}, {READ_ONLY}, {READ_ONLY_ADMIN}", "mode")
     stored = READ_WRITE if mode == READ_WRITE else READ_ONLY_ADMIN
-    await asyncio.to_thread(
-        request.app[SERVICE].repository.put_document, MANAGEMENT_NAMESPACE, "mode", {"mode": stored}
-    )
+    await asyncio.to_thread(request.app[SERVICE].repository.put_document, MANAGEMENT, "mode", {"mode": stored})
     return web.Response(status=200)
 
 
@@ -105,7 +101,7 @@ def _datacenter(service: ManagementService, name: str) -> str:
 async def list_readiness(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     name = service.settings.cluster_name
-    document = await asyncio.to_thread(service.repository.get_document, READINESS_NAMESPACE, name)
+    document = await asyncio.to_thread(service.repository.get_document, DATACENTER_READINESS, name)
     ready = document is None or bool(document.get("isReady", True))
     return json_response([{"datacenter": name, "status": "READY" if ready else "NOT_READY"}])
 
@@ -117,7 +113,7 @@ async def set_readiness(request: web.Request) -> web.Response:
     body = await read_object(request)
     if not isinstance(body.get("isReady"), bool):
         raise ValidationError("must be true or false", "isReady")
-    await asyncio.to_thread(service.repository.put_document, READINESS_NAMESPACE, name, {"isReady": body["isReady"]})
+    await asyncio.to_thread(service.repository.put_document, DATACENTER_READINESS, name, {"isReady": body["isReady"]})
     return web.Response(status=202, headers=ignored_fields_header(request, body, "Readiness"))
 
 
@@ -142,7 +138,7 @@ def _constraints(body: dict[str, Any]) -> dict[str, Any]:
 
 @routes.get("/workload-constraints")
 async def list_constraints(request: web.Request) -> web.Response:
-    documents = await asyncio.to_thread(request.app[SERVICE].repository.list_documents, CONSTRAINTS_NAMESPACE)
+    documents = await asyncio.to_thread(request.app[SERVICE].repository.list_documents, WORKLOAD_CONSTRAINTS)
     out: dict[str, dict[str, Any]] = {"topicConstraints": {}, "subscriptionConstraints": {}}
     for key, document in sorted(documents.items()):
         kind, _, name = key.partition(":")
@@ -153,16 +149,16 @@ async def list_constraints(request: web.Request) -> web.Response:
 async def _put_constraints(request: web.Request, key: str, body: dict[str, Any], schema: str) -> web.Response:
     repository = request.app[SERVICE].repository
     constraints = _constraints(body)
-    existed = await asyncio.to_thread(repository.get_document, CONSTRAINTS_NAMESPACE, key)
-    await asyncio.to_thread(repository.put_document, CONSTRAINTS_NAMESPACE, key, constraints)
+    existed = await asyncio.to_thread(repository.get_document, WORKLOAD_CONSTRAINTS, key)
+    await asyncio.to_thread(repository.put_document, WORKLOAD_CONSTRAINTS, key, constraints)
     return web.Response(status=200 if existed else 201, headers=ignored_fields_header(request, body, schema))
 
 
 async def _delete_constraints(request: web.Request, key: str, missing: ConstraintsNotFound) -> web.Response:
     repository = request.app[SERVICE].repository
-    if await asyncio.to_thread(repository.get_document, CONSTRAINTS_NAMESPACE, key) is None:
+    if await asyncio.to_thread(repository.get_document, WORKLOAD_CONSTRAINTS, key) is None:
         raise missing
-    await asyncio.to_thread(repository.delete_document, CONSTRAINTS_NAMESPACE, key)
+    await asyncio.to_thread(repository.delete_document, WORKLOAD_CONSTRAINTS, key)
     return web.Response(status=200)
 
 

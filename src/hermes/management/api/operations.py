@@ -10,12 +10,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from hermes.consumers.subscription_metrics import UNDELIVERED_NAMESPACE
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Severity, Subscription
 from hermes.domain.topic import Owner
 from hermes.errors import NotFoundError
-from hermes.frontend.publish_metrics import TOPIC_METRICS_NAMESPACE
 from hermes.http.server import json_response, read_json
 from hermes.management import monitoring, query, retransmission
 from hermes.management.api.bodies import flag
@@ -23,6 +21,7 @@ from hermes.management.api.owners import PLAINTEXT
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
+from hermes.metadata.documents import TOPIC_METRICS, UNDELIVERED_LAST
 
 routes = web.RouteTableDef()
 
@@ -119,9 +118,7 @@ async def consumer_groups(request: web.Request) -> web.Response:
 @routes.get("/topics/{topic}/subscriptions/{subscription}/undelivered/last")
 async def last_undelivered(request: web.Request) -> web.Response:
     service, sub = await _subscription(request)
-    record = await asyncio.to_thread(
-        service.repository.get_document, UNDELIVERED_NAMESPACE, sub.qualified_name.qualified
-    )
+    record = await asyncio.to_thread(service.repository.get_document, UNDELIVERED_LAST, sub.qualified_name.qualified)
     if record is None:
         raise NotFoundError(f"No undelivered message for subscription {sub.qualified_name.qualified}")
     return json_response(record)
@@ -156,7 +153,7 @@ def _topic_metrics(service: ManagementService, name: TopicName) -> Json:
     now = time.time() * 1000
     frontends = [
         v
-        for k, v in service.repository.list_documents(TOPIC_METRICS_NAMESPACE).items()
+        for k, v in service.repository.list_documents(TOPIC_METRICS).items()
         if k.startswith(f"{name.qualified}/") and now - v.get("updatedAt", 0) <= 30_000
     ]
     return {
