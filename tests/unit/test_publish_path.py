@@ -9,7 +9,14 @@ import uuid
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from hermes.domain.message import new_message_id
+from hermes.domain.message import (
+    KAFKA_MESSAGE_ID,
+    KAFKA_PUBLISH_TIMESTAMP,
+    KafkaHeaders,
+    kafka_headers,
+    new_message_id,
+    parse_kafka_headers,
+)
 from hermes.frontend.acks import AckTimeouts
 from hermes.frontend.publish_metrics import PublishRequests
 
@@ -76,3 +83,11 @@ def test_request_metrics_are_prometheus_counters_and_a_histogram() -> None:
     assert 'hermes_frontend_publish_seconds_bucket{le="1.0"} 2.0' in text
     assert 'hermes_frontend_publish_seconds_bucket{le="+Inf"} 3.0' in text
     assert "hermes_frontend_publish_seconds_count 3.0" in text and "hermes_frontend_publish_seconds_sum 7.003" in text
+
+
+def test_kafka_headers_read_back_as_written() -> None:
+    written = kafka_headers("id-1", 1_763_877_600_123, 3, {"Trace-Id": "t-1"})
+    assert parse_kafka_headers(written) == KafkaHeaders("id-1", 1_763_877_600_123, 3, {"Trace-Id": "t-1"})
+    assert parse_kafka_headers(kafka_headers("id-2", 5)) == KafkaHeaders("id-2", 5, None, {})
+    unreadable = [(KAFKA_PUBLISH_TIMESTAMP, b"yesterday"), (KAFKA_MESSAGE_ID, b"\xff\n"), ("other", None)]
+    assert parse_kafka_headers(unreadable) == KafkaHeaders(None, None, None, {}), "another producer's: ignored"

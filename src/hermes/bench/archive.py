@@ -34,7 +34,7 @@ from hermes.broker.embedded import EmbeddedBroker
 from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.broker.producer import BrokerProducer
 from hermes.config import load_settings
-from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, Message
+from hermes.domain.message import Message, kafka_headers
 from hermes.pipeline.lake import HOUR_PATTERN, Lake
 from hermes.pipeline.offline_storage import start_archive
 from hermes.pipeline.runner import PipelineContext
@@ -57,10 +57,7 @@ def _produce(
             if rate is not None:
                 await asyncio.sleep(max(0.0, started + i / rate - time.monotonic()))
             published = int(time.time() * 1000)
-            headers = [
-                (KAFKA_MESSAGE_ID, str(uuid.uuid4()).encode()),
-                (KAFKA_PUBLISH_TIMESTAMP, str(published).encode()),
-            ]
+            headers = kafka_headers(str(uuid.uuid4()), published)
             sent.append((published, producer.send(topic, BODY, headers=headers)))
             if rate is None and len(sent) % 5000 == 0:
                 await asyncio.gather(*(f for _, f in sent[-5000:]))

@@ -9,57 +9,20 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from hermes.broker.connection import KafkaConnection
-from hermes.domain.message import (
-    KAFKA_MESSAGE_ID,
-    KAFKA_PROPAGATED_PREFIX,
-    KAFKA_PUBLISH_TIMESTAMP,
-    KAFKA_SCHEMA_VERSION,
-    Message,
-)
+from hermes.domain.message import Message, parse_kafka_headers
 from hermes.errors import BrokerUnavailable
 
 log = logging.getLogger(__name__)
 
 PartitionOffsets = Mapping[tuple[str, int], int]
 AssignmentListener = Callable[[list[tuple[str, int]]], None]
-_PREFIX_LENGTH = len(KAFKA_PROPAGATED_PREFIX)
-
-
-def _int_header(value: bytes | None) -> int | None:
-    try:
-        return int(value) if value else None
-    except ValueError:
-        return None
-
-
-def _id_header(value: bytes | None) -> str | None:
-    """Ids travel on as HTTP header values: printable ASCII only."""
-    try:
-        text = value.decode("ascii") if value else None
-    except UnicodeDecodeError:
-        return None
-    return text if text and text.isprintable() else None
 
 
 def to_message(record: Any) -> Message:
-    """Translates a Kafka record into a ``Message``; records without Hermes headers get derived ids. Headers
-    written by other producers are never trusted: one this cannot read is ignored (raising here would stop the
-    subscription's consumer at that record at every restart). Of a header given twice, the last counts."""
-    message_id: str | None = None
-    published: int | None = None
-    schema_version: int | None = None
-    propagated: dict[str, str] = {}
-    for name, value in record.headers() or ():  # one pass: this runs for every message read
-        if value is None:
-            continue
-        if name == KAFKA_MESSAGE_ID:
-            message_id = _id_header(value)
-        elif name == KAFKA_PUBLISH_TIMESTAMP:
-            published = _int_header(value)
-        elif name == KAFKA_SCHEMA_VERSION:
-            schema_version = _int_header(value)
-        elif name.startswith(KAFKA_PROPAGATED_PREFIX):
-            propagated[name[_PREFIX_LENGTH:]] = value.decode("utf-8", "replace")
+    """Translates a Kafka record into a ``Message``; records without Hermes headers get derived ids. A header
+    this cannot read is ignored (raising here would stop the subscription's consumer at that record at every
+    restart)."""
+    message_id, published, schema_version, propagated = parse_kafka_headers(record.headers() or ())
     topic, partition, offset = record.topic(), record.partition(), record.offset()
     return Message(
         topic=topic,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 # HTTP headers (publisher-facing and subscriber-facing), as in Hermes.
 MESSAGE_ID_HEADER = "Hermes-Message-Id"
@@ -15,7 +17,7 @@ SCHEMA_VERSION_HEADER = "Schema-Version"
 SCHEMA_ID_HEADER = "Schema-Id"
 PARTITION_KEY_HEADER = "Partition-Key"
 
-# Kafka record headers written by the frontend.
+# Kafka record headers of a Hermes message (written by kafka_headers, read by parse_kafka_headers).
 KAFKA_MESSAGE_ID = "hermes-message-id"
 KAFKA_PUBLISH_TIMESTAMP = "hermes-publish-ts"
 KAFKA_SCHEMA_VERSION = "hermes-schema-version"
@@ -72,3 +74,68 @@ class Message:
     @property
     def size(self) -> int:
         return len(self.body)
+
+
+KafkaHeader = tuple[str, bytes]
+
+
+def kafka_headers(
+    message_id: str, published: int, schema_version: int | None = None, propagated: Mapping[str, str] | None = None
+) -> list[KafkaHeader]:
+    """The Kafka headers of a message: what the frontend writes, and what an offline retransmission writes
+    again with the archived values. ``propagated``: the publisher's headers on the allow-list, by name."""
+    headers = [(KAFKA_MESSAGE_ID, message_id.encode()), (KAFKA_PUBLISH_TIMESTAMP, str(published).encode())]
+    if schema_version is not None:
+        headers.append((KAFKA_SCHEMA_VERSION, str(schema_version).encode()))
+    if propagated:
+        headers.extend((KAFKA_PROPAGATED_PREFIX + name, value.encode()) for name, value in propagated.items())
+    return headers
+
+
+class KafkaHeaders(NamedTuple):
+    """What ``parse_kafka_headers`` read; None where a header is missing or unreadable."""
+
+    message_id: str | None
+    publish_timestamp: int | None
+    schema_version: int | None
+    propagated: dict[str, str]
+
+
+_PREFIX_LENGTH = len(KAFKA_PROPAGATED_PREFIX)
+
+
+def parse_kafka_headers(headers: Iterable[tuple[str, bytes | None]]) -> KafkaHeaders:
+    """Reads the headers ``kafka_headers`` writes. Headers written by other producers are never trusted: one
+    this cannot read counts as missing. Of a header given twice, the last counts."""
+    message_id: str | None = None
+    published: int | None = None
+    schema_version: int | None = None
+    propagated: dict[str, str] = {}
+    for name, value in headers:  # one pass: this runs for every message read
+        if value is None:
+            continue
+        if name == KAFKA_MESSAGE_ID:
+            message_id = _id_header(value)
+        elif name == KAFKA_PUBLISH_TIMESTAMP:
+            published = _int_header(value)
+        elif name == KAFKA_SCHEMA_VERSION:
+            schema_version = _int_header(value)
+        elif name.startswith(KAFKA_PROPAGATED_PREFIX):
+            propagated[name[_PREFIX_LENGTH:]] = value.decode("utf-8", "replace")
+    return KafkaHeaders(message_id, published, schema_version, propagated)
+
+
+def _int_header(value: bytes | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def _id_header(value: bytes | None) -> str | None:
+    """Ids travel on as HTTP header values: printable ASCII only."""
+    try:
+        text = value.decode("ascii") if value else None
+    except UnicodeDecodeError:
+        return None
+    return text if text and text.isprintable() else None

@@ -20,13 +20,10 @@ import orjson
 from hermes.broker.producer import BrokerProducer
 from hermes.domain.avro import avro_json_to_avro, check_avro, json_to_avro
 from hermes.domain.message import (
-    KAFKA_MESSAGE_ID,
-    KAFKA_PROPAGATED_PREFIX,
-    KAFKA_PUBLISH_TIMESTAMP,
-    KAFKA_SCHEMA_VERSION,
     PARTITION_KEY_HEADER,
     SCHEMA_ID_HEADER,
     SCHEMA_VERSION_HEADER,
+    kafka_headers,
 )
 from hermes.domain.topic import Ack, ContentType, Topic
 from hermes.domain.trace import TraceStatus
@@ -160,25 +157,17 @@ class Publisher:
         headers: Mapping[str, str],
         answer: Answer,
     ) -> None:
-        kafka_headers = [
-            (KAFKA_MESSAGE_ID, message_id.encode()),
-            (KAFKA_PUBLISH_TIMESTAMP, str(int(time.time() * 1000)).encode()),
-        ]
-        if schema_version is not None:
-            kafka_headers.append((KAFKA_SCHEMA_VERSION, str(schema_version).encode()))
-        for lower, name in self._propagated.items():
-            propagated = headers.get(lower)
-            if propagated is not None:
-                kafka_headers.append((KAFKA_PROPAGATED_PREFIX + name, propagated.encode()))
+        propagated = {name: v for lower, name in self._propagated.items() if (v := headers.get(lower)) is not None}
+        record_headers = kafka_headers(message_id, int(time.time() * 1000), schema_version, propagated)
         partition_key = headers.get(_PARTITION_KEY)
         key = partition_key.encode() if partition_key else None
         tracker = self._tracker if topic.tracking_enabled else None
-        entry = JournalEntry(message_id, topic.qualified_name, value, key, tuple(kafka_headers), topic.ack)
+        entry = JournalEntry(message_id, topic.qualified_name, value, key, tuple(record_headers), topic.ack)
         if tracker is not None:
             tracker.frontend(message_id, entry.topic, TraceStatus.INFLIGHT)
         if topic.ack is Ack.NONE:  # no ack to wait for: answered unless the producer refused it at once
             inflight = _InFlight(self, entry, tracker, answer, 0.0)
-            self._producer.produce(entry.topic, value, inflight.settled, key=key, headers=kafka_headers, ack=Ack.NONE)
+            self._producer.produce(entry.topic, value, inflight.settled, key=key, headers=record_headers, ack=Ack.NONE)
             if not inflight.answered:
                 inflight.answered = True
                 answer(PublishResult(message_id, True))
@@ -187,7 +176,7 @@ class Publisher:
         timeouts = self._timeouts[topic.ack]
         inflight = _InFlight(self, entry, tracker, answer, loop.time() + timeouts.seconds)
         timeouts.track(inflight, loop)
-        self._producer.produce(entry.topic, value, inflight.settled, key=key, headers=kafka_headers, ack=topic.ack)
+        self._producer.produce(entry.topic, value, inflight.settled, key=key, headers=record_headers, ack=topic.ack)
 
     def resend(self, entry: JournalEntry) -> None:
         """Produces a journaled message again (at start-up, or after the broker refused it)."""

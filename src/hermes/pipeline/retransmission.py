@@ -21,12 +21,7 @@ from typing import Any
 
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.producer import BrokerProducer
-from hermes.domain.message import (
-    KAFKA_MESSAGE_ID,
-    KAFKA_PROPAGATED_PREFIX,
-    KAFKA_PUBLISH_TIMESTAMP,
-    KAFKA_SCHEMA_VERSION,
-)
+from hermes.domain.message import kafka_headers
 from hermes.domain.retransmission_task import RetransmissionTask, TaskStatus
 from hermes.domain.topic import Ack
 from hermes.metadata.documents import OFFLINE_RETRANSMISSION_TASKS
@@ -116,13 +111,7 @@ async def _send(connection: KafkaConnection, target: str, task_id: str, rows: It
 
 def frontend_headers(row: Any, task_id: str) -> list[tuple[str, bytes]]:
     """The Kafka headers the frontend would have written, with the archived (original) values."""
-    headers = [
-        (KAFKA_MESSAGE_ID, row["message_id"].encode()),
-        (KAFKA_PUBLISH_TIMESTAMP, str(row["published"]).encode()),
-    ]
-    if row["schema_version"] is not None:
-        headers.append((KAFKA_SCHEMA_VERSION, str(row["schema_version"]).encode()))
-    headers.extend((KAFKA_PROPAGATED_PREFIX + k, v.encode()) for k, v in (row["headers"] or {}).items())
+    headers = kafka_headers(row["message_id"], row["published"], row["schema_version"], row["headers"])
     headers.append((KAFKA_RETRANSMISSION_TASK, task_id.encode()))
     return headers
 
