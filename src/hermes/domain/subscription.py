@@ -150,6 +150,8 @@ class Subscription:
     profiling_enabled: bool = False
     profiling_threshold_ms: int = 0
     metrics_config: MessageProcessingMetrics = field(default_factory=MessageProcessingMetrics)
+    # Standard Webhooks secrets the deliveries are signed with (our extension; hermes.domain.signing)
+    signing_secrets: tuple[str, ...] = field(default=(), repr=False)
     created_at: int = 0
     modified_at: int = 0
 

@@ -130,6 +130,10 @@ class ManagementService:
             oauth = edit.get("oAuthPolicy")
             if isinstance(oauth, dict) and oauth.get("password") == api_json.SECRET_MASK and current.oauth_policy:
                 edit["oAuthPolicy"] = {**oauth, "password": current.oauth_policy.password}  # likewise the password
+            secrets = edit.get("signingSecrets")
+            if isinstance(secrets, list) and api_json.SECRET_MASK in secrets:  # masks keep stored secrets, in order
+                stored = iter(current.signing_secrets)
+                edit["signingSecrets"] = [next(stored, s) if s == api_json.SECRET_MASK else s for s in secrets]
             if edit.get("state") == SubscriptionState.PENDING:
                 del edit["state"]  # as Hermes: only consumers make a subscription leave PENDING, nobody enters it
             if "trackingEnabled" in edit and "trackingMode" not in edit:

@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import base64
 import ssl
+import time
 
 from hermes.consumers.sender.oauth import OAuthTokens
 from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import (
+    BATCH_ID_HEADER,
     MESSAGE_ID_HEADER,
     RETRY_COUNT_HEADER,
     SUBSCRIPTION_NAME_HEADER,
     TOPIC_NAME_HEADER,
     Message,
 )
+from hermes.domain.signing import signature_headers
 from hermes.domain.subscription import Subscription
 from hermes.http.client import HttpClient
 
@@ -54,7 +57,12 @@ class HttpSender:
         self, subscription: Subscription, url: str, body: bytes, headers: dict[str, str], timeout_ms: int
     ) -> SendResult:
         """Sends with the subscription's OAuth bearer token if it has an OAuth policy, else with the
-        endpoint's Basic credentials if it has some."""
+        endpoint's Basic credentials if it has some; signed when the subscription has signing secrets (the
+        webhook id is the batch's or the message's id, the same on every retry)."""
+        if subscription.signing_secrets:
+            webhook_id = headers.get(BATCH_ID_HEADER) or headers[MESSAGE_ID_HEADER]
+            signed = signature_headers(subscription.signing_secrets, webhook_id, body, int(time.time()))
+            headers = {**headers, **signed}
         if self._oauth is not None and subscription.oauth_policy is not None:
             return await self._oauth.send(
                 subscription, headers, lambda h: self._post(subscription, url, body, h, timeout_ms)

@@ -25,6 +25,7 @@ from hermes.domain.api_json.fields import (
 from hermes.domain.api_json.topics import owner_from_json, owner_to_json
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import TopicName, validate_simple_name
+from hermes.domain.signing import check_secrets
 from hermes.domain.subscription import (
     MAX_MESSAGE_TTL_SECONDS,
     BatchSubscriptionPolicy,
@@ -156,6 +157,13 @@ def _oauth_policy(value: Any) -> OAuthPolicy | None:
     return OAuthPolicy(grant, provider, read_optional_str(data, "scope", "oAuthPolicy.scope"), username, password)
 
 
+def _signing_secrets(value: Any) -> tuple[str, ...]:
+    """A masked secret stands for a stored one (the management service puts those back): here, for nothing."""
+    if isinstance(value, list):
+        value = [secret for secret in value if secret != SECRET_MASK]
+    return check_secrets(value, "signingSecrets")
+
+
 def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
     """Parse a subscription in the current or the older (supportTeam, trackingEnabled) request shape."""
     body = read_object(data, "subscription")
@@ -207,6 +215,7 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
         profiling_enabled=read_bool(body, "profilingEnabled", False),
         profiling_threshold_ms=read_int(body, "profilingThresholdMs", 0, "profilingThresholdMs", 0, 3_600_000),
         metrics_config=_metrics_config(body.get("metricsConfig")),
+        signing_secrets=_signing_secrets(body.get("signingSecrets")),
         created_at=read_timestamp(body, "createdAt"),
         modified_at=read_timestamp(body, "modifiedAt"),
     )
@@ -321,4 +330,6 @@ def subscription_to_json(sub: Subscription, *, mask_secrets: bool = True) -> Jso
         if p.password is not None:
             oauth["password"] = SECRET_MASK if mask_secrets else p.password
         out["oAuthPolicy"] = oauth
+    if sub.signing_secrets:  # our extension: absent unless used, so Hermes' shape is unchanged
+        out["signingSecrets"] = [SECRET_MASK] * len(sub.signing_secrets) if mask_secrets else list(sub.signing_secrets)
     return out

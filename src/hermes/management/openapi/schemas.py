@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from hermes.domain.api_json.fields import SECRET_MASK
 from hermes.domain.api_json.subscriptions import AVROPATH, JSONPATH
 from hermes.domain.api_json.topics import MAX_CHAOS_DELAY_MS, MAX_MAX_MESSAGE_SIZE, MIN_MAX_MESSAGE_SIZE
 from hermes.domain.endpoint import URL_PATTERN
+from hermes.domain.signing import MAX_SECRETS, SECRET_PATTERN
 from hermes.domain.subscription import MAX_MESSAGE_TTL_SECONDS
 
 Schema = dict[str, Any]
@@ -240,6 +242,12 @@ ENTITIES: dict[str, Schema] = {
                 ["grantType", "providerName"],
             ),
             "http2Enabled": BOOL,
+            "signingSecrets": {
+                **array({"anyOf": [{"type": "string", "pattern": SECRET_PATTERN}, {"const": SECRET_MASK}]}),
+                "maxItems": MAX_SECRETS,
+                "description": "our extension: Standard Webhooks secrets the deliveries are signed with, answered as "
+                "******; in a change, each ****** keeps a stored secret, in their order",
+            },
             "autoDeleteWithTopicEnabled": BOOL,
             "monitoringDetails": obj({"severity": enum("CRITICAL", "IMPORTANT", "NON_IMPORTANT"), "reaction": STR}, []),
             "profilingEnabled": BOOL,
