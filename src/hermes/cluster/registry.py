@@ -78,8 +78,12 @@ class ClusterStore:
             self.client.create(path, orjson.dumps(document), ephemeral=True)
 
     def unregister(self, kind: str, member: str) -> None:
-        with contextlib.suppress(NoNodeError):
-            self.client.delete(self._path(kind, member))
+        """Leaves at once rather than at the session's timeout; without ZooKeeper, leaves it to the timeout (a
+        stopping process must not wait for a ZooKeeper that may not come back)."""
+        if not self.client.connected:
+            return
+        with contextlib.suppress(NoNodeError, KazooTimeoutError):
+            self.client.delete_async(self._path(kind, member)).get(timeout=self.session_timeout)
 
     def members(self, kind: str) -> dict[str, dict[str, Any]]:
         out = {}
