@@ -39,6 +39,16 @@ _OPERATION: Schema = {
 # an operator where an attribute is expected (and, or, not are only themselves in lower case)
 _MISPLACED_OPERATOR = "^(?i:eq|ne|like|in|gt|lt)$|^(?!(?:and|or|not)$)(?i:and|or|not)$"
 
+# Hermes' topic metrics: TopicMetrics (with our lifetime counts) and the query's TopicNameWithMetrics
+_TOPIC_METRICS: dict[str, Schema] = {
+    "published": INT,
+    "volume": INT,
+    "rate": DECIMAL,
+    "deliveryRate": DECIMAL,
+    "subscriptions": INT,
+    "throughput": DECIMAL,
+}
+
 SCHEMAS: dict[str, Schema] = {
     **ENTITIES,
     "SubscriptionMetrics": obj(
@@ -63,29 +73,8 @@ SCHEMAS: dict[str, Schema] = {
         }
     ),
     "PersistentSubscriptionMetrics": obj({"delivered": INT, "discarded": INT, "volume": INT}),
-    "TopicMetrics": obj(
-        {
-            "published": INT,
-            "volume": INT,
-            "rate": DECIMAL,
-            "deliveryRate": DECIMAL,
-            "subscriptions": INT,
-            "throughput": DECIMAL,
-            "delivered": INT,
-            "discarded": INT,
-        }
-    ),
-    "TopicNameWithMetrics": obj(
-        {
-            "name": STR,
-            "published": INT,
-            "volume": INT,
-            "rate": DECIMAL,
-            "deliveryRate": DECIMAL,
-            "subscriptions": INT,
-            "throughput": DECIMAL,
-        }
-    ),
+    "TopicMetrics": obj({**_TOPIC_METRICS, "delivered": INT, "discarded": INT}),
+    "TopicNameWithMetrics": obj({"name": STR, **_TOPIC_METRICS}),
     "SubscriptionNameWithMetrics": obj(
         {
             "topicName": STR,

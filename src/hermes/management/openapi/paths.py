@@ -4,19 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes.management.openapi.schemas import (
-    ANY,
-    BOOL,
-    INT,
-    NAMES,
-    STR,
-    TOPIC_NAME,
-    Schema,
-    array,
-    enum,
-    obj,
-    ref,
-)
+from hermes.management.openapi.schemas import ANY, BOOL, INT, NAMES, STR, TOPIC_NAME, Schema, array, enum, obj, ref
 
 _IGNORED = {
     "Hermes-Ignored-Fields": {

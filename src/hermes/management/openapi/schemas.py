@@ -96,35 +96,21 @@ BATCH_POLICY = obj(
 )
 
 _STRATEGY = enum("all", "any")
+
+
+def _filter(kind: str, field: str, schema: Schema) -> Schema:
+    """One type of message filter: ``field`` (its path or header) must match ``schema``."""
+    return obj(
+        {"type": {"const": kind}, field: schema, "matcher": REGEX, "matchingStrategy": _STRATEGY},
+        ["type", field, "matcher"],
+    )
+
+
 _FILTER: Schema = {
     "anyOf": [
-        obj(
-            {
-                "type": {"const": "jsonpath"},
-                "path": {"type": "string", "pattern": JSONPATH.pattern},
-                "matcher": REGEX,
-                "matchingStrategy": _STRATEGY,
-            },
-            ["type", "path", "matcher"],
-        ),
-        obj(
-            {
-                "type": {"const": "avropath"},
-                "path": {"type": "string", "pattern": AVROPATH.pattern},
-                "matcher": REGEX,
-                "matchingStrategy": _STRATEGY,
-            },
-            ["type", "path", "matcher"],
-        ),
-        obj(
-            {
-                "type": {"const": "header"},
-                "header": {"type": "string", "minLength": 1},
-                "matcher": REGEX,
-                "matchingStrategy": _STRATEGY,
-            },
-            ["type", "header", "matcher"],
-        ),
+        _filter("jsonpath", "path", {"type": "string", "pattern": JSONPATH.pattern}),
+        _filter("avropath", "path", {"type": "string", "pattern": AVROPATH.pattern}),
+        _filter("header", "header", {"type": "string", "minLength": 1}),
     ]
 }
 
