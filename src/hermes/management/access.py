@@ -4,7 +4,6 @@ callers whose owner ids include the topic's or subscription's ``owner.id``; admi
 
 from __future__ import annotations
 
-import asyncio
 from enum import StrEnum
 from typing import Any
 
@@ -172,7 +171,7 @@ def _owner_id(body: dict[str, Any]) -> str:
 async def _topic(request: web.Request) -> Any:
     try:
         name = TopicName.parse(request.match_info["topic"], "topicName")
-        return await asyncio.to_thread(request.app[SERVICE].repository.get_topic, name)
+        return await request.app[SERVICE].topic(name)
     except (HermesError, KeyError):
         return None
 
@@ -180,6 +179,6 @@ async def _topic(request: web.Request) -> Any:
 async def _subscription(request: web.Request, topic: TopicName) -> Any:
     name = request.match_info.get("subscription", "")
     try:
-        return await asyncio.to_thread(request.app[SERVICE].repository.get_subscription, topic, name)
+        return await request.app[SERVICE].subscription(topic, name)
     except HermesError:
         return None

@@ -11,8 +11,8 @@ from hermes.management import openapi
 from hermes.management.access import SECURITY, access_middleware
 from hermes.management.api import (
     cluster,
-    consistency,
     console,
+    datacenters,
     filters,
     groups,
     integrations,
@@ -53,7 +53,7 @@ def create_app(service: ManagementService, security: Security) -> web.Applicatio
         preview,
         integrations,
         cluster,
-        consistency,
+        datacenters,
         console,
         nodes_api,
     ):

@@ -11,9 +11,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes.broker.admin import BrokerAdmin
+from hermes.config import Settings
+from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription
-from hermes.metadata.documents import ATTEMPT_OUTCOMES, COUNTERS, SUBSCRIPTION_METRICS
+from hermes.metadata.documents import ATTEMPT_OUTCOMES, COUNTERS, SUBSCRIPTION_METRICS, TOPIC_METRICS
 from hermes.metadata.repository import MetadataRepository
+
+Json = dict[str, Any]
+# Kafka's group states as Hermes prints them (the Java client's names)
+_GROUP_STATES = {
+    "STABLE": "Stable",
+    "EMPTY": "Empty",
+    "DEAD": "Dead",
+    "PREPARING_REBALANCING": "PreparingRebalance",
+    "COMPLETING_REBALANCING": "CompletingRebalance",
+}
 
 # A node whose snapshot is older than this no longer contributes to the per-second figures.
 _STALE_MS = 30_000
@@ -115,3 +127,76 @@ def subscription_health(metrics: dict[str, Any], thresholds: HealthThresholds = 
     if metrics["lag"] > thresholds.lag:
         problems.append({"code": "LAGGING", "description": f"{metrics['lag']} messages wait for delivery"})
     return {"status": "UNHEALTHY" if problems else "HEALTHY", "problems": problems}
+
+
+def topic_metrics(repository: MetadataRepository, admin: BrokerAdmin, name: TopicName) -> Json:
+    """Hermes' ``TopicMetrics`` (decimal strings; ``volume`` and ``throughput``, bytes, not measured), plus our
+    lifetime ``delivered`` and ``discarded`` over the topic's subscriptions."""
+    repository.get_topic(name)
+    end = admin.end_offsets(name.qualified)
+    begin = admin.beginning_offsets(name.qualified)
+    subs = repository.list_subscriptions(name)
+    per_sub = [subscription_metrics(repository, admin, s) for s in subs]
+    now = time.time() * 1000
+    frontends = [
+        v
+        for k, v in repository.list_documents(TOPIC_METRICS).items()
+        if k.startswith(f"{name.qualified}/") and now - v.get("updatedAt", 0) <= _STALE_MS
+    ]
+    return {
+        "published": sum(end.values()) - sum(begin.values()),
+        "volume": 0,
+        "rate": decimal(sum(float(f.get("publishedPerSecond", 0)) for f in frontends)),
+        "deliveryRate": decimal(sum(m["codes2xx"] for m in per_sub)),
+        "subscriptions": len(subs),
+        "throughput": UNAVAILABLE,
+        "delivered": sum(m["delivered"] for m in per_sub),
+        "discarded": sum(m["discarded"] for m in per_sub),
+    }
+
+
+def consumer_groups(admin: BrokerAdmin, subscription: Subscription, cluster: str) -> list[Json]:
+    """Hermes' ``ConsumerGroup`` list: the subscription's Kafka consumer group, its members and, for each
+    assigned partition, the committed offset and the log end."""
+    topic = subscription.topic_name.qualified
+    group = admin.describe_group(subscription.consumer_group_id)
+    committed = admin.committed_offsets(subscription.consumer_group_id, topic)
+    end = admin.end_offsets(topic)
+    members = [
+        {
+            "consumerId": m.member_id,
+            "clientId": m.client_id,
+            "host": m.host,
+            "partitions": [
+                {
+                    "partition": p,
+                    "topic": t,
+                    "currentOffset": committed.get(p, -1),
+                    "logEndOffset": end.get(p, -1),
+                    "lag": max(0, end.get(p, 0) - committed.get(p, 0)),
+                    "offsetMetadata": "",
+                    "contentType": subscription.content_type.value,
+                }
+                for t, p in m.partitions
+                if t == topic
+            ],
+        }
+        for m in group.members
+    ]
+    state = _GROUP_STATES.get(group.state, "Unknown")
+    return [{"clusterName": cluster, "groupId": subscription.consumer_group_id, "state": state, "members": members}]
+
+
+def inactive_topics(repository: MetadataRepository, admin: BrokerAdmin, settings: Settings) -> list[Json]:
+    """Hermes' ``InactiveTopic`` of each topic whose newest message (Kafka's record timestamps say when) is older
+    than ``--inactive-topics-threshold``; a topic without messages (never published, or all expired) has no
+    such time and is left out. Hermes' detection job also notifies owners; nobody is notified here."""
+    whitelist = {name.strip() for name in settings.inactive_topics_whitelist.split(",")}
+    names = [t.qualified_name for t in repository.list_topics()]
+    newest = admin.newest_timestamps(names)
+    threshold = int((time.time() - settings.inactive_topics_threshold) * 1000)
+    return [
+        {"topic": name, "lastPublishedTsMs": last, "notificationTsMs": [], "whitelisted": name in whitelist}
+        for name in names
+        if (last := newest.get(name)) is not None and last <= threshold
+    ]

@@ -1,22 +1,33 @@
-"""What the management API does, apart from HTTP: repository changes together with their Kafka side."""
+"""What the management API does, apart from HTTP: its one way to the metadata store and to Kafka.
+
+Handlers ask the service and never hold the repository or the broker admin: each method does its blocking work
+in a thread, and changes that have a Kafka side (topics, a new subscription's offsets) do both.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import logging
-from typing import Any
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.topics import KafkaTopics
 from hermes.config import Settings
 from hermes.domain import api_json
+from hermes.domain.message import Message
 from hermes.domain.names import TopicName
+from hermes.domain.oauth import OAuthProvider
+from hermes.domain.retransmission_task import RetransmissionTask
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.domain.topic import ContentType, Group, Topic
+from hermes.domain.trace import TRACKING_TOPIC
 from hermes.errors import (
     BrokerError,
     BrokerUnavailable,
+    SchemaNotFound,
     ServiceUnavailable,
     SubscriptionAlreadyExists,
     SubscriptionNotFound,
@@ -24,37 +35,73 @@ from hermes.errors import (
     TopicNotFound,
     ValidationError,
 )
+from hermes.management import monitoring, offline_retransmission, preview, retransmission
 from hermes.metadata.repository import MetadataRepository
+from hermes.pipeline.traces import TrackingStore, tracking_root
 
 log = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+Json = dict[str, Any]
 
 
 class ManagementService:
     def __init__(self, settings: Settings, repository: MetadataRepository, admin: BrokerAdmin) -> None:
         self.settings = settings
-        self.repository = repository
-        self.admin = admin
-        self.kafka_topics = KafkaTopics(admin, settings.topic_partitions)
+        self._repository = repository
+        self._admin = admin
+        self._kafka_topics = KafkaTopics(admin, settings.topic_partitions)
+        self._tracking = TrackingStore(tracking_root(settings))
 
-    async def _run(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.to_thread(fn, *args)
+    @staticmethod
+    async def _run(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
 
     # --- groups ---
 
-    async def create_group(self, name: str) -> Group:
-        return await self._run(self.repository.create_group, Group(name))  # type: ignore[no-any-return]
+    async def groups(self) -> list[Group]:
+        return await self._run(self._repository.list_groups)
 
-    # --- topics ---
+    async def group(self, name: str) -> Group:
+        return await self._run(self._repository.get_group, name)
+
+    async def create_group(self, name: str) -> Group:
+        return await self._run(self._repository.create_group, Group(name))
+
+    async def delete_group(self, name: str) -> None:
+        await self._run(self._repository.delete_group, name)
+
+    # --- topics and schemas ---
+
+    async def topics(self, group: str | None = None) -> list[Topic]:
+        return await self._run(self._repository.list_topics, group)
+
+    async def topic(self, name: TopicName) -> Topic:
+        return await self._run(self._repository.get_topic, name)
+
+    async def schema(self, name: TopicName, version: int | None = None) -> tuple[int, str] | None:
+        """The schema version (the latest by default), None when there is none."""
+        try:
+            return await self._run(self._repository.get_schema, name, version)
+        except SchemaNotFound:
+            return None
+
+    async def schema_versions(self, name: TopicName) -> list[int]:
+        return await self._run(self._repository.list_schema_versions, name)
+
+    async def save_schema(self, name: TopicName, schema: str) -> int:
+        return await self._run(self._repository.save_schema, name, schema)
 
     async def create_topic(self, topic: Topic) -> Topic:
-        await self._run(self.repository.get_group, topic.name.group)
+        await self._run(self._repository.get_group, topic.name.group)
         try:
-            await self._run(self.repository.get_topic, topic.name)
+            await self._run(self._repository.get_topic, topic.name)
             raise TopicAlreadyExists(f"Topic {topic.qualified_name} already exists")
         except TopicNotFound:
             pass
-        await self._run(self.kafka_topics.create, topic)
-        return await self._run(self.repository.create_topic, topic)  # type: ignore[no-any-return]
+        await self._run(self._kafka_topics.create, topic)
+        return await self._run(self._repository.create_topic, topic)
 
     async def update_topic(self, name: TopicName, patch: dict[str, Any]) -> Topic:
         def change(current: Topic) -> Topic:
@@ -64,28 +111,44 @@ class ManagementService:
                 raise ValidationError("cannot be changed on an existing topic", "contentType")
             return updated
 
-        updated: Topic = await self._run(self.repository.update_topic, name, change)
-        await self._run(self.kafka_topics.update, updated)
+        updated = await self._run(self._repository.update_topic, name, change)
+        await self._run(self._kafka_topics.update, updated)
         return updated
 
     async def delete_topic(self, name: TopicName) -> None:
         """As Hermes: a topic whose subscriptions all have ``autoDeleteWithTopicEnabled`` takes them with it;
         any other subscription makes the topic not empty (403)."""
-        subscriptions: list[Subscription] = await self._run(self.repository.list_subscriptions, name)
+        subscriptions = await self._run(self._repository.list_subscriptions, name)
         if subscriptions and all(s.auto_delete_with_topic_enabled for s in subscriptions):
             for subscription in subscriptions:
-                await self._run(self.repository.delete_subscription, name, subscription.name)
-        await self._run(self.repository.delete_topic, name)
-        await self._run(self.admin.delete_topic, name.qualified)
+                await self._run(self._repository.delete_subscription, name, subscription.name)
+        await self._run(self._repository.delete_topic, name)
+        await self._run(self._admin.delete_topic, name.qualified)
 
     # --- subscriptions ---
 
+    async def subscriptions(self, topic: TopicName | None = None) -> list[Subscription]:
+        """Every subscription, or the topic's (an unknown topic is a 404)."""
+
+        def find() -> list[Subscription]:
+            if topic is not None:
+                self._repository.get_topic(topic)
+            return self._repository.list_subscriptions(topic)
+
+        return await self._run(find)
+
+    async def subscription(self, topic: TopicName, name: str) -> Subscription:
+        return await self._run(self._repository.get_subscription, topic, name)
+
+    async def delete_subscription(self, topic: TopicName, name: str) -> None:
+        await self._run(self._repository.delete_subscription, topic, name)
+
     async def create_subscription(self, subscription: Subscription) -> Subscription:
-        topic: Topic = await self._run(self.repository.get_topic, subscription.topic_name)
+        topic = await self._run(self._repository.get_topic, subscription.topic_name)
         if subscription.content_type.value == "AVRO" and topic.content_type is not ContentType.AVRO:
             raise ValidationError("AVRO is only available on AVRO topics", "contentType")
         try:
-            await self._run(self.repository.get_subscription, subscription.topic_name, subscription.name)
+            await self._run(self._repository.get_subscription, subscription.topic_name, subscription.name)
         except SubscriptionNotFound:
             pass
         else:
@@ -94,14 +157,14 @@ class ManagementService:
         # before any consumer can join it (a group without offsets would start wherever it joins).
         end = await self._end_offsets(topic.qualified_name)
         await self._pin_offsets(subscription.consumer_group_id, topic.qualified_name, end)
-        return await self._run(self.repository.create_subscription, subscription)  # type: ignore[no-any-return]
+        return await self._run(self._repository.create_subscription, subscription)
 
     async def _end_offsets(self, topic: str) -> dict[int, int]:
         """The end offsets of every partition. The metadata of a topic created a moment ago may not list its
         partitions yet: pinning none would leave the group to start wherever it joins."""
         deadline = asyncio.get_running_loop().time() + 10.0
         while True:
-            end: dict[int, int] = await asyncio.to_thread(self.admin.end_offsets, topic)
+            end = await self._run(self._admin.end_offsets, topic)
             if end:
                 return end
             if asyncio.get_running_loop().time() > deadline:
@@ -114,7 +177,7 @@ class ManagementService:
         deadline = asyncio.get_running_loop().time() + 15.0
         while True:
             try:
-                await self._run(self.admin.commit_offsets, group_id, topic, offsets)
+                await self._run(self._admin.commit_offsets, group_id, topic, offsets)
                 return
             except (BrokerError, BrokerUnavailable) as exc:
                 if asyncio.get_running_loop().time() > deadline:
@@ -148,9 +211,127 @@ class ManagementService:
                 merged["subscriptionPolicy"] = {**base["subscriptionPolicy"], **policy}
             return api_json.subscription_from_json(merged, topic)
 
-        return await self._run(self.repository.update_subscription, topic, name, change)  # type: ignore[no-any-return]
+        return await self._run(self._repository.update_subscription, topic, name, change)
 
     async def change_state(self, topic: TopicName, name: str, state: SubscriptionState) -> Subscription:
-        return await self._run(  # type: ignore[no-any-return]
-            self.repository.update_subscription, topic, name, lambda s: dataclasses.replace(s, state=state)
+        return await self._run(
+            self._repository.update_subscription, topic, name, lambda s: dataclasses.replace(s, state=state)
         )
+
+    # --- OAuth providers ---
+
+    async def oauth_providers(self) -> list[OAuthProvider]:
+        return await self._run(self._repository.list_oauth_providers)
+
+    async def oauth_provider(self, name: str) -> OAuthProvider:
+        return await self._run(self._repository.get_oauth_provider, name)
+
+    async def create_oauth_provider(self, provider: OAuthProvider) -> OAuthProvider:
+        return await self._run(self._repository.create_oauth_provider, provider)
+
+    async def update_oauth_provider(self, name: str, patch: Json) -> OAuthProvider:
+        """Changes the fields sent; a ``clientSecret`` sent back masked keeps the stored one."""
+        if patch.get("clientSecret") == api_json.SECRET_MASK:
+            patch = {k: v for k, v in patch.items() if k != "clientSecret"}
+
+        def change(current: OAuthProvider) -> OAuthProvider:
+            merged = {**api_json.oauth_provider_to_json(current, mask_secrets=False), **patch, "name": name}
+            return dataclasses.replace(api_json.oauth_provider_from_json(merged), name=name)
+
+        return await self._run(self._repository.update_oauth_provider, name, change)
+
+    async def delete_oauth_provider(self, name: str) -> None:
+        await self._run(self._repository.delete_oauth_provider, name)
+
+    # --- operational documents (mode, readiness, constraints, undelivered messages) ---
+
+    async def document(self, namespace: str, key: str) -> Json | None:
+        return await self._run(self._repository.get_document, namespace, key)
+
+    async def documents(self, namespace: str) -> dict[str, Json]:
+        return await self._run(self._repository.list_documents, namespace)
+
+    async def put_document(self, namespace: str, key: str, document: Json) -> None:
+        await self._run(self._repository.put_document, namespace, key, document)
+
+    async def delete_document(self, namespace: str, key: str) -> None:
+        await self._run(self._repository.delete_document, namespace, key)
+
+    # --- monitoring and retransmission ---
+
+    async def subscription_metrics(self, subscription: Subscription) -> Json:
+        return await self._run(monitoring.subscription_metrics, self._repository, self._admin, subscription)
+
+    async def topic_metrics(self, name: TopicName) -> Json:
+        return await self._run(monitoring.topic_metrics, self._repository, self._admin, name)
+
+    async def consumer_groups(self, subscription: Subscription) -> list[Json]:
+        cluster = self.settings.cluster_name
+        return await self._run(monitoring.consumer_groups, self._admin, subscription, cluster)
+
+    async def inactive_topics(self) -> list[Json]:
+        return await self._run(monitoring.inactive_topics, self._repository, self._admin, self.settings)
+
+    async def retransmit(self, subscription: Subscription, moment: datetime, dry_run: bool) -> Json:
+        cluster = self.settings.cluster_name
+        return await self._run(
+            retransmission.retransmit, self._repository, self._admin, subscription, moment, cluster, dry_run
+        )
+
+    # --- Kafka topics outside Hermes' ---
+
+    async def kafka_topics_outside_hermes(self) -> list[str]:
+        """Kafka topics no Hermes topic accounts for, apart from Kafka's own (``__consumer_offsets``) and
+        Hermes' message tracking."""
+
+        def find() -> list[str]:
+            known = {t.qualified_name for t in self._repository.list_topics()}
+            names = self._admin.topic_names() - known
+            return sorted(n for n in names if not n.startswith("_") and n != TRACKING_TOPIC)
+
+        return await self._run(find)
+
+    async def delete_kafka_topic(self, name: str) -> None:
+        await self._run(self._admin.delete_topic, name)
+
+    # --- message tracking: what the pipeline's tracking job wrote ---
+
+    async def trace(self, subscription: Subscription, message_id: str) -> list[Json]:
+        topic, name = subscription.topic_name.qualified, subscription.name
+        return await self._run(self._tracking.trace, topic, name, message_id)
+
+    async def undelivered(self, subscription: Subscription) -> list[Json]:
+        return await self._run(self._tracking.undelivered, subscription.topic_name.qualified, subscription.name)
+
+    async def delivery_statistics(self, subscription: Subscription, since_ms: int) -> list[Json]:
+        topic, name = subscription.topic_name.qualified, subscription.name
+        return await self._run(self._tracking.statistics, topic, name, since_ms)
+
+    # --- preview ---
+
+    async def recent_messages(self, topic: Topic) -> list[bytes]:
+        """The newest messages of the topic as its subscribers see them (Avro as JSON), oldest first."""
+
+        def read() -> list[bytes]:
+            messages = preview.recent_messages(self._admin, topic)
+            return [preview.as_json(self._repository, topic, m) for m in messages]
+
+        return await self._run(read)
+
+    async def message_at(self, topic: Topic, partition: int, offset: int) -> bytes | None:
+        def read() -> bytes | None:
+            found: Message | None = preview.message_at(self._admin, topic, partition, offset)
+            return None if found is None else preview.as_json(self._repository, topic, found)
+
+        return await self._run(read)
+
+    # --- offline retransmission tasks ---
+
+    async def create_task(self, body: Any) -> RetransmissionTask:
+        return await self._run(offline_retransmission.create_task, self._repository, body)
+
+    async def tasks(self) -> list[Json]:
+        return await self._run(offline_retransmission.list_tasks, self._repository)
+
+    async def delete_task(self, task_id: str) -> None:
+        await self._run(offline_retransmission.delete_task, self._repository, task_id)

@@ -1,25 +1,22 @@
-"""Running the installation: the management mode (``/mode``), datacenter readiness, consumer workload
-constraints and inactive topics. Their state is kept in the metadata store, shared by every management
+"""Running the installation: the management mode (``/mode``), consumer workload constraints and inactive
+topics. Their state is kept in the metadata store, shared by every management
 instance (and read by the processes that act on it)."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from hermes.domain.names import SubscriptionName, TopicName, validate_simple_name
-from hermes.errors import HermesError, NotFoundError, ValidationError
+from hermes.errors import HermesError, ValidationError
 from hermes.http.server import json_response
 from hermes.management.access import authenticated_admin
 from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
-from hermes.metadata.documents import DATACENTER_READINESS, MANAGEMENT, WORKLOAD_CONSTRAINTS
-from hermes.metadata.repository import MetadataRepository
+from hermes.metadata.documents import MANAGEMENT, WORKLOAD_CONSTRAINTS
 
 routes = web.RouteTableDef()
 
@@ -47,8 +44,8 @@ class ConstraintsNotFound(HermesError):
 # --- mode ---
 
 
-def _mode(repository: MetadataRepository) -> str:
-    document = repository.get_document(MANAGEMENT, "mode")
+async def _mode(service: ManagementService) -> str:
+    document = await service.document(MANAGEMENT, "mode")
     return str(document["mode"]) if document else READ_WRITE
 
 
@@ -65,16 +62,15 @@ def _changes_allowed(request: web.Request) -> bool:
 @web.middleware
 async def read_only_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Refuses changes while the mode is read-only. As Hermes, admins who signed in pass."""
-    if not _changes_allowed(request) and not authenticated_admin(request):
-        mode = await asyncio.to_thread(_mode, request.app[SERVICE].repository)
-        if mode != READ_WRITE:
-            raise ReadOnlyMode("Action forbidden due to read-only mode")
+    changing = not _changes_allowed(request) and not authenticated_admin(request)
+    if changing and await _mode(request.app[SERVICE]) != READ_WRITE:
+        raise ReadOnlyMode("Action forbidden due to read-only mode")
     return await handler(request)
 
 
 @routes.get("/mode")
 async def get_mode(request: web.Request) -> web.Response:
-    return web.Response(text=await asyncio.to_thread(_mode, request.app[SERVICE].repository))
+    return web.Response(text=await _mode(request.app[SERVICE]))
 
 
 @routes.post("/mode")
@@ -84,37 +80,8 @@ async def set_mode(request: web.Request) -> web.Response:
     if mode not in (READ_WRITE, READ_ONLY, READ_ONLY_ADMIN):
         raise ValidationError(f"must be one of {READ_WRITE}, {READ_ONLY}, {READ_ONLY_ADMIN}", "mode")
     stored = READ_WRITE if mode == READ_WRITE else READ_ONLY_ADMIN
-    await asyncio.to_thread(request.app[SERVICE].repository.put_document, MANAGEMENT, "mode", {"mode": stored})
+    await request.app[SERVICE].put_document(MANAGEMENT, "mode", {"mode": stored})
     return web.Response(status=200)
-
-
-# --- datacenter readiness: one datacenter, the cluster ---
-
-
-def _datacenter(service: ManagementService, name: str) -> str:
-    if name != service.settings.cluster_name:
-        raise NotFoundError(f"No datacenter {name}: the one datacenter is {service.settings.cluster_name}")
-    return name
-
-
-@routes.get("/readiness/datacenters")
-async def list_readiness(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    name = service.settings.cluster_name
-    document = await asyncio.to_thread(service.repository.get_document, DATACENTER_READINESS, name)
-    ready = document is None or bool(document.get("isReady", True))
-    return json_response([{"datacenter": name, "status": "READY" if ready else "NOT_READY"}])
-
-
-@routes.post("/readiness/datacenters/{datacenter}")
-async def set_readiness(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    name = _datacenter(service, request.match_info["datacenter"])
-    body = await read_object(request)
-    if not isinstance(body.get("isReady"), bool):
-        raise ValidationError("must be true or false", "isReady")
-    await asyncio.to_thread(service.repository.put_document, DATACENTER_READINESS, name, {"isReady": body["isReady"]})
-    return web.Response(status=202, headers=ignored_fields_header(request, body, "Readiness"))
 
 
 # --- workload constraints ---
@@ -138,7 +105,7 @@ def _constraints(body: dict[str, Any]) -> dict[str, Any]:
 
 @routes.get("/workload-constraints")
 async def list_constraints(request: web.Request) -> web.Response:
-    documents = await asyncio.to_thread(request.app[SERVICE].repository.list_documents, WORKLOAD_CONSTRAINTS)
+    documents = await request.app[SERVICE].documents(WORKLOAD_CONSTRAINTS)
     out: dict[str, dict[str, Any]] = {"topicConstraints": {}, "subscriptionConstraints": {}}
     for key, document in sorted(documents.items()):
         kind, _, name = key.partition(":")
@@ -147,18 +114,18 @@ async def list_constraints(request: web.Request) -> web.Response:
 
 
 async def _put_constraints(request: web.Request, key: str, body: dict[str, Any], schema: str) -> web.Response:
-    repository = request.app[SERVICE].repository
+    service = request.app[SERVICE]
     constraints = _constraints(body)
-    existed = await asyncio.to_thread(repository.get_document, WORKLOAD_CONSTRAINTS, key)
-    await asyncio.to_thread(repository.put_document, WORKLOAD_CONSTRAINTS, key, constraints)
+    existed = await service.document(WORKLOAD_CONSTRAINTS, key)
+    await service.put_document(WORKLOAD_CONSTRAINTS, key, constraints)
     return web.Response(status=200 if existed else 201, headers=ignored_fields_header(request, body, schema))
 
 
 async def _delete_constraints(request: web.Request, key: str, missing: ConstraintsNotFound) -> web.Response:
-    repository = request.app[SERVICE].repository
-    if await asyncio.to_thread(repository.get_document, WORKLOAD_CONSTRAINTS, key) is None:
+    service = request.app[SERVICE]
+    if await service.document(WORKLOAD_CONSTRAINTS, key) is None:
         raise missing
-    await asyncio.to_thread(repository.delete_document, WORKLOAD_CONSTRAINTS, key)
+    await service.delete_document(WORKLOAD_CONSTRAINTS, key)
     return web.Response(status=200)
 
 
@@ -204,21 +171,4 @@ async def delete_subscription_constraints(request: web.Request) -> web.Response:
 
 @routes.get("/inactive-topics")
 async def inactive_topics(request: web.Request) -> web.Response:
-    """Hermes' ``InactiveTopic`` of each topic whose newest message (Kafka's record timestamps say when) is older
-    than ``--inactive-topics-threshold``; a topic without messages (never published, or all expired) has no
-    such time and is left out. Hermes' detection job also notifies owners; nobody is notified here."""
-    service = request.app[SERVICE]
-    settings = service.settings
-    whitelist = {name.strip() for name in settings.inactive_topics_whitelist.split(",")}
-
-    def find() -> list[dict[str, Any]]:
-        names = [t.qualified_name for t in service.repository.list_topics()]
-        newest = service.admin.newest_timestamps(names)
-        threshold = int((time.time() - settings.inactive_topics_threshold) * 1000)
-        return [
-            {"topic": name, "lastPublishedTsMs": last, "notificationTsMs": [], "whitelisted": name in whitelist}
-            for name in names
-            if (last := newest.get(name)) is not None and last <= threshold
-        ]
-
-    return json_response(await asyncio.to_thread(find))
+    return json_response(await request.app[SERVICE].inactive_topics())

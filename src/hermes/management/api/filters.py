@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import time
@@ -17,7 +16,7 @@ from hermes.domain import api_json
 from hermes.domain.avro import json_to_avro
 from hermes.domain.message import Message
 from hermes.domain.topic import ContentType
-from hermes.errors import HermesError, ValidationError
+from hermes.errors import HermesError, SchemaNotFound, ValidationError
 from hermes.http.server import json_response
 from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.api.topics import topic_name
@@ -37,13 +36,15 @@ async def verify(request: web.Request) -> web.Response:
         content = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError):
         raise ValidationError("is not valid base64", "message") from None
-    repository = request.app[SERVICE].repository
-    topic = await asyncio.to_thread(repository.get_topic, topic_name(request))
+    service = request.app[SERVICE]
+    topic = await service.topic(topic_name(request))
     headers = ignored_fields_header(request, body, "FiltersVerification")
-    if topic.content_type is ContentType.AVRO:
-        try:  # as Hermes: an AVRO topic's message is given as JSON and must convert with the latest schema
-            _, schema = await asyncio.to_thread(repository.get_schema, topic.name)
-            json_to_avro(schema, content)
+    if topic.content_type is ContentType.AVRO:  # as Hermes: the message is JSON that the latest schema converts
+        latest = await service.schema(topic.name)
+        try:
+            if latest is None:
+                raise SchemaNotFound(f"Topic {topic.qualified_name} has no schema")
+            json_to_avro(latest[1], content)
         except HermesError as exc:
             return json_response({"status": "ERROR", "errorMessage": exc.message}, headers=headers)
     message = Message(topic.qualified_name, 0, 0, "", content, int(time.time() * 1000))

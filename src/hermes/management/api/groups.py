@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from aiohttp import web
 
 from hermes.domain.names import validate_group_name
@@ -17,9 +15,7 @@ routes = web.RouteTableDef()
 
 @routes.get("/groups")
 async def list_groups(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    groups = await asyncio.to_thread(service.repository.list_groups)
-    return json_response([g.name for g in groups])
+    return json_response([g.name for g in await request.app[SERVICE].groups()])
 
 
 @routes.post("/groups")
@@ -32,8 +28,7 @@ async def create_group(request: web.Request) -> web.Response:
 
 @routes.get("/groups/{group}")
 async def get_group(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    group = await asyncio.to_thread(service.repository.get_group, request.match_info["group"])
+    group = await request.app[SERVICE].group(request.match_info["group"])
     return json_response({"groupName": group.name})
 
 
@@ -42,7 +37,7 @@ async def update_group(request: web.Request) -> web.Response:
     """A group has nothing but its name, which cannot change: Hermes' 204 once the group is found."""
     body = await read_object(request)
     name = request.match_info["group"]
-    await asyncio.to_thread(request.app[SERVICE].repository.get_group, name)
+    await request.app[SERVICE].group(name)
     if body.get("groupName", name) != name:
         raise ValidationError("a group cannot be renamed", "groupName")
     return web.Response(status=204, headers=ignored_fields_header(request, body, "Group"))
@@ -50,6 +45,5 @@ async def update_group(request: web.Request) -> web.Response:
 
 @routes.delete("/groups/{group}")
 async def delete_group(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    await asyncio.to_thread(service.repository.delete_group, request.match_info["group"])
+    await request.app[SERVICE].delete_group(request.match_info["group"])
     return web.Response(status=200)

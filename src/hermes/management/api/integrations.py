@@ -4,8 +4,6 @@ clients: the owners of its subscriptions."""
 
 from __future__ import annotations
 
-import asyncio
-
 from aiohttp import web
 
 from hermes.domain.names import validate_simple_name
@@ -19,10 +17,7 @@ routes = web.RouteTableDef()
 
 @routes.get("/topics/{topic}/clients")
 async def topic_clients(request: web.Request) -> web.Response:
-    repository = request.app[SERVICE].repository
-    name = topic_name(request)
-    await asyncio.to_thread(repository.get_topic, name)
-    subs = await asyncio.to_thread(repository.list_subscriptions, name)
+    subs = await request.app[SERVICE].subscriptions(topic_name(request))
     return json_response(list(dict.fromkeys(s.owner.id for s in subs)))
 
 

@@ -1,17 +1,16 @@
 """Owners and roles. Owners come from one source, Hermes' ``Plaintext``: an owner is any id, and searching
-it suggests the ids topics and subscriptions already name. Roles: the caller's, as the access rules see them
-(while authentication is off every caller is an admin, so each answer lists every role Hermes asks about)."""
+it suggests the ids topics and subscriptions already name. Roles: the caller's, as the access rules see them."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from hermes.domain import api_json
 from hermes.domain.names import validate_simple_name
-from hermes.domain.topic import Owner
+from hermes.domain.subscription import Subscription
+from hermes.domain.topic import Owner, Topic
 from hermes.errors import NotFoundError, OwnerSourceNotFound
 from hermes.http.server import json_response
 from hermes.management.access import principal
@@ -43,12 +42,9 @@ async def list_sources(_: web.Request) -> web.Response:
 async def search_owners(request: web.Request) -> web.Response:
     _owner(request)
     text = request.query.get("search", "").lower()
-    repository = request.app[SERVICE].repository
-
-    def known() -> set[str]:
-        return {t.owner.id for t in repository.list_topics()} | {s.owner.id for s in repository.list_subscriptions()}
-
-    ids = sorted(i for i in await asyncio.to_thread(known) if i and text in i.lower())
+    service = request.app[SERVICE]
+    known = {t.owner.id for t in await service.topics()} | {s.owner.id for s in await service.subscriptions()}
+    ids = sorted(i for i in known if i and text in i.lower())
     return json_response([_owner_json(i) for i in ids])
 
 
@@ -60,14 +56,14 @@ async def get_owner(request: web.Request) -> web.Response:
 @routes.get("/topics/owner/{source}/{id}")
 async def topics_of_owner(request: web.Request) -> web.Response:
     owner = _owner(request)
-    topics = await asyncio.to_thread(request.app[SERVICE].repository.list_topics)
+    topics = await request.app[SERVICE].topics()
     return json_response([api_json.topic_to_json(t) for t in topics if t.owner == owner])
 
 
 @routes.get("/subscriptions/owner/{source}/{id}")
 async def subscriptions_of_owner(request: web.Request) -> web.Response:
     owner = _owner(request)
-    subs = await asyncio.to_thread(request.app[SERVICE].repository.list_subscriptions)
+    subs = await request.app[SERVICE].subscriptions()
     return json_response([api_json.subscription_to_json(s) for s in subs if s.owner == owner])
 
 
@@ -80,23 +76,22 @@ async def roles(request: web.Request) -> web.Response:
     return json_response(_roles(request))
 
 
-async def _owns(request: web.Request, owner: Callable[[], Owner]) -> bool:
-    """Whether the caller owns what ``owner`` (a blocking lookup of it) names; admins own everything."""
+async def _owns(request: web.Request, owned: Callable[[], Awaitable[Topic | Subscription]]) -> bool:
+    """Whether the caller owns what ``owned`` (a look-up of it) finds; admins own everything."""
     caller = principal(request)
     if caller.is_admin:
         return True
     try:
-        found = await asyncio.to_thread(owner)
+        found = await owned()
     except NotFoundError:
         return False
-    return caller.owns(found.id)
+    return caller.owns(found.owner.id)
 
 
 @routes.get("/roles/topics/{topic}")
 async def topic_roles(request: web.Request) -> web.Response:
     name = topic_name(request)
-    repository = request.app[SERVICE].repository
-    owner = await _owns(request, lambda: repository.get_topic(name).owner)
+    owner = await _owns(request, lambda: request.app[SERVICE].topic(name))
     return json_response([*_roles(request), *(["topicOwner"] if owner else [])])
 
 
@@ -105,8 +100,8 @@ async def subscription_roles(request: web.Request) -> web.Response:
     name = topic_name(request)
     subscription = request.match_info["subscription"]
     validate_simple_name(subscription, "subscriptionName")
-    repository = request.app[SERVICE].repository
-    topic_owner = await _owns(request, lambda: repository.get_topic(name).owner)
-    subscription_owner = await _owns(request, lambda: repository.get_subscription(name, subscription).owner)
+    service = request.app[SERVICE]
+    topic_owner = await _owns(request, lambda: service.topic(name))
+    subscription_owner = await _owns(request, lambda: service.subscription(name, subscription))
     found = (["topicOwner"] if topic_owner else []) + (["subscriptionOwner"] if subscription_owner else [])
     return json_response([*_roles(request), *found])

@@ -4,7 +4,7 @@ answers with (secrets masked), so a query can name any field a client can read."
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -15,61 +15,65 @@ from hermes.http.server import json_response, read_json
 from hermes.management import query
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
-from hermes.metadata.repository import MetadataRepository
+from hermes.management.services import ManagementService
 
 routes = web.RouteTableDef()
 
 Json = dict[str, Any]
 
 
-def _topics(repository: MetadataRepository, group: str | None = None) -> list[Json]:
-    return [api_json.topic_to_json(t) for t in repository.list_topics(group)]
-
-
-def _subscriptions(repository: MetadataRepository) -> list[Json]:
-    return [api_json.subscription_to_json(s) for s in repository.list_subscriptions()]
-
-
-async def _selected(request: web.Request, items: Any, *args: Any) -> list[Json]:
+async def selected(request: web.Request, collect: Callable[[ManagementService], Awaitable[list[Json]]]) -> list[Json]:
+    """What ``collect`` finds that the request's query matches; an invalid query is a 400 before any look-up."""
     document = await read_json(request)
-    query.parse(document)  # an invalid query is a 400 before any look-up
-    found = await asyncio.to_thread(items, request.app[SERVICE].repository, *args)
-    return query.select(document, found)
+    query.parse(document)
+    return query.select(document, await collect(request.app[SERVICE]))
+
+
+async def _groups(service: ManagementService) -> list[Json]:
+    return [{"groupName": g.name} for g in await service.groups()]
+
+
+async def _topics(service: ManagementService) -> list[Json]:
+    return [api_json.topic_to_json(t) for t in await service.topics()]
+
+
+async def _subscriptions(service: ManagementService) -> list[Json]:
+    return [api_json.subscription_to_json(s) for s in await service.subscriptions()]
 
 
 @routes.post("/query/groups")
 async def query_groups(request: web.Request) -> web.Response:
-    def groups(repository: MetadataRepository) -> list[Json]:
-        return [{"groupName": g.name} for g in repository.list_groups()]
-
-    return json_response(await _selected(request, groups))
+    return json_response(await selected(request, _groups))
 
 
 @routes.post("/query/topics")
 async def query_topics(request: web.Request) -> web.Response:
-    return json_response(await _selected(request, _topics))
+    return json_response(await selected(request, _topics))
 
 
 @routes.post("/query/subscriptions")
 async def query_subscriptions(request: web.Request) -> web.Response:
-    return json_response(await _selected(request, _subscriptions))
+    return json_response(await selected(request, _subscriptions))
 
 
 @routes.post("/topics/query")
 async def query_topic_names(request: web.Request) -> web.Response:
-    found = await _selected(request, _topics, request.query.get("groupName") or None)
-    return json_response([t["name"] for t in found])
+    group = request.query.get("groupName") or None
+
+    async def of_group(service: ManagementService) -> list[Json]:
+        return [api_json.topic_to_json(t) for t in await service.topics(group)]
+
+    return json_response([t["name"] for t in await selected(request, of_group)])
 
 
 @routes.post("/topics/{topic}/subscriptions/query")
 async def query_subscription_names(request: web.Request) -> web.Response:
     topic = topic_name(request)
 
-    def of_topic(repository: MetadataRepository) -> list[Json]:
-        repository.get_topic(topic)
-        return [api_json.subscription_to_json(s) for s in repository.list_subscriptions(topic)]
+    async def of_topic(service: ManagementService) -> list[Json]:
+        return [api_json.subscription_to_json(s) for s in await service.subscriptions(topic)]
 
-    return json_response([s["name"] for s in await _selected(request, of_topic)])
+    return json_response([s["name"] for s in await selected(request, of_topic)])
 
 
 @routes.get("/search/query")
@@ -77,13 +81,10 @@ async def search(request: web.Request) -> web.Response:
     """Topics and subscriptions whose name or owner id (and endpoint, for subscriptions) contains ``q``,
     ignoring case; no ``q`` finds nothing."""
     text = request.query.get("q", "").strip().lower()
-    repository = request.app[SERVICE].repository
-
-    def find() -> list[Json]:
-        if not text:
-            return []
-        results: list[Json] = []
-        for topic in repository.list_topics():
+    service = request.app[SERVICE]
+    results: list[Json] = []
+    if text:
+        for topic in await service.topics():
             if text in topic.qualified_name.lower() or text in topic.owner.id.lower():
                 results.append(
                     {
@@ -92,7 +93,7 @@ async def search(request: web.Request) -> web.Response:
                         "topic": {"groupName": topic.name.group, "owner": {"id": topic.owner.id}},
                     }
                 )
-        for sub in repository.list_subscriptions():
+        for sub in await service.subscriptions():
             endpoint = sub.endpoint.masked
             if any(text in field.lower() for field in (sub.name, sub.owner.id, endpoint)):
                 name = sub.topic_name
@@ -104,20 +105,16 @@ async def search(request: web.Request) -> web.Response:
                         "subscription": {"endpoint": endpoint, "topic": topic_item},
                     }
                 )
-        return results
-
-    results = await asyncio.to_thread(find)
     return json_response({"results": results, "totalCount": len(results)})
 
 
 @routes.get("/stats")
 async def stats(request: web.Request) -> web.Response:
-    repository = request.app[SERVICE].repository
-
-    def count() -> Json:
-        topics = repository.list_topics()
-        subs = repository.list_subscriptions()
-        return {
+    service = request.app[SERVICE]
+    topics = await service.topics()
+    subs = await service.subscriptions()
+    return json_response(
+        {
             "topicStats": {
                 "topicCount": len(topics),
                 "ackAllTopicCount": sum(t.ack is Ack.ALL for t in topics),
@@ -130,5 +127,4 @@ async def stats(request: web.Request) -> web.Response:
                 "avroSubscriptionCount": sum(s.content_type is ContentType.AVRO for s in subs),
             },
         }
-
-    return json_response(await asyncio.to_thread(count))
+    )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from aiohttp import web
 
 from hermes.domain import api_json
@@ -29,10 +27,7 @@ def request_schema(sub: Subscription) -> Schema:
 
 @routes.get("/topics/{topic}/subscriptions")
 async def list_subscriptions(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    topic = topic_name(request)
-    await asyncio.to_thread(service.repository.get_topic, topic)
-    subs = await asyncio.to_thread(service.repository.list_subscriptions, topic)
+    subs = await request.app[SERVICE].subscriptions(topic_name(request))
     tracked = flag(request, "tracked")
     return json_response([s.name for s in subs if s.tracking_enabled or not tracked])
 
@@ -48,10 +43,7 @@ async def create_subscription(request: web.Request) -> web.Response:
 
 @routes.get("/topics/{topic}/subscriptions/{subscription}")
 async def get_subscription(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    sub = await asyncio.to_thread(
-        service.repository.get_subscription, topic_name(request), request.match_info["subscription"]
-    )
+    sub = await request.app[SERVICE].subscription(topic_name(request), request.match_info["subscription"])
     return json_response(api_json.subscription_to_json(sub))
 
 
@@ -67,10 +59,7 @@ async def update_subscription(request: web.Request) -> web.Response:
 
 @routes.delete("/topics/{topic}/subscriptions/{subscription}")
 async def delete_subscription(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    await asyncio.to_thread(
-        service.repository.delete_subscription, topic_name(request), request.match_info["subscription"]
-    )
+    await request.app[SERVICE].delete_subscription(topic_name(request), request.match_info["subscription"])
     return web.Response(status=200)
 
 
@@ -90,8 +79,5 @@ async def change_state(request: web.Request) -> web.Response:
 
 @routes.get("/topics/{topic}/subscriptions/{subscription}/state")
 async def get_state(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    sub = await asyncio.to_thread(
-        service.repository.get_subscription, topic_name(request), request.match_info["subscription"]
-    )
+    sub = await request.app[SERVICE].subscription(topic_name(request), request.match_info["subscription"])
     return json_response(sub.state.value)

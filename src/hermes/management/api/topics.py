@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from typing import Any
 
 import orjson
@@ -13,11 +11,11 @@ from hermes.domain import api_json
 from hermes.domain.avro import parse_schema
 from hermes.domain.names import TopicName
 from hermes.domain.topic import ContentType, Topic
-from hermes.errors import OperationDisabled, SchemaNotFound, ValidationError
+from hermes.errors import OperationDisabled, ValidationError
 from hermes.http.server import json_response, read_json
 from hermes.management.api.bodies import flag, ignored_fields_header, read_object
 from hermes.management.context import SERVICE
-from hermes.metadata.repository import MetadataRepository
+from hermes.management.services import ManagementService
 
 routes = web.RouteTableDef()
 
@@ -28,18 +26,16 @@ def topic_name(request: web.Request) -> TopicName:
 
 @routes.get("/topics")
 async def list_topics(request: web.Request) -> web.Response:
-    service = request.app[SERVICE]
-    topics = await asyncio.to_thread(service.repository.list_topics, request.query.get("groupName") or None)
+    topics = await request.app[SERVICE].topics(request.query.get("groupName") or None)
     tracked = flag(request, "tracked")
     return json_response([t.qualified_name for t in topics if t.tracking_enabled or not tracked])
 
 
-def topic_with_schema(repository: MetadataRepository, topic: Topic) -> dict[str, Any]:
+async def topic_with_schema(service: ManagementService, topic: Topic) -> dict[str, Any]:
     """Hermes' ``TopicWithSchema``: the topic, and the latest schema (a string) of an AVRO topic that has one."""
     body = api_json.topic_to_json(topic)
-    if topic.content_type is ContentType.AVRO:
-        with contextlib.suppress(SchemaNotFound):
-            body["schema"] = repository.get_schema(topic.name)[1]
+    if topic.content_type is ContentType.AVRO and (latest := await service.schema(topic.name)) is not None:
+        body["schema"] = latest[1]
     return body
 
 
@@ -61,8 +57,8 @@ async def create_topic(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     created = await service.create_topic(topic)
     if text is not None:
-        await asyncio.to_thread(service.repository.save_schema, created.name, text)
-    shown = await asyncio.to_thread(topic_with_schema, service.repository, created)
+        await service.save_schema(created.name, text)
+    shown = await topic_with_schema(service, created)
     return json_response(shown, status=201, headers=ignored_fields_header(request, body, "Topic"))
 
 
@@ -76,47 +72,43 @@ async def get_schema(request: web.Request) -> web.Response:
     version_text = request.match_info.get(field)
     if version_text is not None and not version_text.isdigit():
         raise ValidationError("must be a number", field)
-    repository = request.app[SERVICE].repository
+    service = request.app[SERVICE]
     name = topic_name(request)
-    await asyncio.to_thread(repository.get_topic, name)
-    try:
-        version, schema = await asyncio.to_thread(
-            repository.get_schema, name, int(version_text) if version_text else None
-        )
-    except SchemaNotFound:
+    await service.topic(name)
+    found = await service.schema(name, int(version_text) if version_text else None)
+    if found is None:
         return web.Response(status=204)
+    version, schema = found
     return web.Response(body=schema.encode(), content_type="application/json", headers={"Schema-Version": str(version)})
 
 
 @routes.delete("/topics/{topic}/schema")
 async def delete_schema(request: web.Request) -> web.Response:
     """Hermes refuses by default (``schema.removeSchema``): an AVRO topic without a schema cannot publish."""
-    await asyncio.to_thread(request.app[SERVICE].repository.get_topic, topic_name(request))
+    await request.app[SERVICE].topic(topic_name(request))
     raise OperationDisabled("Removing schema is disabled.")
 
 
 @routes.get("/topics/{topic}/schema/versions")
 async def list_schema_versions(request: web.Request) -> web.Response:
-    repository = request.app[SERVICE].repository
-    return json_response(await asyncio.to_thread(repository.list_schema_versions, topic_name(request)))
+    return json_response(await request.app[SERVICE].schema_versions(topic_name(request)))
 
 
 @routes.post("/topics/{topic}/schema")
 async def save_schema(request: web.Request) -> web.Response:
     name = topic_name(request)
-    repository = request.app[SERVICE].repository
-    topic = await asyncio.to_thread(repository.get_topic, name)
+    service = request.app[SERVICE]
+    topic = await service.topic(name)
     if topic.content_type is not ContentType.AVRO:
         raise ValidationError(f"topic {name.qualified} is a JSON topic; schemas are for AVRO topics", "schema")
-    version = await asyncio.to_thread(repository.save_schema, name, _schema_text(await read_json(request)))
+    version = await service.save_schema(name, _schema_text(await read_json(request)))
     return json_response({"version": version}, status=201)
 
 
 @routes.get("/topics/{topic}")
 async def get_topic(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    topic = await asyncio.to_thread(service.repository.get_topic, topic_name(request))
-    return json_response(await asyncio.to_thread(topic_with_schema, service.repository, topic))
+    return json_response(await topic_with_schema(service, await service.topic(topic_name(request))))
 
 
 @routes.put("/topics/{topic}")
@@ -127,18 +119,15 @@ async def update_topic(request: web.Request) -> web.Response:
     name = topic_name(request)
     schema = patch.pop("schema", None)
     if schema is not None:
-        topic = await asyncio.to_thread(service.repository.get_topic, name)
+        topic = await service.topic(name)
         if topic.content_type is not ContentType.AVRO:
             raise ValidationError("is only for AVRO topics", "schema")
         text = _schema_text(schema)
-        try:
-            latest = (await asyncio.to_thread(service.repository.get_schema, name))[1]
-        except SchemaNotFound:
-            latest = None
-        if latest is None or orjson.loads(latest) != orjson.loads(text):
-            await asyncio.to_thread(service.repository.save_schema, name, text)
+        latest = await service.schema(name)
+        if latest is None or orjson.loads(latest[1]) != orjson.loads(text):
+            await service.save_schema(name, text)
     updated = await service.update_topic(name, patch)
-    shown = await asyncio.to_thread(topic_with_schema, service.repository, updated)
+    shown = await topic_with_schema(service, updated)
     return json_response(shown, headers=ignored_fields_header(request, patch, "Topic"))
 
 
