@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
+from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.metadata.sqlite import SqliteMetadataRepository
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings
 from tests.support.subscriber import SubscriberServer
 from tests.support.waiting import wait_until
-from tests.support.zookeeper import ZookeeperServer
 
 __all__ = ["wait_until"]  # the tests import it from here
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes.bench.zookeeper import ZookeeperServer
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
@@ -34,7 +35,6 @@ from hermes.metadata.sqlite import SqliteMetadataRepository
 from hermes.metadata.zookeeper import ZookeeperMetadataRepository
 from tests.conftest import wait_until
 from tests.support.hermes import unique
-from tests.support.zookeeper import ZookeeperServer
 
 pytestmark = pytest.mark.contract
 

@@ -16,12 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
 from tests.support.cluster import FAILOVER_BOUND, Cluster, assigned, coordinator, nodes
 from tests.support.hermes import HermesClient, unique
 from tests.support.subscriber import SubscriberServer
 from tests.support.waiting import wait_until
-from tests.support.zookeeper import ZookeeperServer
 
 pytestmark = pytest.mark.e2e
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.cluster.discovery import FrontendDiscovery
 from hermes.runtime import Role
@@ -17,7 +18,6 @@ from tests.support.cluster import FAILOVER_BOUND, Cluster, assigned, coordinator
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings, unique
 from tests.support.subscriber import SubscriberServer
 from tests.support.waiting import wait_until
-from tests.support.zookeeper import ZookeeperServer
 
 pytestmark = pytest.mark.integration
 

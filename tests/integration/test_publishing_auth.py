@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.runtime import Role
 from hermes.security.passwords import hash_password
 from hermes.security.users import ADMIN, User, UserStore
 from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, hermes_settings, unique
-from tests.support.zookeeper import ZookeeperServer
 
 pytestmark = pytest.mark.integration
 

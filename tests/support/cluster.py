@@ -10,9 +10,9 @@ from typing import Any
 
 import httpx
 
+from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
 from tests.support.hermes import HermesProcess
-from tests.support.zookeeper import ZookeeperServer
 
 SESSION_TIMEOUT = 2.0  # a dead member leaves the cluster this long after its last heartbeat
 REPORT_INTERVAL = 0.5

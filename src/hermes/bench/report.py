@@ -169,6 +169,7 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
             f"\nA plain pyarrow Parquet writer alone (no Kafka), {pq['rows']:,} rows of 1 KB: "
             f"{_mmm(pq['throughput'])} rows/s"
         )
+    lines += _cluster(s.get("cluster", {}))
     lines += _sustained(s["sustained"], results["plan"])
     lines += _startup_and_memory(s)
     lines += (
@@ -177,6 +178,30 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         else ["", "No plots: matplotlib (the `bench` extra) is not installed."]
     )
     return "\n".join(lines) + "\n"
+
+
+def _cluster(c: dict[str, Any]) -> list[str]:
+    lines = ["", "### 7. Distributed mode (ZooKeeper, two `hermes consumers` nodes, docs/cluster.md)", ""]
+    if not c.get("available"):
+        return [*lines, f"Not measured: `{json.dumps(c)}`"]
+    lines += [
+        "| one SERIAL subscription, a backlog drained | deliveries/s | missing | duplicates |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| on {d['nodes']} node(s) | **{d.get('deliveries_per_s', 0):,}** | {d.get('missing', '')} "
+        f"| {d.get('duplicates', '')} |"
+        for d in c["drain"]
+    ]
+    f = c["failover"]
+    lines += [
+        "",
+        f"Two nodes / one: **{c['two_nodes_vs_one']}**. Failover of a one-node subscription (its node SIGKILLed "
+        f"under {f.get('published', 0):,} messages at a steady rate): **{f.get('kill_to_first_delivery_s')} s** "
+        f"from the kill to the first delivery by the node that took over, with a ZooKeeper session timeout of "
+        f"{f.get('session_timeout_s')} s; missing {f.get('missing')}, duplicates {f.get('duplicates')}.",
+    ]
+    return lines
 
 
 def _publish(p: dict[str, Any]) -> list[str]:

@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 
 from hermes.bench import delivery, integrations, publish
+from hermes.bench.cluster import cluster
 from hermes.bench.kafka_alone import produce_consume
 from hermes.bench.load import Sink
 from hermes.bench.startup import STARTUP_COMMAND, startup
@@ -168,6 +169,8 @@ async def _scenarios(system: System, plan: Plan, log: Any) -> dict[str, Any]:
             )
             log("large messages")
             out["large"] = await publish.large_messages(system, sink, api, plan.large_sizes, plan.large_count)
+        log("distributed mode: one subscription on one node vs two, and a node's failover")
+        out["cluster"] = await cluster(system.broker.bootstrap_servers, sink, system.data_dir / "cluster")
     finally:
         await sink.stop()
     return out
@@ -218,7 +221,7 @@ def void_reasons(scenarios: dict[str, Any]) -> list[str]:
             reasons.append(
                 f"Kafka alone x{fanout.get('subscriptions')} latency: {kafka.get('error') or 'missing messages'}"
             )
-    for name in ("slow_beside_fast", "subscription_start", "sustained", "startup", "large", "batch"):
+    for name in ("slow_beside_fast", "subscription_start", "sustained", "startup", "large", "batch", "cluster"):
         scenario = scenarios.get(name, {})
         if scenario.get("void"):
             reasons.append(f"{name}: {scenario.get('error') or 'missing messages'}")

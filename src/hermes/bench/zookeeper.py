@@ -1,4 +1,5 @@
-"""A real ZooKeeper server from Debian's ``zookeeper`` package, standalone, on a free port."""
+"""A real ZooKeeper server from Debian's ``zookeeper`` package, standalone, on a free port: for the tests and the
+benchmark's cluster scenario."""
 
 from __future__ import annotations
 
