@@ -267,6 +267,21 @@ def test_subscribing_and_owner_changes_follow_hermes_rules(api: httpx.Client) ->
     assert subscribe(api, topic, late, "root").status_code == 201
 
 
+def test_only_admins_set_a_subscriptions_inflight_size(api: httpx.Client, world: dict[str, str]) -> None:
+    """Hermes' rule: a SERIAL subscription's inflightSize is set and changed by admins only."""
+    topic, path = world["open"], f"/topics/{world['open']}/subscriptions/{world['subscription']}"
+    body = {"name": "sized", "endpoint": "http://127.0.0.1:9/", "description": "d", "owner": _owner("team-b")}
+    sized = {**body, "subscriptionPolicy": {"inflightSize": 5}}
+    refused = api.post(f"/topics/{topic}/subscriptions", json=sized, headers=basic("bob"))
+    assert refused.status_code == 400 and "subscriptionPolicy.inflightSize" in refused.json()["message"]
+    assert subscribe(api, topic, sized, "root").status_code == 201
+    change = {"subscriptionPolicy": {"inflightSize": 7}}
+    assert api.put(path, json=change, headers=basic("bob")).status_code == 400
+    assert api.put(path, json=change, headers=basic("root")).status_code == 200
+    kept = api.put(path, json={"subscriptionPolicy": {"rate": 10}}, headers=basic("bob"))  # other fields: the owner
+    assert kept.status_code == 200 and kept.json()["subscriptionPolicy"]["inflightSize"] == 7
+
+
 def test_roles_are_the_callers(api: httpx.Client, world: dict[str, str]) -> None:
     topic, subscription = world["open"], world["subscription"]
     assert api.get("/roles", headers=basic("root")).json() == ["admin", "any"]

@@ -46,6 +46,13 @@ _T = TypeVar("_T")
 Json = dict[str, Any]
 
 
+def _check_inflight_size(subscription: Subscription, allowed: int | None = None) -> None:
+    """Hermes' rule for callers who are not admins: a SERIAL subscription's ``inflightSize`` stays as it was
+    (unset, for a new subscription)."""
+    if not subscription.is_batch and subscription.serial_policy.inflight_size != allowed:
+        raise ValidationError("only admins may set or change it", "subscriptionPolicy.inflightSize")
+
+
 class ManagementService:
     def __init__(self, settings: Settings, repository: MetadataRepository, admin: BrokerAdmin) -> None:
         self.settings = settings
@@ -143,7 +150,13 @@ class ManagementService:
     async def delete_subscription(self, topic: TopicName, name: str) -> None:
         await self._run(self._repository.delete_subscription, topic, name)
 
-    async def create_subscription(self, subscription: Subscription) -> Subscription:
+    async def create_subscription(
+        self, subscription: Subscription, *, inflight_size_changes: bool = True
+    ) -> Subscription:
+        """Pins the new subscription's group at the topic's end, then stores it; as Hermes, only admins
+        (``inflight_size_changes``) may set ``inflightSize``."""
+        if not inflight_size_changes:
+            _check_inflight_size(subscription)
         topic = await self._run(self._repository.get_topic, subscription.topic_name)
         if subscription.content_type.value == "AVRO" and topic.content_type is not ContentType.AVRO:
             raise ValidationError("AVRO is only available on AVRO topics", "contentType")
@@ -184,7 +197,12 @@ class ManagementService:
                     raise ServiceUnavailable(f"the consumer group {group_id} is still busy; try again ({exc})") from exc
                 await asyncio.sleep(0.5)
 
-    async def update_subscription(self, topic: TopicName, name: str, patch: dict[str, Any]) -> Subscription:
+    async def update_subscription(
+        self, topic: TopicName, name: str, patch: dict[str, Any], *, inflight_size_changes: bool = True
+    ) -> Subscription:
+        """Changes the fields ``patch`` names. As Hermes, only admins (``inflight_size_changes``) may change a
+        SERIAL subscription's ``inflightSize``."""
+
         def change(current: Subscription) -> Subscription:
             base = api_json.subscription_to_json(current, mask_secrets=False)
             edit = dict(patch)
@@ -209,7 +227,10 @@ class ManagementService:
                 current.delivery_type.value
             ):
                 merged["subscriptionPolicy"] = {**base["subscriptionPolicy"], **policy}
-            return api_json.subscription_from_json(merged, topic)
+            updated = api_json.subscription_from_json(merged, topic)
+            if not inflight_size_changes:
+                _check_inflight_size(updated, current.serial_policy.inflight_size)
+            return updated
 
         return await self._run(self._repository.update_subscription, topic, name, change)
 

@@ -8,6 +8,7 @@ from hermes.domain import api_json
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import ValidationError
 from hermes.http.server import json_response, read_json
+from hermes.management.access import principal
 from hermes.management.api.bodies import flag, ignored_fields_header, read_object
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
@@ -36,7 +37,9 @@ async def list_subscriptions(request: web.Request) -> web.Response:
 async def create_subscription(request: web.Request) -> web.Response:
     topic = topic_name(request)
     body = await read_object(request)
-    created = await request.app[SERVICE].create_subscription(api_json.subscription_from_json(body, topic))
+    created = await request.app[SERVICE].create_subscription(
+        api_json.subscription_from_json(body, topic), inflight_size_changes=principal(request).is_admin
+    )
     headers = ignored_fields_header(request, body, request_schema(created))
     return json_response(api_json.subscription_to_json(created), status=201, headers=headers)
 
@@ -51,7 +54,10 @@ async def get_subscription(request: web.Request) -> web.Response:
 async def update_subscription(request: web.Request) -> web.Response:
     patch = await read_object(request)
     updated = await request.app[SERVICE].update_subscription(
-        topic_name(request), request.match_info["subscription"], patch
+        topic_name(request),
+        request.match_info["subscription"],
+        patch,
+        inflight_size_changes=principal(request).is_admin,
     )
     headers = ignored_fields_header(request, patch, request_schema(updated))
     return json_response(api_json.subscription_to_json(updated), headers=headers)
