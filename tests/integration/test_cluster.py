@@ -106,3 +106,40 @@ def test_nodes_register_share_subscriptions_and_replace_the_dead(
     wait_until(lambda: {s: len(n) for s, n in assigned(management).items()} == wanted, timeout=60)
     assert nodes(management)["n4"]["subscriptions"]
     delivered(10)
+
+
+def test_a_move_by_load_adds_the_new_node_before_removing_the_old(
+    cluster: Cluster, front: HermesClient, subscriber: SubscriberServer
+) -> None:
+    management = front.management
+    everyone_overloaded = ("--cluster-load-high=0.000001", "--cluster-load-low=100", "--cluster-move-interval=3")
+    for node in ("n1", "n2"):
+        cluster.start(node, "consumers", *everyone_overloaded)
+    topic = front.create_topic()
+    name = unique("moved")
+    response = management.put(
+        "/workload-constraints/subscription",
+        json={"subscriptionName": f"{topic}${name}", "constraints": {"consumersNumber": 1}},
+    )
+    assert response.status_code == 201, response.text
+    front.create_subscription(topic, f"{subscriber.url}{name}", name)
+    qualified = f"{topic}${name}"
+    wait_until(lambda: len(assigned(management).get(qualified, [])) == 1, timeout=60)
+    first = assigned(management)[qualified][0]
+
+    seen: list[tuple[str, ...]] = []
+    sent = []
+
+    def moved() -> bool:
+        sent.append(front.publish(topic, '{"n": 1}').headers["Hermes-Message-Id"])
+        owners = tuple(sorted(n for n, r in nodes(management).items() if qualified in r["subscriptions"]))
+        if not seen or seen[-1] != owners:
+            seen.append(owners)
+        return owners not in ((), (first,)) and len(owners) == 1
+
+    wait_until(moved, timeout=60, interval=0.1)
+    second = seen[-1][0]
+    assert second != first
+    assert tuple(sorted((first, second))) in seen  # both ran it before the old node let go
+    # delivery went on through the move: everything published meanwhile arrives
+    wait_until(lambda: set(sent) <= {r.message_id for r in subscriber.received if r.path.strip("/") == name}, 60)
