@@ -36,8 +36,10 @@ from hermes.metadata.documents import TOPIC_METRICS
 from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
 from hermes.offload.api import UPLOAD_HEADROOM, OffloadApi
+from hermes.offload.blobs import BlobStore
 from hermes.offload.discovery import advertise_at_start
 from hermes.offload.local import LocalBlobStore
+from hermes.offload.offloader import Offloader
 from hermes.offload.retention import BlobRetention
 from hermes.security.setup import Security
 from hermes.security.tls import server_context
@@ -205,7 +207,7 @@ class Hermes:
 
         if Role.FRONTEND in self.roles:
             from hermes.frontend.access import PublishAccess
-            from hermes.frontend.app import PublishingApi
+            from hermes.frontend.app import PublishingApi, TopicLookup
             from hermes.frontend.journal import Journal
             from hermes.frontend.publish_metrics import JOURNAL_BYTES, JOURNAL_MESSAGES, PublishedCounter, SharedMetrics
             from hermes.frontend.publishing import Publisher, PublishTimeouts
@@ -232,6 +234,8 @@ class Hermes:
             JOURNAL_MESSAGES.set_function(lambda: journal.depth)
             JOURNAL_BYTES.set_function(lambda: journal.pending_bytes)
             self._closers.append(journal.close)
+            store = await self._start_blob_store()
+            offloader = Offloader(store, settings.offload_max_message_size)
             publisher = Publisher(
                 self.producer,
                 PublishTimeouts(settings.frontend_ack_leader_timeout / 1000, settings.frontend_ack_all_timeout / 1000),
@@ -239,6 +243,7 @@ class Hermes:
                 Tracker(self.producer, settings.cluster_name),
                 frozenset(h.strip() for h in settings.frontend_propagated_headers.split(",") if h.strip()),
                 journal,
+                offloader,
             )
             for entry in pending:
                 publisher.resend(entry)
@@ -248,7 +253,7 @@ class Hermes:
             self._stoppers.append(readiness.stop)
             assert self.security is not None
             access = PublishAccess(self.security.authenticator, settings.publish_authentication == "required")
-            offload = await self._start_offload(admin)
+            offload = OffloadApi(store, self.cache, TopicLookup(self.cache), settings.offload_max_message_size)
             if self.worker and SharedMetrics.enabled():
                 shared = SharedMetrics(journal)
                 api = PublishingApi(
@@ -270,8 +275,8 @@ class Hermes:
             await server.start()
             self.servers[Role.FRONTEND] = server
             self._stoppers.append(server.stop)
-            endpoint = settings.offload_advertised_url or f"{self.frontend_url}/offload"
-            advertiser = await advertise_at_start(admin, producer, endpoint)
+            offloader.endpoint = settings.offload_advertised_url or f"{self.frontend_url}/offload"
+            advertiser = await advertise_at_start(admin, producer, offloader.endpoint)
             if advertiser is not None:
                 self._stoppers.append(lambda: _cancel(advertiser))
             reporter = asyncio.create_task(self._report_published(published), name="published-metrics")
@@ -303,16 +308,14 @@ class Hermes:
         port = f":{self.servers[role].port}" if role is not None else ""
         return f"http://{self.settings.host}{port}"
 
-    async def _start_offload(self, admin: BrokerAdmin) -> OffloadApi:
-        """The offload service of large messages, on the frontend's port, and its blobs' retention."""
-        from hermes.frontend.app import TopicLookup
-
+    async def _start_blob_store(self) -> BlobStore:
+        """The store of large messages, and their retention."""
         assert self.cache is not None
         store = await asyncio.to_thread(LocalBlobStore, self.settings.data_dir / "offload")
         retention = BlobRetention(store, self.cache, self.settings.offload_expiry_interval)
         await retention.start()
         self._stoppers.append(retention.stop)
-        return OffloadApi(store, self.cache, TopicLookup(self.cache), self.settings.offload_max_message_size)
+        return store
 
     def _running_embedded_broker(self) -> str:
         """A role started alone, without --kafka-bootstrap-servers, uses the broker a `hermes run` started."""

@@ -23,6 +23,14 @@ from tests.support.subscriber import SubscriberServer
 
 pytestmark = pytest.mark.integration
 
+
+@pytest.fixture(scope="module")
+def hermes_overrides() -> dict[str, Any]:
+    """Every body over its topic's maxMessageSize is refused here, as in Hermes: these tests check that 413
+    (large messages, offloaded up to a limit, are test_large_messages.py's)."""
+    return {"offload_max_message_size": 1}
+
+
 AVRO_SCHEMA = {
     "type": "record",
     "name": "User",

@@ -6,10 +6,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from hermes.broker.connection import KafkaConnection
-from hermes.domain.message import Message, parse_kafka_headers
+from hermes.domain.message import PLACEHOLDER_FORMAT, Message, parse_kafka_headers
 from hermes.errors import BrokerUnavailable
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,8 @@ def to_message(record: Any) -> Message:
     """Translates a Kafka record into a ``Message``; records without Hermes headers get derived ids. A header
     this cannot read is ignored (raising here would stop the subscription's consumer at that record at every
     restart)."""
-    message_id, published, schema_version, propagated = parse_kafka_headers(record.headers() or ())
+    headers = record.headers() or ()
+    message_id, published, schema_version, propagated = parse_kafka_headers(headers)
     topic, partition, offset = record.topic(), record.partition(), record.offset()
     return Message(
         topic=topic,
@@ -34,7 +36,18 @@ def to_message(record: Any) -> Message:
         key=record.key(),
         schema_version=schema_version,
         propagated_headers=propagated,
+        external_url=_external_url(record.value()) if PLACEHOLDER_FORMAT in headers else None,
     )
+
+
+def _external_url(value: bytes | None) -> str:
+    """The URL of an offloaded message's placeholder; an unreadable one is an empty URL, which cannot be fetched
+    (the message is then undelivered, with that reason)."""
+    try:
+        url = orjson.loads(value or b"{}").get("url")
+    except (orjson.JSONDecodeError, AttributeError):
+        return ""
+    return url if isinstance(url, str) else ""
 
 
 class BrokerConsumer:

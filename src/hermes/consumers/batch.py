@@ -115,6 +115,12 @@ class BatchConsumer:
             message, generation = self._arrived.popleft()
             if not self._receiver.pending(message, generation):
                 continue  # read before a retransmission moved the group, or its partition was revoked
+            resolved = await delivery.resolve(message)
+            if resolved is None:
+                self._receiver.finish(message, generation)
+                self._receiver.wake()
+                continue
+            message = resolved
             schema = None if message.schema_version is None else await delivery.schema(message)
             if not delivery.passes(message, schema):
                 self._receiver.finish(message, generation)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from hermes.broker.connection import KafkaConnection
 from hermes.consumers.content import ContentConverter
+from hermes.consumers.offloaded import OffloadedMessages
 from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import EndpointAddressResolver, EndpointItself
 from hermes.consumers.sender.http import HttpSender
@@ -34,3 +35,4 @@ class ConsumerContext:
     rate: RateSettings = field(default_factory=RateSettings)
     failure_log_interval: float = 30.0
     resolver: EndpointAddressResolver = field(default_factory=EndpointItself)
+    offloaded: OffloadedMessages = field(default_factory=OffloadedMessages)

@@ -22,7 +22,7 @@ from hermes.consumers.subscription_metrics import SubscriptionMetrics
 from hermes.domain.message import Message
 from hermes.domain.subscription import Subscription, TrackingMode
 from hermes.domain.trace import TraceStatus
-from hermes.errors import EndpointResolutionError
+from hermes.errors import EndpointResolutionError, HermesError
 from hermes.metadata.documents import UNDELIVERED_LAST, UndeliveredMessage
 from hermes.tracker import Tracker
 
@@ -91,6 +91,17 @@ class Delivery:
             return await self.context.content.schema(message)
         except Exception:
             log.warning("no schema version %s for %s", message.schema_version, message.topic, exc_info=True)
+            return None
+
+    async def resolve(self, message: Message) -> Message | None:
+        """The message itself, or an offloaded one's stored body in place of its placeholder; None when that
+        cannot be had (the message is then discarded, with the reason in the last undelivered message)."""
+        if message.external_url is None:
+            return message
+        try:
+            return await self.context.offloaded.resolve(message)
+        except HermesError as exc:
+            await self.discard([message], exc.message)
             return None
 
     def passes(self, message: Message, schema: str | None) -> bool:

@@ -104,6 +104,11 @@ class SerialConsumer:
         offset is never committed and the message comes again after a restart."""
         started = time.monotonic()  # messageTtl counts from here
         delivery = self._delivery
+        resolved = await delivery.resolve(message)
+        if resolved is None:
+            self._receiver.finish(message, generation)
+            return
+        message = resolved
         schema = await delivery.schema(message)
         if delivery.passes(message, schema):
             delivery.trace(message, TraceStatus.INFLIGHT)

@@ -108,6 +108,7 @@ class ConsumersSupervisor:
             self._oauth.close()
         if self._context is not None:
             await self._context.sender.close()
+            await self._context.offloaded.close()
         if self._session is not None:
             await self._session.close()
 

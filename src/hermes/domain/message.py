@@ -21,6 +21,8 @@ PARTITION_KEY_HEADER = "Partition-Key"
 KAFKA_MESSAGE_ID = "hermes-message-id"
 KAFKA_PUBLISH_TIMESTAMP = "hermes-publish-ts"
 KAFKA_SCHEMA_VERSION = "hermes-schema-version"
+# The header of an offloaded large message's placeholder (the large-message protocol's, docs/large-messages.md)
+PLACEHOLDER_FORMAT = ("_format", b"external")
 # Publisher headers on the propagation allow-list travel with this prefix.
 KAFKA_PROPAGATED_PREFIX = "h-"
 
@@ -70,6 +72,8 @@ class Message:
     key: bytes | None = None
     schema_version: int | None = None
     propagated_headers: dict[str, str] = field(default_factory=dict)
+    # A placeholder of an offloaded large message (header ``_format: external``): where its body is
+    external_url: str | None = None
 
     @property
     def size(self) -> int:

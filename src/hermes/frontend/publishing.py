@@ -32,6 +32,7 @@ from hermes.frontend.acks import AckTimeouts
 from hermes.frontend.journal import Journal, JournalEntry
 from hermes.frontend.publish_metrics import PRODUCER_ERRORS
 from hermes.frontend.schemas import SchemaSource
+from hermes.offload.offloader import Offloader, placeholder_headers
 from hermes.tracker import Tracker
 
 # A journaled message the broker refused is produced again after this many seconds.
@@ -95,22 +96,23 @@ class Publisher:
         tracker: Tracker | None = None,
         propagated_headers: frozenset[str] = frozenset(),
         journal: Journal | None = None,
+        offloader: Offloader | None = None,
     ) -> None:
         self.journal = journal
+        self._offloader = offloader
         self._producer = producer
         self._timeouts = {ack: AckTimeouts(timeouts.for_ack(ack)) for ack in (Ack.LEADER, Ack.ALL)}
         self._schemas = schemas
         self._tracker = tracker
         self._propagated = {h.lower(): h for h in propagated_headers}  # as configured: the Kafka header's name
-        self._avro_tasks: set[asyncio.Task[None]] = set()
+        self._avro_tasks: set[asyncio.Task[None]] = set()  # and those storing large messages
 
     def publish(self, topic: Topic, message_id: str, body: bytes, headers: Mapping[str, str], answer: Answer) -> None:
         """Raises what is wrong with the message; otherwise produces it, and ``answer`` gets the outcome.
         ``headers`` are the request's, keyed by lower-case name."""
         if len(body) > topic.max_message_size:
-            raise PayloadTooLarge(
-                f"Message size {len(body)} exceeds the topic's maxMessageSize {topic.max_message_size}"
-            )
+            self._publish_large(topic, message_id, body, headers, answer)
+            return
         if topic.content_type is ContentType.JSON:
             if topic.json_validation_enabled:
                 _check_json(topic, body, headers.get("content-type", ""))
@@ -148,6 +150,44 @@ class Publisher:
             return
         self._produce(topic, message_id, value, version, headers, answer)
 
+    def _publish_large(
+        self, topic: Topic, message_id: str, body: bytes, headers: Mapping[str, str], answer: Answer
+    ) -> None:
+        """A body over the topic's maxMessageSize: offloaded (stored beside Kafka, a placeholder produced in its
+        place) when the offload limit allows, else refused."""
+        offloader = self._offloader
+        if offloader is None or topic.content_type is not ContentType.JSON or len(body) > offloader.max_size:
+            beyond = f" and the offload limit {offloader.max_size}" if offloader is not None else ""
+            raise PayloadTooLarge(
+                f"Message size {len(body)} exceeds the topic's maxMessageSize {topic.max_message_size}{beyond}"
+            )
+        if topic.json_validation_enabled:
+            _check_json(topic, body, headers.get("content-type", ""))
+
+        async def offload() -> None:
+            try:
+                placeholder = await offloader.store(
+                    topic.qualified_name,
+                    message_id,
+                    body,
+                    self._record_headers(message_id, None, headers),
+                    _key(headers),
+                )
+            except HermesError as exc:
+                answer(exc)
+                return
+            self._produce(topic, message_id, placeholder, None, headers, answer, offloaded=True)
+
+        task = asyncio.get_running_loop().create_task(offload())
+        self._avro_tasks.add(task)
+        task.add_done_callback(self._avro_tasks.discard)
+
+    def _record_headers(
+        self, message_id: str, schema_version: int | None, headers: Mapping[str, str]
+    ) -> list[tuple[str, bytes]]:
+        propagated = {name: v for lower, name in self._propagated.items() if (v := headers.get(lower)) is not None}
+        return kafka_headers(message_id, int(time.time() * 1000), schema_version, propagated)
+
     def _produce(
         self,
         topic: Topic,
@@ -156,11 +196,12 @@ class Publisher:
         schema_version: int | None,
         headers: Mapping[str, str],
         answer: Answer,
+        offloaded: bool = False,
     ) -> None:
-        propagated = {name: v for lower, name in self._propagated.items() if (v := headers.get(lower)) is not None}
-        record_headers = kafka_headers(message_id, int(time.time() * 1000), schema_version, propagated)
-        partition_key = headers.get(_PARTITION_KEY)
-        key = partition_key.encode() if partition_key else None
+        record_headers = self._record_headers(message_id, schema_version, headers)
+        if offloaded:
+            record_headers.extend(placeholder_headers(message_id))
+        key = _key(headers)
         tracker = self._tracker if topic.tracking_enabled else None
         entry = JournalEntry(message_id, topic.qualified_name, value, key, tuple(record_headers), topic.ack)
         if tracker is not None:
@@ -195,6 +236,11 @@ class Publisher:
             self.journal.acknowledge(entry.message_id)
         else:
             asyncio.get_running_loop().call_later(_RESEND_DELAY, self.resend, entry)
+
+
+def _key(headers: Mapping[str, str]) -> bytes | None:
+    partition_key = headers.get(_PARTITION_KEY)
+    return partition_key.encode() if partition_key else None
 
 
 def _check_json(topic: Topic, body: bytes, content_type: str) -> None:

@@ -6,8 +6,9 @@ spec's standard headers have it, or its text form)."""
 
 from __future__ import annotations
 
+import struct
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,16 @@ def check_upload(document: bytes, max_size: int) -> Upload:
     headers = _headers(fields.get("headers"))
     message_id = _message_id(headers[ID_HEADER]) if ID_HEADER in headers else str(uuid.uuid4())
     return Upload(message_id, len(message))
+
+
+def document_chunks(message: bytes, headers: Sequence[tuple[str, bytes]], key: bytes | None) -> list[bytes]:
+    """The document ``{message, headers, key}`` as three chunks, the message itself the middle one: a large
+    message is written out as it is, where ``bson.encode`` would copy it into the document first."""
+    rest = bson.encode({"headers": [[name, value] for name, value in headers], **({"key": key} if key else {})})
+    element = b"\x05message\x00" + struct.pack("<i", len(message)) + b"\x00"  # binary, subtype 0 (generic)
+    elements = rest[4:-1]  # without the other document's length and its closing zero
+    length = 4 + len(element) + len(message) + len(elements) + 1
+    return [struct.pack("<i", length) + element, message, elements + b"\x00"]
 
 
 def _headers(value: Any) -> dict[str, bytes]:

@@ -1,0 +1,38 @@
+"""Transparent offload for HTTP publishers: a body larger than its topic's maxMessageSize (and within the offload
+limit) is stored as the protocol's BSON document, and a placeholder goes to Kafka in its place: the JSON envelope
+``{"url": ".../msg/{id}"}`` with the ``_format: external`` and ``_id`` headers, as a spec client would send it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+
+import orjson
+
+from hermes.domain.message import PLACEHOLDER_FORMAT
+from hermes.errors import ServiceUnavailable
+from hermes.offload.blobs import BlobStore
+from hermes.offload.documents import ID_HEADER, document_chunks
+
+
+def placeholder_headers(message_id: str) -> list[tuple[str, bytes]]:
+    return [PLACEHOLDER_FORMAT, (ID_HEADER, uuid.UUID(message_id).bytes)]
+
+
+class Offloader:
+    def __init__(self, store: BlobStore, max_size: int) -> None:
+        self._store = store
+        self.max_size = max_size
+        self.endpoint = ""  # the advertised URL, set once the frontend listens
+
+    async def store(
+        self, topic: str, message_id: str, body: bytes, headers: Sequence[tuple[str, bytes]], key: bytes | None
+    ) -> bytes:
+        """Stores the message; returns the placeholder to produce."""
+        chunks = document_chunks(body, [*headers, (ID_HEADER, uuid.UUID(message_id).bytes)], key)
+        try:
+            await asyncio.to_thread(self._store.put, topic, message_id, chunks)
+        except OSError as exc:
+            raise ServiceUnavailable(f"the large message could not be stored: {exc.strerror}") from None
+        return orjson.dumps({"url": f"{self.endpoint}/msg/{message_id}"})

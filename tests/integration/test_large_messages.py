@@ -1,0 +1,86 @@
+"""Transparent offload for HTTP publishers and subscribers: a body over the topic's maxMessageSize is stored beside
+Kafka and a placeholder produced in its place; consumers fetch it back before delivery, SERIAL and BATCH."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import bson
+import httpx
+import orjson
+import pytest
+
+from tests.support.hermes import HermesClient, InProcessHermes
+from tests.support.subscriber import SubscriberServer
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.integration
+
+LIMIT = 52 * 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def hermes_overrides() -> dict[str, Any]:
+    return {"offload_max_message_size": LIMIT}
+
+
+def _json_body(size: int) -> bytes:
+    filler = os.urandom(size // 2).hex()[: size - 12]
+    return b'{"data": "' + filler.encode() + b'"}'
+
+
+def test_a_50_mb_message_arrives_byte_identical_serial_and_batch(
+    client: HermesClient, hermes: InProcessHermes, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic()  # maxMessageSize 50 KB
+    client.create_subscription(topic, subscriber.url + "serial")
+    client.create_subscription(topic, subscriber.url + "batch", deliveryType="BATCH")
+    body = _json_body(50 * 1024 * 1024)
+    response = client.frontend.post(
+        f"/topics/{topic}", content=body, headers={"Content-Type": "application/json"}, timeout=120
+    )
+    assert response.status_code == 201, response.text
+    message_id = response.headers["Hermes-Message-Id"]
+
+    received = {r.path: r for r in subscriber.wait_for(2, timeout=120)}
+    serial, batch = received["/serial"], received["/batch"]
+    assert serial.message_id == message_id
+    assert serial.body == body
+    assert batch.body == b"[" + body + b"]"
+    assert batch.headers["Hermes-Message-Ids"] == message_id
+
+    stored = httpx.get(f"{hermes.frontend_url}/offload/msg/{message_id}", timeout=60)  # as a spec client sees it
+    document = bson.decode(stored.content)
+    assert document["message"] == body
+    assert dict(map(tuple, document["headers"]))["hermes-message-id"] == message_id.encode()
+
+
+def test_a_body_over_the_offload_limit_is_413(client: HermesClient) -> None:
+    topic = client.create_topic()
+    response = client.publish(topic, b"x" * (LIMIT + 1))
+    assert response.status_code == 413
+    assert f"the offload limit {LIMIT}" in response.json()["message"]
+
+
+def test_a_message_whose_body_is_gone_is_undelivered_with_the_reason(
+    client: HermesClient, hermes: InProcessHermes, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic(maxMessageSize=1024)
+    name = client.create_subscription(topic, subscriber.url)
+    hermes.consumer(topic, name)
+    hermes.suspend(client, topic, name)
+    gone = client.publish(topic, _json_body(4096))
+    assert gone.status_code == 201, gone.text
+    blob = hermes.hermes.settings.data_dir / "offload" / topic / gone.headers["Hermes-Message-Id"]
+    blob.unlink()
+    after = client.publish(topic, '{"small": true}')
+    client.set_state(topic, name, "ACTIVE")
+
+    [delivered] = subscriber.wait_for(1, timeout=60)  # the partition moves on
+    assert delivered.message_id == after.headers["Hermes-Message-Id"]
+    last = f"/topics/{topic}/subscriptions/{name}/undelivered/last"
+    wait_until(lambda: client.management.get(last).status_code == 200, timeout=30)
+    record = client.management.get(last).json()
+    assert "is gone" in record["reason"]
+    assert orjson.loads(record["message"])["url"].endswith(gone.headers["Hermes-Message-Id"])
