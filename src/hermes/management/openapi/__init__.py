@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import re
 
+from hermes.management.access import Rule, rule_of
 from hermes.management.openapi.components import SCHEMAS
 from hermes.management.openapi.paths import PATHS
-from hermes.management.openapi.schemas import GROUP_NAME, SIMPLE_NAME, STR, TOPIC_NAME, Schema
+from hermes.management.openapi.schemas import GROUP_NAME, SIMPLE_NAME, STR, TOPIC_NAME, Schema, ref
 
 _PARAMETERS: dict[str, Schema] = {
     "topic": TOPIC_NAME,
@@ -26,10 +27,37 @@ _PARAMETERS: dict[str, Schema] = {
 }
 
 
+_ERROR = {"description": "Error", "content": {"application/json": {"schema": ref("Error")}}}
+_SECURITY_SCHEMES = {
+    "basicAuth": {"type": "http", "scheme": "basic", "description": "a user of the users file (hermes users)"},
+    "bearerAuth": {
+        "type": "http",
+        "scheme": "bearer",
+        "bearerFormat": "JWT",
+        "description": "a token of --auth-jwt-issuer, its subject looked up in the users file",
+    },
+}
+# Hermes' role names: who may call each operation (docs/security.md's table)
+_WHO = "x-hermes-permission"
+
+
+def _secured(path: str, method: str, op: Schema) -> Schema:
+    """The operation with who may call it: public ones need no credentials; the others answer 401 without valid
+    ones, 429 to a client that failed too often, and 403 to a caller without the permission."""
+    rule = rule_of(method.upper(), path)
+    if rule is Rule.PUBLIC:
+        return {**op, "security": [], _WHO: rule.value}
+    refusals = {"401": _ERROR, "429": _ERROR, **({"403": _ERROR} if rule is not Rule.ANY else {})}
+    return {**op, "responses": {**op["responses"], **refusals}, _WHO: rule.value}
+
+
 def _with_parameters(path: str, operations: dict[str, Schema]) -> dict[str, Schema]:
     names = re.findall(r"{(\w+)}", path)
     parameters = [{"name": n, "in": "path", "required": True, "schema": _PARAMETERS.get(n, STR)} for n in names]
-    return {method: {**op, "parameters": parameters + op.get("parameters", [])} for method, op in operations.items()}
+    return {
+        method: _secured(path, method, {**op, "parameters": parameters + op.get("parameters", [])})
+        for method, op in operations.items()
+    }
 
 
 def document() -> Schema:
@@ -41,5 +69,6 @@ def document() -> Schema:
             "description": "Groups, topics, subscriptions, OAuth providers and operations; Hermes-compatible.",
         },
         "paths": {path: _with_parameters(path, operations) for path, operations in PATHS.items()},
-        "components": {"schemas": SCHEMAS},
+        "components": {"schemas": SCHEMAS, "securitySchemes": _SECURITY_SCHEMES},
+        "security": [{"basicAuth": []}, {"bearerAuth": []}],  # while authentication is on (docs/security.md)
     }
