@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import base64
 import io
 from pathlib import Path
 
@@ -11,6 +13,7 @@ import pytest
 from hermes.config import load_settings
 from hermes.errors import StartupError, TooManyFailedLogins, UsageError
 from hermes.security.accounts import change_users
+from hermes.security.authenticator import Authenticator, Principal
 from hermes.security.passwords import VerifiedCache, hash_password, verify_password
 from hermes.security.setup import Security, is_loopback
 from hermes.security.throttle import FailedLogins
@@ -94,3 +97,29 @@ def test_an_open_listener_may_only_be_on_loopback(tmp_path: Path) -> None:
     secured = Security.from_settings(load_settings({"data_dir": tmp_path}))
     secured.check_listener("0.0.0.0", "management")
     assert secured.describe().startswith("Basic")
+
+
+def test_concurrent_requests_with_one_credential_do_not_each_pay_for_scrypt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = UserStore.in_data_dir(tmp_path)
+    store.save(User("pub", hash_password("publisher-password")))
+    authenticator = Authenticator(store, None, FailedLogins())
+    checks = []
+
+    def counted(password: str, encoded: str) -> bool:
+        checks.append(password)
+        return verify_password(password, encoded)
+
+    monkeypatch.setattr("hermes.security.authenticator.verify_password", counted)
+    header = "Basic " + base64.b64encode(b"pub:publisher-password").decode()
+    assert authenticator.known(header) is None  # not verified yet: it must be checked
+
+    async def burst() -> list[Principal]:
+        return await asyncio.gather(*(authenticator.authenticate(header, "127.0.0.1") for _ in range(20)))
+
+    assert {principal.name for principal in asyncio.run(burst())} == {"pub"}
+    assert len(checks) <= 2  # two hash at once; the others find it verified once one is done
+    known = authenticator.known(header)
+    assert known is not None and known.name == "pub"
+    assert authenticator.known("Basic " + base64.b64encode(b"pub:wrong-password").decode()) is None

@@ -86,6 +86,8 @@ class Authenticator:
         if encoded is not None and self._verified.known(name, encoded, password):
             return self._principal(name)
         async with self._hashing:
+            if encoded is not None and self._verified.known(name, encoded, password):
+                return self._principal(name)  # verified while this request waited: one scrypt per credential
             if encoded is None:  # hash anyway: the answer's timing must not tell which user names exist
                 if self._dummy is None:
                     self._dummy = await asyncio.to_thread(hash_password, "")
