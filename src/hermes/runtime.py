@@ -46,7 +46,6 @@ from hermes.security.tls import server_context
 from hermes.tracker import Tracker
 
 if TYPE_CHECKING:  # kazoo is the zookeeper extra's: imported only in distributed mode
-    from hermes.cluster.node import ConsumersNode
     from hermes.cluster.registry import ClusterStore
 
 log = logging.getLogger(__name__)
@@ -92,7 +91,6 @@ class Hermes:
         self._lock: DataDirLock | None = None
         self.pipeline_status = "not in this process"
         self.security: Security | None = None
-        self.cluster_node: ConsumersNode | None = None
         self._cluster: ClusterStore | None = None
         self._tls: ssl.SSLContext | None = None
 
@@ -201,7 +199,6 @@ class Hermes:
 
                 await self._serve(Role.CONSUMERS, status_app(), settings.consumers_port)
             if node is not None:  # after the supervisor, so that the first assignment finds it
-                self.cluster_node = node
                 await node.start(self.supervisor)
                 self._stoppers.append(node.stop)
 

@@ -57,10 +57,6 @@ class ConsumersNode:
         """The supervisor's placement: assigned here, or taken over as a standby."""
         return subscription in self._assigned or subscription in self._taken_over
 
-    @property
-    def assignment(self) -> Assignment:
-        return self._assignment
-
     async def start(self, supervisor: ConsumersSupervisor) -> None:
         self._supervisor = supervisor
         await asyncio.to_thread(self._store.register, CONSUMERS, self.node_id, self._report())
