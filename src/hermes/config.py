@@ -158,6 +158,15 @@ class Settings(BaseSettings):
         description="URL of the offload service that sys.metadata advertises to Kafka clients; default: the "
         "frontend's URL + /offload (set it when the frontend listens on all addresses or behind a proxy).",
     )
+    offload_store: Literal["local", "s3"] = Field(
+        "local", description="Where offloaded messages are kept: local (the data directory) or s3 (a bucket)."
+    )
+    offload_s3_bucket: str | None = Field(None, description="Bucket of the s3 offload store.")
+    offload_s3_prefix: str = Field("hermes-offload/", description="Key prefix of the s3 offload store's objects.")
+    offload_s3_endpoint_url: str | None = Field(
+        None, description="Endpoint of an S3-compatible service (MinIO, Ceph, ...); unset: AWS S3."
+    )
+    offload_s3_region: str | None = Field(None, description="Region of the s3 offload store's bucket.")
     offload_expiry_interval: float = Field(
         60.0, gt=0, description="Seconds between sweeps deleting offloaded messages past their topic's retention."
     )
@@ -384,7 +393,16 @@ SECTIONS = (
     Section(
         "large messages",
         ("run", "frontend"),
-        ("offload_max_message_size", "offload_advertised_url", "offload_expiry_interval"),
+        (
+            "offload_max_message_size",
+            "offload_advertised_url",
+            "offload_expiry_interval",
+            "offload_store",
+            "offload_s3_bucket",
+            "offload_s3_prefix",
+            "offload_s3_endpoint_url",
+            "offload_s3_region",
+        ),
     ),
     Section("hermes frontend", ("frontend",), ("workers",)),
     Section(

@@ -308,8 +308,22 @@ class Hermes:
     async def _start_blob_store(self) -> BlobStore:
         """The store of large messages, and their retention."""
         assert self.cache is not None
-        store = await asyncio.to_thread(LocalBlobStore, self.settings.data_dir / "offload")
-        retention = BlobRetention(store, self.cache, self.settings.offload_expiry_interval)
+        settings = self.settings
+        store: BlobStore
+        if settings.offload_store == "s3":
+            from hermes.offload.s3 import S3BlobStore
+
+            if not settings.offload_s3_bucket:
+                raise StartupError("--offload-store s3 needs --offload-s3-bucket")
+            store = S3BlobStore(
+                settings.offload_s3_bucket,
+                settings.offload_s3_prefix,
+                settings.offload_s3_endpoint_url,
+                settings.offload_s3_region,
+            )
+        else:
+            store = await asyncio.to_thread(LocalBlobStore, settings.data_dir / "offload")
+        retention = BlobRetention(store, self.cache, settings.offload_expiry_interval)
         await retention.start()
         self._stoppers.append(retention.stop)
         return store
