@@ -17,6 +17,8 @@ import pytest
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.broker.kafka_consumer import BrokerConsumer
+from hermes.frontend.publish_metrics import TOPIC_METRICS_NAMESPACE
+from hermes.metadata.repository import MetadataRepository
 from hermes.runtime import Role
 from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, hermes_settings, unique
 from tests.support.waiting import wait_until
@@ -32,7 +34,9 @@ class _Workers:
             hermes_settings(tmp_path, kafka.bootstrap_servers), frozenset({Role.MANAGEMENT})
         ).start()
         args = ("--kafka-bootstrap-servers", kafka.bootstrap_servers, "--metadata-poll-interval", "0.05")
-        self.frontend = HermesProcess(tmp_path, *args, "--workers", "2", command="frontend")
+        # how often each worker reports its publish rates
+        env = {"HERMES_CONSUMER_METRICS_INTERVAL": "0.2"}
+        self.frontend = HermesProcess(tmp_path, *args, "--workers", "2", command="frontend", env=env)
         self.frontend.start(wait_for="frontend")
         self.client = HermesClient(self.management.management_url, self.frontend.frontend_url)
         self.metrics_dir = tmp_path / "frontend-metrics"
@@ -43,10 +47,10 @@ class _Workers:
         return {int(pid) for pid in Path(f"/proc/{master}/task/{master}/children").read_text().split()}
 
     def scrape(self, topic: str) -> float:
-        """The topic's 201s in one scrape, over a new connection (so by any worker)."""
+        """The topic's accepted publishes (201 and 202) in one scrape, over a new connection (so by any worker)."""
         text = httpx.get(f"{self.frontend.frontend_url}/status/prometheus", timeout=10).text
-        found = re.search(rf'^hermes_frontend_requests_total{{status="201",topic="{topic}"}} (\S+)$', text, re.M)
-        return float(found.group(1)) if found else 0.0
+        pattern = rf'^hermes_frontend_requests_total{{status="20[12]",topic="{topic}"}} (\S+)$'
+        return sum(float(count) for count in re.findall(pattern, text, re.M))
 
     def close(self) -> None:
         self.frontend.stop()
@@ -59,6 +63,10 @@ def workers(tmp_path: Path, kafka: EmbeddedBroker) -> Iterator[_Workers]:
     rig = _Workers(tmp_path, kafka)
     yield rig
     rig.close()
+
+
+def _rate_reports(repository: MetadataRepository, topic: str) -> list[str]:
+    return [key for key in repository.list_documents(TOPIC_METRICS_NAMESPACE) if key.startswith(f"{topic}/")]
 
 
 def _published(management: InProcessHermes, topic: str, count: int) -> set[str]:
@@ -108,10 +116,14 @@ def test_one_scrape_counts_every_workers_requests_and_a_killed_worker_loses_noth
     for _ in range(16):  # new connections, which the kernel spreads over both workers
         with httpx.Client(base_url=url, timeout=30) as client:
             for _ in range(2):
-                assert client.post(f"/topics/{topic}", content=b"{}").status_code == 201
+                assert client.post(f"/topics/{topic}", content=b"{}").status_code in (201, 202)
     # both workers served some: each writes its counters to a file of its own within a second
     wait_until(lambda: len(list(workers.metrics_dir.glob("counter_*.db"))) == 2, timeout=10)
     wait_until(lambda: all(workers.scrape(topic) == 32.0 for _ in range(4)), timeout=20, interval=0.2)
+    # and both report their publish rates to the management API, which sums them
+    repository = workers.management.hermes.repository
+    assert repository is not None
+    wait_until(lambda: len(_rate_reports(repository, topic)) == 2, timeout=20, interval=0.2)
 
     first = workers.pids()
     assert len(first) == 2

@@ -157,6 +157,8 @@ def _settings_line(settings: Settings) -> bytes:
 def _worker_main() -> None:
     index = int(sys.argv[1])
     settings = Settings(**orjson.loads(sys.stdin.buffer.readline()))
+    # each worker reports its topics' publish rates under a name of its own, which the management API sums
+    settings = settings.model_copy(update={"node_id": f"{settings.node_id}-{index}"})
     configure_logging(settings.log_level, log_path(settings.data_dir, f"frontend-{index}"))
     try:
         event_loop.run(settings.event_loop, serve(settings, frozenset({Role.FRONTEND}), worker=True))
