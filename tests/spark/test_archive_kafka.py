@@ -110,12 +110,15 @@ def test_lake_columns_come_from_the_frontends_kafka_headers(spark: Any, kafka: E
         ],
     )
     producer.produce(topic, value=b"foreign", partition=0)  # not from a Hermes frontend: no headers
+    placeholder = b'{"url": "http://127.0.0.1/offload/msg/m"}'  # of an offloaded large message: archived as it is
+    producer.produce(topic, value=placeholder, partition=0, headers=[(KAFKA_MESSAGE_ID, "m"), ("_format", "external")])
     assert producer.flush(30) == 0
     lake = Lake(str(tmp_path / "lake"))
 
-    archive(spark, kafka, lake, tmp_path / "ckpt", [topic], 3)
+    archive(spark, kafka, lake, tmp_path / "ckpt", [topic], 4)
 
-    first, avro, foreign = sorted(read_lake(spark, lake).collect(), key=lambda r: r.offset)
+    first, avro, foreign, offloaded = sorted(read_lake(spark, lake).collect(), key=lambda r: r.offset)
+    assert (offloaded.body, offloaded.headers) == (placeholder, {"_format": "external"})
     assert (first.message_id, first.publish_timestamp.replace(tzinfo=UTC)) == (
         hermes_id,
         published.replace(microsecond=published.microsecond // 1000 * 1000),

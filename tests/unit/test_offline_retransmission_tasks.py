@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAFKA_SCHEMA_VERSION
+from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAFKA_SCHEMA_VERSION, PLACEHOLDER_FORMAT
 from hermes.domain.retransmission_task import RetransmissionTask, TaskStatus, task_from_request
 from hermes.metadata.documents import OFFLINE_RETRANSMISSION_TASKS
 from hermes.metadata.sqlite import SqliteMetadataRepository
@@ -79,3 +79,8 @@ def test_republished_messages_keep_the_original_frontend_headers() -> None:
     assert frontend_headers({**row, "schema_version": None, "headers": None}, "t")[2:] == [
         (KAFKA_RETRANSMISSION_TASK, b"t")
     ]
+
+
+def test_a_republished_placeholder_of_an_offloaded_message_is_marked_as_one_again() -> None:
+    row = {"message_id": "m", "published": 1, "schema_version": None, "headers": {"_format": "external", "A": "b"}}
+    assert frontend_headers(row, "t")[2:] == [("h-A", b"b"), PLACEHOLDER_FORMAT, (KAFKA_RETRANSMISSION_TASK, b"t")]

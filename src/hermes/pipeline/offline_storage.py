@@ -28,6 +28,7 @@ from hermes.domain.message import (
     KAFKA_PROPAGATED_PREFIX,
     KAFKA_PUBLISH_TIMESTAMP,
     KAFKA_SCHEMA_VERSION,
+    PLACEHOLDER_FORMAT,
 )
 from hermes.domain.topic import Topic
 from hermes.errors import StartupError
@@ -74,10 +75,13 @@ _LAKE_COLUMNS = {
     "offset": "`offset`",
     "key": "key",
     "schema_version": f"try_cast(cast({_header(KAFKA_SCHEMA_VERSION)} as string) as int)",
-    "headers": (  # the connector gives no array, not an empty one, for a record without headers
-        f"coalesce(map_from_entries(transform(filter(headers, h -> startswith(h.key, '{KAFKA_PROPAGATED_PREFIX}')), "
-        f"h -> struct(substr(h.key, {len(KAFKA_PROPAGATED_PREFIX) + 1}) as key, cast(h.value as string) as value))), "
-        "cast(map() as map<string, string>))"
+    # The propagated headers by name, and an offloaded message's placeholder marker as it is (retransmission
+    # restores it, so the placeholder is resolved again). The connector gives no array for a record without headers.
+    "headers": (
+        "coalesce(map_from_entries(transform(filter(headers, h -> "
+        f"startswith(h.key, '{KAFKA_PROPAGATED_PREFIX}') or h.key = '{PLACEHOLDER_FORMAT[0]}'), "
+        f"h -> struct(if(h.key = '{PLACEHOLDER_FORMAT[0]}', h.key, substr(h.key, {len(KAFKA_PROPAGATED_PREFIX) + 1})) "
+        "as key, cast(h.value as string) as value))), cast(map() as map<string, string>))"
     ),
     "body": "coalesce(value, X'')",
     "topic": "topic",

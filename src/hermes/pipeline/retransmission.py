@@ -21,7 +21,7 @@ from typing import Any
 
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.producer import BrokerProducer
-from hermes.domain.message import kafka_headers
+from hermes.domain.message import PLACEHOLDER_FORMAT, kafka_headers
 from hermes.domain.retransmission_task import RetransmissionTask, TaskStatus
 from hermes.domain.topic import Ack
 from hermes.metadata.documents import OFFLINE_RETRANSMISSION_TASKS
@@ -110,8 +110,14 @@ async def _send(connection: KafkaConnection, target: str, task_id: str, rows: It
 
 
 def frontend_headers(row: Any, task_id: str) -> list[tuple[str, bytes]]:
-    """The Kafka headers the frontend would have written, with the archived (original) values."""
-    headers = kafka_headers(row["message_id"], row["published"], row["schema_version"], row["headers"])
+    """The Kafka headers the frontend would have written, with the archived (original) values; an offloaded
+    message's placeholder gets its marker back, so consumers fetch the stored body again."""
+    propagated = dict(row["headers"] or {})
+    name, value = PLACEHOLDER_FORMAT
+    placeholder = propagated.pop(name, None) == value.decode()
+    headers = kafka_headers(row["message_id"], row["published"], row["schema_version"], propagated)
+    if placeholder:
+        headers.append(PLACEHOLDER_FORMAT)
     headers.append((KAFKA_RETRANSMISSION_TASK, task_id.encode()))
     return headers
 
