@@ -21,10 +21,12 @@ BODY = json_body(1024)
 _KEYS = ["throughput", "latency_ms.p50", "latency_ms.p99", "latency_ms.p999"]
 
 
-def _closed(url: str, seconds: float, concurrency: int, reps: int, pid: int) -> dict[str, Any]:
+def closed(
+    url: str, seconds: float, concurrency: int, reps: int, pid: int, headers: dict[str, str] | None = None
+) -> dict[str, Any]:
     """wrk runs (the maximum), with the CPU time the server (process ``pid`` and its children) spent per request."""
-    wrk.run(url, BODY, 1.0, concurrency)  # warm-up: connections, caches, the producer's metadata
-    runs = [wrk.run(url, BODY, seconds, concurrency, pid) for _ in range(reps)]
+    wrk.run(url, BODY, 1.0, concurrency, headers=headers)  # warm-up: connections, caches, the producer's metadata
+    runs = [wrk.run(url, BODY, seconds, concurrency, pid, headers) for _ in range(reps)]
     return {
         **summarize_runs(runs, ["throughput", "server_cpu_us"]),
         "non_2xx": sum(r["non_2xx"] for r in runs),
@@ -48,7 +50,7 @@ def _noops(seconds: float, concurrency: int, reps: int) -> dict[str, Any]:
     for server in noop.SERVERS:
         port = free_port()
         with child([sys.executable, "-m", "hermes.bench.noop", server, str(port)], port) as process:
-            out[server] = _closed(f"http://127.0.0.1:{port}/topics/t", seconds, concurrency, reps, process.pid)
+            out[server] = closed(f"http://127.0.0.1:{port}/topics/t", seconds, concurrency, reps, process.pid)
     return out
 
 
@@ -59,9 +61,9 @@ async def publish(
     latency at fixed rates (the open-loop generator): ``rates`` and half the one-process maximum."""
     topic = await api.topic("benchp", "publish")
     url = f"{system.frontend}/topics/{topic}"
-    maximum = _closed(url, seconds, concurrency, reps, system.processes["frontend"].pid)
+    maximum = closed(url, seconds, concurrency, reps, system.processes["frontend"].pid)
     with system.frontend_workers(2) as master:
-        two_workers = _closed(url, seconds, concurrency, reps, master.pid)
+        two_workers = closed(url, seconds, concurrency, reps, master.pid)
     half = round(maximum["throughput"]["median"] / 2, -1)
     opened = [await _open(url, rate, seconds, reps) for rate in sorted({*rates, half})]
     noops = _noops(seconds, concurrency, reps)

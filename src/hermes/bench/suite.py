@@ -23,6 +23,7 @@ from hermes.bench import delivery, integrations, publish
 from hermes.bench.cluster import cluster
 from hermes.bench.kafka_alone import produce_consume
 from hermes.bench.load import Sink
+from hermes.bench.publish_auth import publish_auth
 from hermes.bench.startup import STARTUP_COMMAND, startup
 from hermes.bench.sustained import sustained
 from hermes.bench.system import Management, System
@@ -201,6 +202,8 @@ def run(plan: Plan, log: Any = print) -> dict[str, Any]:
             results["scenarios"]["archive"] = integrations.archive()
         else:
             results["scenarios"]["archive"] = {"available": False, "note": "skipped by --quick"}
+    log("publishing with and without publisher authentication (its own broker and users)")
+    results["scenarios"]["publish_auth"] = publish_auth(plan.seconds, plan.concurrency, plan.reps)
     results["void_reasons"] = void_reasons(results["scenarios"])
     results["void"] = bool(results["void_reasons"])
     results["duration_s"] = round(time.monotonic() - began, 1)

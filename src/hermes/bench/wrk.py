@@ -24,14 +24,22 @@ def command(connections: int) -> str:
     return f"wrk -t1 -c{connections} (1 thread, keep-alive, POST)"
 
 
-def run(url: str, body: bytes, seconds: float, connections: int, pid: int | None = None) -> dict[str, Any]:
+def run(
+    url: str,
+    body: bytes,
+    seconds: float,
+    connections: int,
+    pid: int | None = None,
+    headers: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """One run: requests/s, non-2xx answers and socket errors; with ``pid``, that process's (and its children's)
-    CPU time per request."""
+    CPU time per request. ``headers`` are sent with every request besides Content-Type."""
     wrk = shutil.which("wrk")
     if wrk is None:
         raise StartupError("the benchmark needs wrk (apt-get install wrk, or make setup)")
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(_SCRIPT.format(body='"' + body.decode().replace('"', '\\"') + '"'))
+        script.writelines(f'wrk.headers["{name}"] = "{value}"\n' for name, value in (headers or {}).items())
     try:
         before = tree_cpu_seconds(pid) if pid is not None else 0.0
         out = subprocess.run(
