@@ -54,11 +54,13 @@ def _check_inflight_size(subscription: Subscription, allowed: int | None = None)
 
 
 class ManagementService:
-    def __init__(self, settings: Settings, repository: MetadataRepository, admin: BrokerAdmin) -> None:
+    def __init__(
+        self, settings: Settings, repository: MetadataRepository, admin: BrokerAdmin, kafka_topics: KafkaTopics
+    ) -> None:
         self.settings = settings
         self._repository = repository
         self._admin = admin
-        self._kafka_topics = KafkaTopics(admin, settings.topic_partitions)
+        self._kafka_topics = kafka_topics
         self._tracking = TrackingStore(tracking_root(settings))
 
     @staticmethod

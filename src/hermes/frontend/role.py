@@ -1,0 +1,198 @@
+"""The frontend role's entry point: the producer, the journal (with the messages a previous run left in it),
+the publisher, publishers' access, the readiness check, the offload service of large messages (on the same
+port), the publishing server, the per-topic publish counts it reports, and in distributed mode its registration
+as a cluster member."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from typing import TYPE_CHECKING
+
+from hermes.broker.admin import BrokerAdmin
+from hermes.broker.connection import KafkaConnection
+from hermes.broker.producer import BrokerProducer
+from hermes.config import Settings
+from hermes.domain.topic import Topic
+from hermes.errors import StartupError
+from hermes.frontend.access import PublishAccess
+from hermes.frontend.app import PublishingApi, TopicLookup
+from hermes.frontend.journal import Journal
+from hermes.frontend.publish_metrics import JOURNAL_BYTES, JOURNAL_MESSAGES, PublishedCounter, SharedMetrics
+from hermes.frontend.publishing import Publisher, PublishTimeouts
+from hermes.frontend.readiness import Readiness
+from hermes.frontend.schemas import SchemaSource
+from hermes.http.lean import DEFAULT_MAX_BODY, LeanServer
+from hermes.metadata.cache import MetadataCache
+from hermes.metadata.documents import TOPIC_METRICS
+from hermes.metadata.repository import MetadataRepository
+from hermes.offload.api import UPLOAD_HEADROOM, OffloadApi
+from hermes.offload.blobs import BlobStore
+from hermes.offload.discovery import advertise_at_start
+from hermes.offload.local import LocalBlobStore
+from hermes.offload.offloader import Offloader
+from hermes.offload.retention import BlobRetention
+from hermes.security.setup import Security
+from hermes.tracker import Tracker
+
+if TYPE_CHECKING:
+    from hermes.cluster.registry import ClusterStore
+
+log = logging.getLogger(__name__)
+
+
+class Frontend:
+    """``worker``: one of the processes of ``hermes frontend --workers N``, all listening on one port and serving
+    every worker's metrics. ``cluster``: the cluster's znodes, in distributed mode."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        connection: KafkaConnection,
+        admin: BrokerAdmin,
+        repository: MetadataRepository,
+        cache: MetadataCache,
+        security: Security,
+        cluster: ClusterStore | None = None,
+        *,
+        worker: bool = False,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self._settings = settings
+        self._connection = connection
+        self._admin = admin
+        self._repository = repository
+        self._cache = cache
+        self._security = security
+        self._cluster = cluster
+        self._worker = worker
+        self._tls = tls
+        self._exit = contextlib.AsyncExitStack()
+        self.producer: BrokerProducer | None = None
+        self.server: LeanServer | None = None
+
+    async def start(self) -> None:
+        settings = self._settings
+        journal = Journal(
+            settings.data_dir / "journal",
+            settings.frontend_journal_max_bytes,
+            settings.frontend_journal_fsync,
+            settings.frontend_journal_fsync_interval,
+        )
+        self._exit.callback(journal.close)  # after the producer flushed: its last acks settle journaled messages
+        self.producer = producer = BrokerProducer(self._connection)
+        self._exit.push_async_callback(self._close_producer, producer)
+        await asyncio.to_thread(producer.warm)
+        loop = asyncio.get_running_loop()
+
+        def warm(name: str, topic: Topic | None) -> None:
+            if topic is not None:
+                loop.run_in_executor(None, producer.warm, name)
+
+        self._cache.on_topic_change(warm)
+        pending = await asyncio.to_thread(journal.recover)
+        JOURNAL_MESSAGES.set_function(lambda: journal.depth)
+        JOURNAL_BYTES.set_function(lambda: journal.pending_bytes)
+        store = await self._start_blob_store()
+        offloader = Offloader(store, settings.offload_max_message_size)
+        publisher = Publisher(
+            producer,
+            PublishTimeouts(settings.frontend_ack_leader_timeout / 1000, settings.frontend_ack_all_timeout / 1000),
+            SchemaSource(self._repository, self._cache),
+            Tracker(producer, settings.cluster_name),
+            frozenset(h.strip() for h in settings.frontend_propagated_headers.split(",") if h.strip()),
+            journal,
+            offloader,
+        )
+        for entry in pending:
+            publisher.resend(entry)
+        published = PublishedCounter()
+        readiness = Readiness(producer)
+        await readiness.start()
+        self._exit.push_async_callback(readiness.stop)
+        access = PublishAccess(self._security.authenticator, settings.publish_authentication == "required")
+        offload = OffloadApi(store, self._cache, TopicLookup(self._cache), settings.offload_max_message_size)
+        if self._worker and SharedMetrics.enabled():
+            shared = SharedMetrics(journal)
+            api = PublishingApi(
+                publisher, self._cache, published, readiness, access, shared.exposition, offload=offload
+            )
+            sharing = asyncio.create_task(shared.run(), name="shared-metrics")
+            self._exit.push_async_callback(_cancelled, sharing)
+        else:
+            api = PublishingApi(publisher, self._cache, published, readiness, access, offload=offload)
+        self.server = LeanServer(
+            api,
+            settings.host,
+            settings.frontend_port,
+            "frontend",
+            max_body=max(DEFAULT_MAX_BODY, settings.offload_max_message_size + UPLOAD_HEADROOM),
+            reuse_port=self._worker,
+            tls=self._tls,
+        )
+        await self.server.start()
+        self._exit.push_async_callback(self.server.stop)
+        url = f"{'https' if self._tls else 'http'}://{settings.host}:{self.server.port}"
+        advertiser = await advertise_at_start(
+            self._admin, producer, settings.offload_advertised_url or f"{url}/offload"
+        )
+        if advertiser is not None:
+            self._exit.push_async_callback(_cancelled, advertiser)
+        reporter = asyncio.create_task(self._report_published(published), name="published-metrics")
+        self._exit.push_async_callback(_cancelled, reporter)
+        if self._cluster is not None:
+            from hermes.cluster.members import FrontendMember
+
+            member = FrontendMember(self._cluster, url, settings.cluster_report_interval)
+            await member.start()
+            self._exit.push_async_callback(member.stop)
+
+    async def _start_blob_store(self) -> BlobStore:
+        """The store of large messages, and their retention."""
+        settings = self._settings
+        store: BlobStore
+        if settings.offload_store == "s3":
+            from hermes.offload.s3 import S3BlobStore
+
+            if not settings.offload_s3_bucket:
+                raise StartupError("--offload-store s3 needs --offload-s3-bucket")
+            store = S3BlobStore(
+                settings.offload_s3_bucket,
+                settings.offload_s3_prefix,
+                settings.offload_s3_endpoint_url,
+                settings.offload_s3_region,
+            )
+        else:
+            store = await asyncio.to_thread(LocalBlobStore, settings.data_dir / "offload")
+        retention = BlobRetention(store, self._cache, settings.offload_expiry_interval)
+        await retention.start()
+        self._exit.push_async_callback(retention.stop)
+        return store
+
+    async def stop(self) -> None:
+        """Stops accepting, then flushes the producer, then closes the journal."""
+        await self._exit.aclose()
+
+    @staticmethod
+    async def _close_producer(producer: BrokerProducer) -> None:
+        unacked = await asyncio.to_thread(producer.close, 10.0)
+        if unacked:
+            log.warning("%d published messages were not acknowledged by the broker at shutdown", unacked)
+
+    async def _report_published(self, published: PublishedCounter) -> None:
+        while True:
+            await asyncio.sleep(self._settings.consumer_metrics_interval)
+            for topic, snapshot in published.snapshots().items():
+                key = f"{topic}/{self._settings.node_id}"
+                try:
+                    await asyncio.to_thread(self._repository.put_document, TOPIC_METRICS, key, snapshot)
+                except Exception:
+                    log.warning("reporting publish metrics failed", exc_info=True)
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
