@@ -30,6 +30,7 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from hermes.bench.system import cpu_seconds
 from hermes.broker.embedded import EmbeddedBroker, free_port
 
 _PAD = "x" * 1024
@@ -136,9 +137,11 @@ async def batch_throughput(
     concurrency: int = 32,
     drain_timeout: float = 300.0,
     ceiling_seconds: float = 5.0,
+    consumer_pid: int | None = None,
 ) -> dict[str, Any]:
     """Drains ``messages`` 1 KB messages through one BATCH subscription (``batch_size`` per batch) and
-    reconciles every one; see the module docstring."""
+    reconciles every one; see the module docstring. With ``consumer_pid`` (the process delivering), also the CPU
+    time it spent per delivered message from the activation to the drain's end."""
     sink = _BatchSink()
     await sink.start()
     try:
@@ -161,11 +164,15 @@ async def batch_throughput(
             began = time.monotonic()
             accepted = await _publish(api, publish_url, range(messages), concurrency)
             publish_seconds = time.monotonic() - began
+            cpu_before = cpu_seconds(consumer_pid) if consumer_pid is not None else 0.0
             await _call(api, "PUT", f"{subscription}/state", "ACTIVE")
             await sink.wait_for(len(accepted), drain_timeout)
+            cpu = cpu_seconds(consumer_pid) - cpu_before if consumer_pid is not None else 0.0
             await _call(api, "DELETE", subscription, None)
         result = _reconcile(sink, accepted)
         result["publish_throughput"] = round(len(accepted) / max(publish_seconds, 1e-6), 1)
+        if consumer_pid is not None:
+            result["consumer_cpu_us"] = round(cpu / max(result["delivered"], 1) * 1e6, 1)
         batch, numbers = sink.batches[0][1:] if sink.batches else ([], [])
         if batch:
             payload = b"[" + b",".join(_body(n) for n in numbers) + b"]"
@@ -225,7 +232,9 @@ def main() -> None:
         _wait_for_port(management, process)
         _wait_for_port(frontend, process)
         result = asyncio.run(
-            batch_throughput(f"http://127.0.0.1:{management}", f"http://127.0.0.1:{frontend}", messages)
+            batch_throughput(
+                f"http://127.0.0.1:{management}", f"http://127.0.0.1:{frontend}", messages, consumer_pid=process.pid
+            )
         )
     finally:
         process.terminate()

@@ -12,12 +12,13 @@ from typing import Any
 from hermes.bench.stats import summarize
 
 
-def batch(management: str, frontend: str, quick: bool) -> dict[str, Any]:
+def batch(management: str, frontend: str, consumers_pid: int, quick: bool) -> dict[str, Any]:
     """Scenario 3: BATCH delivery throughput at batchSize 100 (1 KB messages), on the system under test."""
     from hermes.bench.batch import batch_throughput
 
+    messages = 5_000 if quick else 20_000
     try:
-        return asyncio.run(batch_throughput(management, frontend, messages=5_000 if quick else 20_000))
+        return asyncio.run(batch_throughput(management, frontend, messages, consumer_pid=consumers_pid))
     except Exception as exc:  # a failing scenario is reported, it does not void the others
         return {"error": f"{type(exc).__name__}: {exc}"}
 

@@ -137,11 +137,11 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
     if "throughput" in batch:
         lines += [
             "| messages | batches | deliveries/s | one POST loop of the same batches (ceiling) | ratio "
-            "| missing | duplicates |",
-            "|---|---|---|---|---|---|---|",
+            "| consumers' CPU µs per message | missing | duplicates |",
+            "|---|---|---|---|---|---|---|---|",
             f"| {batch['published']:,} | {batch['batches']:,} | **{batch['throughput']:,.0f}** "
             f"| {batch.get('raw_batch_post_loop', 0):,.0f} | {batch.get('vs_raw_batch_post', '')} "
-            f"| {batch['missing']} | {batch['duplicates']} |",
+            f"| {batch.get('consumer_cpu_us', '')} | {batch['missing']} | {batch['duplicates']} |",
         ]
     else:
         lines.append(f"Not measured: `{json.dumps(batch)}`")

@@ -195,7 +195,10 @@ def run(plan: Plan, log: Any = print) -> dict[str, Any]:
         log("ceiling: a raw confluent-kafka producer/consumer loop")
         results["raw_kafka"] = produce_consume(system.broker.bootstrap_servers, plan.raw_kafka_messages, 1024)
         log("BATCH delivery")
-        results["scenarios"]["batch"] = integrations.batch(system.management, system.frontend, plan.name == "quick")
+        consumers_pid = system.processes["consumers"].pid
+        results["scenarios"]["batch"] = integrations.batch(
+            system.management, system.frontend, consumers_pid, plan.name == "quick"
+        )
         results["raw_parquet"] = integrations.pyarrow_writer(plan.parquet_rows, plan.reps)
         if plan.spark:
             log("Spark archive")
