@@ -12,7 +12,9 @@ import pytest
 
 from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.cluster.assignment import Assignment
 from hermes.cluster.discovery import FrontendDiscovery
+from hermes.cluster.registry import ClusterStore
 from hermes.runtime import Role
 from tests.support.cluster import FAILOVER_BOUND, Cluster, assigned, coordinator, nodes
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings, unique
@@ -84,6 +86,8 @@ def test_nodes_register_share_subscriptions_and_replace_the_dead(
         wait_until(all_there, timeout=60)
 
     delivered(10)
+    metrics = management.get(f"/topics/{topic}/subscriptions/s1/metrics").json()
+    assert sorted(metrics["nodes"]) == sorted(assigned(management)[f"{topic}$s1"])
 
     # SIGKILL the node of the one-node subscription, then the coordinator (or another node if it was both)
     victim = assigned(management)[f"{topic}${single}"][0]
@@ -117,29 +121,38 @@ def test_a_move_by_load_adds_the_new_node_before_removing_the_old(
         cluster.start(node, "consumers", *everyone_overloaded)
     topic = front.create_topic()
     name = unique("moved")
+    qualified = f"{topic}${name}"
     response = management.put(
         "/workload-constraints/subscription",
-        json={"subscriptionName": f"{topic}${name}", "constraints": {"consumersNumber": 1}},
+        json={"subscriptionName": qualified, "constraints": {"consumersNumber": 1}},
     )
     assert response.status_code == 201, response.text
-    front.create_subscription(topic, f"{subscriber.url}{name}", name)
-    qualified = f"{topic}${name}"
-    wait_until(lambda: len(assigned(management).get(qualified, [])) == 1, timeout=60)
-    first = assigned(management)[qualified][0]
+    seen: list[tuple[str, ...]] = []  # every version of the subscription's assignees, as ZooKeeper has them
 
-    seen: list[tuple[str, ...]] = []
-    sent = []
-
-    def moved() -> bool:
-        sent.append(front.publish(topic, '{"n": 1}').headers["Hermes-Message-Id"])
-        owners = tuple(sorted(n for n, r in nodes(management).items() if qualified in r["subscriptions"]))
+    def assignment_changed(assignment: Assignment) -> None:
+        owners = tuple(sorted(assignment.subscriptions.get(qualified, ())))
         if not seen or seen[-1] != owners:
             seen.append(owners)
-        return owners not in ((), (first,)) and len(owners) == 1
 
-    wait_until(moved, timeout=60, interval=0.1)
-    second = seen[-1][0]
-    assert second != first
-    assert tuple(sorted((first, second))) in seen  # both ran it before the old node let go
+    def owners_in_turn() -> list[tuple[str, ...]]:
+        return [owners for owners in list(seen) if len(owners) == 1]
+
+    store = ClusterStore(cluster.zookeeper.connect, cluster.root, 10.0)
+    sent = []
+    try:
+        store.watch_assignment(assignment_changed)
+        front.create_subscription(topic, f"{subscriber.url}{name}", name)
+
+        def moved() -> bool:
+            sent.append(front.publish(topic, '{"n": 1}').headers["Hermes-Message-Id"])
+            return len(owners_in_turn()) >= 2
+
+        wait_until(moved, timeout=60, interval=0.1)
+    finally:
+        store.close()
+    (first,), (second,) = owners_in_turn()[:2]
+    assert first != second
+    at = seen.index((second,))
+    assert seen[at - 1] == tuple(sorted((first, second)))  # both ran it before the old node let go
     # delivery went on through the move: everything published meanwhile arrives
     wait_until(lambda: set(sent) <= {r.message_id for r in subscriber.received if r.path.strip("/") == name}, 60)

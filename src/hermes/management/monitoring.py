@@ -36,9 +36,15 @@ def subscription_metrics(
 ) -> dict[str, Any]:
     """Hermes' metrics: lifetime ``delivered``/``discarded``; per-second ``timeouts``, ``otherErrors`` and
     ``codes*``; plus ``totals`` (lifetime counts of every counter), ``recentAttempts`` (outcomes of each node's
-    last attempts, what health is judged on), ``inflight``, ``rate``, ``maxRate``, ``lag``."""
+    last attempts, what health is judged on), ``inflight``, ``rate``, ``maxRate``, ``lag`` and ``nodes``, the
+    consumer nodes serving it (those that reported within the last 30 s)."""
     prefix = f"{subscription.qualified_name.qualified}/"
-    snapshots = [v for k, v in repository.list_documents(SUBSCRIPTION_METRICS).items() if k.startswith(prefix)]
+    by_node = {
+        k.removeprefix(prefix): v
+        for k, v in repository.list_documents(SUBSCRIPTION_METRICS).items()
+        if k.startswith(prefix)
+    }
+    snapshots = list(by_node.values())
     now = int(time.time() * 1000)
     fresh = [s for s in snapshots if now - int(s.get("updatedAt", 0)) <= _STALE_MS]
     totals = {name: sum(int(s.get(name, 0)) for s in snapshots) for name in COUNTERS}
@@ -62,6 +68,7 @@ def subscription_metrics(
         "recentAttempts": {
             name: sum(int(s.get("recentAttempts", {}).get(name, 0)) for s in fresh) for name in ATTEMPT_OUTCOMES
         },
+        "nodes": sorted(node for node, s in by_node.items() if now - int(s.get("updatedAt", 0)) <= _STALE_MS),
     }
 
 
@@ -76,7 +83,7 @@ UNAVAILABLE = "unavailable"
 
 def hermes_subscription_metrics(metrics: dict[str, Any], subscription: Subscription) -> dict[str, Any]:
     """Hermes' ``SubscriptionMetrics`` (decimal strings, ``lag`` a string, ``volume`` bytes: not measured, 0),
-    plus our ``inflight``, ``maxRate`` and lifetime ``totals``."""
+    plus our ``inflight``, ``maxRate``, lifetime ``totals`` and the ``nodes`` serving it."""
     failed = sum(metrics[name] for name in ATTEMPT_OUTCOMES if name != "codes2xx")
     return {
         "delivered": metrics["delivered"],
@@ -92,6 +99,7 @@ def hermes_subscription_metrics(metrics: dict[str, Any], subscription: Subscript
         "inflight": metrics["inflight"],
         "maxRate": metrics["maxRate"],
         "totals": metrics["totals"],
+        "nodes": metrics["nodes"],
     }
 
 

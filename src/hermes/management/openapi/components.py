@@ -70,6 +70,7 @@ SCHEMAS: dict[str, Schema] = {
             "inflight": INT,
             "maxRate": NUM,
             "totals": {"type": "object", "additionalProperties": INT},
+            "nodes": array(STR),
         }
     ),
     "PersistentSubscriptionMetrics": obj({"delivered": INT, "discarded": INT, "volume": INT}),
