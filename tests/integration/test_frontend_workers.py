@@ -17,7 +17,7 @@ import pytest
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.broker.kafka_consumer import BrokerConsumer
-from hermes.frontend.publish_metrics import TOPIC_METRICS_NAMESPACE
+from hermes.metadata.documents import TOPIC_METRICS
 from hermes.metadata.repository import MetadataRepository
 from hermes.runtime import Role
 from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, hermes_settings, unique
@@ -66,7 +66,7 @@ def workers(tmp_path: Path, kafka: EmbeddedBroker) -> Iterator[_Workers]:
 
 
 def _rate_reports(repository: MetadataRepository, topic: str) -> list[str]:
-    return [key for key in repository.list_documents(TOPIC_METRICS_NAMESPACE) if key.startswith(f"{topic}/")]
+    return [key for key in repository.list_documents(TOPIC_METRICS) if key.startswith(f"{topic}/")]
 
 
 def _published(management: InProcessHermes, topic: str, count: int) -> set[str]:
