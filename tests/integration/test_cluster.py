@@ -86,8 +86,11 @@ def test_nodes_register_share_subscriptions_and_replace_the_dead(
         wait_until(all_there, timeout=60)
 
     delivered(10)
-    metrics = management.get(f"/topics/{topic}/subscriptions/s1/metrics").json()
-    assert sorted(metrics["nodes"]) == sorted(assigned(management)[f"{topic}$s1"])
+
+    def serving() -> list[str]:  # from the nodes' metric snapshots, written every second
+        return sorted(management.get(f"/topics/{topic}/subscriptions/s1/metrics").json()["nodes"])
+
+    wait_until(lambda: serving() == sorted(assigned(management)[f"{topic}$s1"]), timeout=30)
 
     # SIGKILL the node of the one-node subscription, then the coordinator (or another node if it was both)
     victim = assigned(management)[f"{topic}${single}"][0]
