@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from urllib.parse import quote
 
 from hermes.cluster.assignment import Limits, Rebalancing
@@ -25,8 +26,9 @@ def open_store(settings: Settings) -> ClusterStore:
 
 
 def consumers_node(
-    settings: Settings, store: ClusterStore, repository: MetadataRepository, address: str
+    settings: Settings, store: ClusterStore, repository: MetadataRepository, address: Callable[[], str]
 ) -> ConsumersNode:
+    """``address``: where the node answers health and metrics, once its servers listen."""
     s = settings
     coordination = CoordinatorSettings(
         limits=Limits(s.consumers_per_subscription, s.max_subscriptions_per_consumer),

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from hermes.cluster.assignment import Assignment, Standby
@@ -32,7 +33,7 @@ class ConsumersNode:
         store: ClusterStore,
         repository: MetadataRepository,
         node_id: str,
-        address: str,
+        address: Callable[[], str],
         coordination: CoordinatorSettings,
         standby_step: float,
     ) -> None:
@@ -56,6 +57,11 @@ class ConsumersNode:
     def runs(self, subscription: str) -> bool:
         """The supervisor's placement: assigned here, or taken over as a standby."""
         return subscription in self._assigned or subscription in self._taken_over
+
+    def rate_share(self, subscription: str) -> float | None:
+        """This node's share of the subscription's rate limit (None while it stands in for a dead node: the
+        whole limit was that node's alone)."""
+        return self._assignment.rates.get(subscription, {}).get(self.node_id)
 
     async def start(self, supervisor: ConsumersSupervisor) -> None:
         self._supervisor = supervisor
@@ -129,7 +135,7 @@ class ConsumersNode:
         self._attempts = attempts
         return {
             "id": self.node_id,
-            "address": self._address,
+            "address": self._address(),
             "load": self._meter.sample(),
             "running": sorted(attempts),
             "attemptsPerSecond": per_second,
@@ -137,9 +143,7 @@ class ConsumersNode:
         }
 
     def _apply_rate_shares(self) -> None:
-        """Each running consumer's maximum rate: this node's share of the cluster-wide limit (none while it
-        stands in for a dead node: the whole limit was that node's alone)."""
+        """Each running consumer's maximum rate: this node's share of the cluster-wide limit."""
         assert self._supervisor is not None
         for (topic, name), consumer in self._supervisor.consumers.items():
-            shares = self._assignment.rates.get(f"{topic}${name}", {})
-            consumer.delivery.set_rate_share(shares.get(self.node_id))
+            consumer.delivery.set_rate_share(self.rate_share(f"{topic}${name}"))

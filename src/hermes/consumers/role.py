@@ -55,9 +55,9 @@ class Consumers:
         self._exit.push_async_callback(asyncio.to_thread, tracking_producer.close, 2.0)
         tracker = Tracker(tracking_producer, settings.cluster_name)
         node = self.node
-        self.supervisor = ConsumersSupervisor(
-            settings, self._connection, self._cache, self._repository, tracker, *([node.runs] if node else [])
-        )
+        self.supervisor = ConsumersSupervisor(settings, self._connection, self._cache, self._repository, tracker)
+        if node is not None:
+            self.supervisor.place(node.runs, node.rate_share)
         await self.supervisor.start()
         self._exit.push_async_callback(self.supervisor.stop)
         if self._serve_status:

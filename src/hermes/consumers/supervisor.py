@@ -1,6 +1,6 @@
 """Runs one consumer per active subscription placed on this node, following the metadata cache's notifications (of
 subscriptions, and of retransmission requests, which go to the subscription's consumer). One process runs every
-subscription; in a cluster (hermes.cluster) ``placement`` says which are this node's, and ``replace`` follows
+subscription; in a cluster (hermes.cluster) ``place`` says which are this node's, and ``replace`` follows
 its changes.
 
 A consumer that crashes is stopped (what it finished is committed, the rest comes again) and started anew after
@@ -48,14 +48,14 @@ class ConsumersSupervisor:
         cache: MetadataCache,
         repository: MetadataRepository,
         tracker: Tracker | None = None,
-        placement: Callable[[str], bool] = lambda subscription: True,
     ) -> None:
         self._settings = settings
         self._connection = connection
         self._cache = cache
         self._repository = repository
         self._tracker = tracker
-        self._placement = placement  # whether this node runs the subscription (by its qualified name)
+        self._placement: Callable[[str], bool] = lambda subscription: True  # by the subscription's qualified name
+        self._rate_share: Callable[[str], float | None] = lambda subscription: None  # all of its rate
         self._context: ConsumerContext | None = None
         self._consumers: dict[tuple[str, str], ConsumerProcess] = {}
         self._session: aiohttp.ClientSession | None = None
@@ -172,6 +172,10 @@ class ConsumersSupervisor:
         for key in stopped:
             await self._apply(TopicName.parse(topic), key[1], self._cache.subscriptions.get(key))
 
+    def place(self, placement: Callable[[str], bool], rate_share: Callable[[str], float | None]) -> None:
+        """In a cluster, before ``start``: whether this node runs a subscription, and its share of the rate."""
+        self._placement, self._rate_share = placement, rate_share
+
     async def replace(self) -> None:
         """Starts and stops consumers after ``placement`` changed its answers."""
         for key in [k for k in self._consumers if k not in self._cache.subscriptions]:
@@ -211,6 +215,7 @@ class ConsumersSupervisor:
             elif current is None and active and subscription is not None:
                 assert self._context is not None
                 consumer = ConsumerProcess(subscription, self._context, self._crash_listener(key))
+                consumer.delivery.set_rate_share(self._rate_share(f"{key[0]}${name}"))  # before its first slot
                 self._consumers[key] = consumer
                 await consumer.start()
                 log.info("started consumer of %s$%s", topic, name)
