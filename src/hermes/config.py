@@ -89,6 +89,11 @@ class Settings(BaseSettings):
     kafka_sasl_username: str | None = Field(None, description="SASL username.")
     kafka_sasl_password: SecretStr | None = Field(None, description="SASL password (never logged).")
     kafka_ssl_ca_location: str | None = Field(None, description="CA certificate file for TLS.")
+    kafka_scram_users: SecretStr | None = Field(
+        None,
+        description="SCRAM-SHA-512 users, name:password,...: `hermes run`'s embedded Kafka creates them (its "
+        "listener then takes SCRAM over TLS) and the offload service of large messages signs them in by HTTP SCRAM.",
+    )
     kafka_connect_timeout: float = Field(
         15.0, gt=0, description="Seconds to wait for the Kafka cluster to answer at start-up."
     )
@@ -319,6 +324,18 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def scram_users(settings: Settings) -> dict[str, str]:
+    """``--kafka-scram-users`` as user name -> password."""
+    users = {}
+    text = settings.kafka_scram_users.get_secret_value() if settings.kafka_scram_users else ""
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        name, colon, password = entry.partition(":")
+        if not colon or not name.strip() or not password:
+            raise UsageError("--kafka-scram-users: each user is name:password (the passwords are not shown)")
+        users[name.strip()] = password
+    return users
+
+
 @dataclass(frozen=True)
 class Section:
     """Settings used by the same commands, shown together in those commands' ``--help``."""
@@ -356,6 +373,7 @@ SECTIONS = (
             "kafka_sasl_username",
             "kafka_sasl_password",
             "kafka_ssl_ca_location",
+            "kafka_scram_users",
             "kafka_connect_timeout",
         ),
     ),

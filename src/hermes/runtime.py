@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Protocol
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker, ensure_port_free
+from hermes.broker.embedded_security import BrokerSecurity
 from hermes.broker.producer import BrokerProducer
 from hermes.broker.topics import KafkaTopics, TopicReconciler
-from hermes.config import Settings
+from hermes.config import Settings, scram_users
 from hermes.consumers.role import Consumers
 from hermes.consumers.supervisor import ConsumersSupervisor
 from hermes.datadir import DataDirLock
@@ -163,17 +164,22 @@ class Hermes:
 
         bootstrap = settings.kafka_bootstrap_servers
         if bootstrap is None and self.roles == ALL_ROLES:
+            users = scram_users(settings)
             self.broker = EmbeddedBroker(
                 settings.data_dir / "kafka",
                 settings.embedded_broker_port,
                 settings.host,
                 settings.embedded_broker_heap_mb,
+                BrokerSecurity(users) if users else None,
             )
             self.broker.launch()  # from this thread: the broker dies with the thread that started it
             await asyncio.to_thread(self.broker.wait_until_ready)
             bootstrap = self.broker.bootstrap_servers
         bootstrap = bootstrap or self._running_embedded_broker()
-        self.connection = KafkaConnection.from_settings(settings, bootstrap)
+        if self.broker is not None and self.broker.security is not None:  # Hermes signs in as the broker's user
+            self.connection = KafkaConnection(bootstrap, tuple(sorted(self.broker.client_config().items())))
+        else:
+            self.connection = KafkaConnection.from_settings(settings, bootstrap)
         admin = BrokerAdmin(self.connection)
         await asyncio.to_thread(admin.wait_until_reachable, settings.kafka_connect_timeout)
         if not await asyncio.to_thread(admin.topic_exists, TRACKING_TOPIC):

@@ -282,6 +282,7 @@ _NO_LEADER_YET = (
     KafkaError.NOT_LEADER_FOR_PARTITION,
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._UNKNOWN_PARTITION,  # the client has not seen a topic created a moment ago yet
 )
 
 

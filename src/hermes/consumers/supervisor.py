@@ -23,6 +23,7 @@ from hermes.broker.connection import KafkaConnection
 from hermes.config import Settings
 from hermes.consumers.content import ContentConverter
 from hermes.consumers.context import ConsumerContext, CrashListener
+from hermes.consumers.offloaded import OffloadedMessages
 from hermes.consumers.process import ConsumerProcess
 from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import load_resolver
@@ -92,6 +93,7 @@ class ConsumersSupervisor:
             rate=RateSettings(period=s.consumer_rate_period, heartbeat_interval=s.consumer_heartbeat_interval),
             failure_log_interval=s.consumer_failure_log_interval,
             resolver=resolver,
+            offloaded=OffloadedMessages(credentials=_kafka_user(self._connection)),
         )
         self._cache.on_subscription_change(self._on_change)
         self._cache.on_document_change(RETRANSMISSION, self._on_retransmission)
@@ -235,3 +237,11 @@ class ConsumersSupervisor:
             self._repository.update_subscription(topic, name, started)
         except HermesError as exc:  # deleted meanwhile, or the store unreachable: it runs all the same
             log.warning("could not mark %s$%s ACTIVE: %s", topic, name, exc.message)
+
+
+def _kafka_user(connection: KafkaConnection) -> tuple[str, str] | None:
+    """Hermes' SCRAM user on Kafka: the offload service signs it in too."""
+    security = dict(connection.security)
+    if security.get("sasl.mechanism") != "SCRAM-SHA-512" or "sasl.password" not in security:
+        return None
+    return security["sasl.username"], security["sasl.password"]

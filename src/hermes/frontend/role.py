@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.producer import BrokerProducer
-from hermes.config import Settings
+from hermes.config import Settings, scram_users
 from hermes.domain.topic import Topic
 from hermes.errors import StartupError
 from hermes.frontend.access import PublishAccess
@@ -34,6 +34,8 @@ from hermes.offload.discovery import advertise_at_start
 from hermes.offload.local import LocalBlobStore
 from hermes.offload.offloader import Offloader
 from hermes.offload.retention import BlobRetention
+from hermes.offload.scram import MECHANISM as SCRAM_MECHANISM
+from hermes.offload.scram import HttpScram
 from hermes.security.setup import Security
 from hermes.tracker import Tracker
 
@@ -113,7 +115,9 @@ class Frontend:
         await readiness.start()
         self._exit.push_async_callback(readiness.stop)
         access = PublishAccess(self._security.authenticator, settings.publish_authentication == "required")
-        offload = OffloadApi(store, self._cache, TopicLookup(self._cache), settings.offload_max_message_size)
+        offload = OffloadApi(
+            store, self._cache, TopicLookup(self._cache), settings.offload_max_message_size, self._offload_scram()
+        )
         if self._worker and SharedMetrics.enabled():
             shared = SharedMetrics(journal)
             api = PublishingApi(
@@ -148,6 +152,17 @@ class Frontend:
             member = FrontendMember(self._cluster, url, settings.cluster_report_interval)
             await member.start()
             self._exit.push_async_callback(member.stop)
+
+    def _offload_scram(self) -> HttpScram | None:
+        """HTTP SCRAM for the offload service when Kafka has SCRAM users: theirs, and Hermes' own Kafka user when
+        its password is known here (the consumers fetch offloaded messages with it)."""
+        users = scram_users(self._settings)
+        if not users:
+            return None
+        own = dict(self._connection.security)
+        if own.get("sasl.mechanism") == SCRAM_MECHANISM and "sasl.password" in own:
+            users[own["sasl.username"]] = own["sasl.password"]
+        return HttpScram(users)
 
     async def _start_blob_store(self) -> BlobStore:
         """The store of large messages, and their retention."""

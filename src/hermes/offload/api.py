@@ -20,6 +20,7 @@ from hermes.metadata.cache import MetadataCache
 from hermes.offload import OFFLOAD_PREFIX
 from hermes.offload.blobs import BlobInfo, BlobStore
 from hermes.offload.documents import canonical_id, check_upload
+from hermes.offload.scram import HttpScram
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,15 @@ _JSON = "application/json"
 
 
 class OffloadApi:
-    def __init__(self, store: BlobStore, cache: MetadataCache, topics: TopicLookup, max_message_size: int) -> None:
+    def __init__(
+        self,
+        store: BlobStore,
+        cache: MetadataCache,
+        topics: TopicLookup,
+        max_message_size: int,
+        scram: HttpScram | None = None,
+    ) -> None:
+        self._scram = scram  # None: anonymous, as the broker is
         self._store = store
         self._cache = cache
         self._topics = topics
@@ -43,16 +52,24 @@ class OffloadApi:
 
     def __call__(self, request: Request) -> None:
         path = unquote(request.path)
+        signed_in: tuple[tuple[str, str], ...] = ()
+        if self._scram is not None:
+            verdict = self._scram.authenticate(request.headers.get("authorization"))
+            if verdict.user is None:
+                problem = verdict.problem or "SCRAM exchange in progress"
+                request.respond(401, verdict.headers, body=error_body(problem, "UNAUTHORIZED"), content_type=_JSON)
+                return
+            signed_in = verdict.headers
         if path.startswith(_UPLOAD) and path.endswith(_OVERSIZED):
             if request.method != "POST":
                 _not_allowed(request, "POST")
             else:
-                self._spawn(self._upload(request, path[len(_UPLOAD) : -len(_OVERSIZED)]))
+                self._spawn(self._upload(request, path[len(_UPLOAD) : -len(_OVERSIZED)], signed_in))
         elif path.startswith(_DOWNLOAD):
             if request.method not in ("GET", "HEAD"):
                 _not_allowed(request, "GET,HEAD")
             else:
-                self._spawn(self._download(request, path[len(_DOWNLOAD) :]))
+                self._spawn(self._download(request, path[len(_DOWNLOAD) :], signed_in))
         else:
             request.respond(404, body=error_body("Not Found", "NOT_FOUND"), content_type=_JSON)
 
@@ -61,7 +78,7 @@ class OffloadApi:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _upload(self, request: Request, name: str) -> None:
+    async def _upload(self, request: Request, name: str, signed_in: tuple[tuple[str, str], ...]) -> None:
         try:
             topic = await self._topics.get(name)
             upload = check_upload(request.body, self._max_size)
@@ -73,9 +90,9 @@ class OffloadApi:
             log.exception("storing an offloaded message for %s failed", name)
             _error(request, exc)
             return
-        request.respond(201, (("Location", f"{_DOWNLOAD}{upload.message_id}"),))
+        request.respond(201, (("Location", f"{_DOWNLOAD}{upload.message_id}"), *signed_in))
 
-    async def _download(self, request: Request, text: str) -> None:
+    async def _download(self, request: Request, text: str, signed_in: tuple[tuple[str, str], ...]) -> None:
         try:
             info = await self._find(text)
             body = await asyncio.to_thread(lambda: b"".join(self._store.read(info)))
@@ -86,7 +103,7 @@ class OffloadApi:
             log.exception("reading offloaded message %s failed", text)
             _error(request, exc)
             return
-        request.respond(200, body=body, content_type=BSON)
+        request.respond(200, signed_in, body=body, content_type=BSON)
 
     async def _find(self, text: str) -> BlobInfo:
         """The blob of that id, unless it expired with its topic's retention (then deleted now)."""
