@@ -139,9 +139,8 @@ class Frontend:
         await self.server.start()
         self._exit.push_async_callback(self.server.stop)
         url = f"{'https' if self._tls else 'http'}://{settings.host}:{self.server.port}"
-        advertiser = await advertise_at_start(
-            self._admin, producer, settings.offload_advertised_url or f"{url}/offload"
-        )
+        offloader.endpoint = settings.offload_advertised_url or f"{url}/offload"  # in the placeholders' URLs
+        advertiser = await advertise_at_start(self._admin, producer, offloader.endpoint)
         if advertiser is not None:
             self._exit.push_async_callback(_cancelled, advertiser)
         reporter = asyncio.create_task(self._report_published(published), name="published-metrics")
