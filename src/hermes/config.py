@@ -288,7 +288,19 @@ class Settings(BaseSettings):
         None, ge=1, description="At most this many Kafka records per archive micro-batch (default: all available)."
     )
     pipeline_retention_interval: float = Field(
-        3600.0, gt=0, description="Seconds between checks for lake hour partitions past their topic's retention."
+        3600.0,
+        gt=0,
+        description="Seconds between retention passes over the lake: DELETE of the hours past their topic's "
+        "retention, then VACUUM.",
+    )
+    pipeline_optimize_interval: float = Field(
+        3600.0, ge=0, description="Seconds between compactions of the lake (Delta's OPTIMIZE); 0: never."
+    )
+    pipeline_vacuum_retention_hours: float = Field(
+        168.0,
+        ge=0,
+        description="Hours VACUUM keeps the files that the lake's newest version no longer uses (readers and "
+        "time travel to versions this young keep working).",
     )
     pipeline_jobs: str = Field(
         "all", description="Comma-separated names of the pipeline jobs to run (archive, tracking, ...), or all."
@@ -474,6 +486,8 @@ SECTIONS = (
             "pipeline_trigger_interval",
             "pipeline_max_records_per_batch",
             "pipeline_retention_interval",
+            "pipeline_optimize_interval",
+            "pipeline_vacuum_retention_hours",
             "pipeline_jobs",
             "pipeline_tracking_trigger",
             "pipeline_statistics_trigger",

@@ -1,4 +1,5 @@
-"""Offline storage: the archive query, exactly once across a killed pipeline, and retention."""
+"""Offline storage on Delta Lake: the archive query, exactly once across a killed pipeline, retention (DELETE and
+VACUUM), compaction (OPTIMIZE) and the conversion of a lake of the earlier Parquet layout."""
 
 from __future__ import annotations
 
@@ -14,13 +15,12 @@ import httpx
 import pytest
 
 from hermes.broker.embedded import EmbeddedBroker
-from hermes.pipeline.lake import Lake, hour_of, read_lake
-from hermes.pipeline.lake_compaction import compact_lake, compaction_due
-from hermes.pipeline.retention import apply_retention, lake_files
-from hermes.pipeline.traces import committed_files
+from hermes.pipeline.lake import PARTITION_COLUMNS, Lake, hour_of, lake_version, read_lake
+from hermes.pipeline.lake_maintenance import convert_parquet_lake, delete_expired, optimize, vacuum
+from hermes.pipeline.offline_storage import archive_checkpoint, lake_rows, start_archive
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes, unique
-from tests.support.pipeline import PipelineCommand, archive, lake_count, local, produce_at
+from tests.support.pipeline import PipelineCommand, archive, archive_context, lake_count, produce_at
 
 
 @pytest.fixture
@@ -80,29 +80,18 @@ def test_a_killed_pipeline_archives_each_message_exactly_once(
         assert row.hour == hour_of(row.publish_timestamp.replace(tzinfo=UTC))
     assert lake_count(spark, lake, later) == 15
 
-    # the running pipeline's retention removes an hour past the topic's 7 days, and archiving goes on
+    # the running pipeline's retention deletes an hour past the topic's 7 days, VACUUM its file, and archiving goes on
     expired = produce_at(kafka, topic, [datetime.now(UTC) - timedelta(days=9)])
     expired_hour = tmp_path / "lake" / f"topic={topic}" / f"hour={hour_of(datetime.now(UTC) - timedelta(days=9))}"
+    wait_until(lambda: any(expired_hour.glob("*.parquet")), timeout=90)
     assert pipeline.process is not None
-    wait_until(lambda: f"retention: removed 1 hour partitions: {expired_hour}" in pipeline.process.log(), timeout=90)
+    wait_until(lambda: "retention: deleted 1 messages" in pipeline.process.log(), timeout=90)
     publish(5)
-
-    def settled() -> bool:
-        """Retention stops the query; a batch it interrupted is written again and its expired hour removed at
-        the next check, so the expired message may come and go once more, and a read that meets a removal
-        fails (readers retry, see docs/pipeline.md). Eventually each message is there once, the expired not."""
-        try:
-            ids = [r.message_id for r in read_lake(spark, lake, topic).collect()]
-        except Exception as exc:
-            if "does not exist" in str(exc) or "FILE_NOT_EXIST" in str(exc):
-                return False
-            raise
-        assert len(ids) == len(set(ids)), "a message archived twice"
-        return len(ids) == 105 and expired[0] not in ids
-
-    wait_until(settled, timeout=120, interval=1.0)
-    assert not expired_hour.exists()
-    assert lake_count(spark, lake, topic) == 105  # the sink's log, read without Spark, agrees
+    wait_until(lambda: lake_count(spark, lake, topic) >= 105, timeout=120, interval=1.0)
+    ids = [r.message_id for r in read_lake(spark, lake, topic).collect()]
+    assert len(ids) == len(set(ids)) == 105, "each message exactly once"
+    assert expired[0] not in ids
+    wait_until(lambda: not any(expired_hour.glob("*.parquet")), timeout=150)  # VACUUM keeps files 72 s here
     assert pipeline.process is not None
     status = f"http://127.0.0.1:{pipeline.process.pipeline_port}/status"
     assert httpx.get(f"{status}/health", timeout=10).status_code == 200
@@ -123,88 +112,93 @@ def test_a_killed_pipeline_archives_each_message_exactly_once(
     assert pipeline.stop() == 0, "SIGTERM stops the pipeline cleanly"
 
 
-@pytest.mark.parametrize("root_kind", ["path", "uri"])  # uri: through Hadoop's file system API
-def test_retention_removes_old_hours_keeps_recent_ones_and_infinite_topics(
-    spark: Any, kafka: EmbeddedBroker, tmp_path: Path, root_kind: str
+def test_retention_deletes_old_hours_keeps_recent_ones_and_infinite_topics_and_vacuum_removes_their_files(
+    spark: Any, kafka: EmbeddedBroker, tmp_path: Path
 ) -> None:
     now = datetime.now(UTC)
-    root = str(tmp_path / "lake") if root_kind == "path" else (tmp_path / "lake").as_uri()
-    lake, checkpoints = Lake(root), tmp_path / "ckpt"
-    assert read_lake(spark, lake).count() == 0  # nothing archived yet reads as empty
+    lake, checkpoints = Lake((tmp_path / "lake").as_uri()), tmp_path / "ckpt"  # a URI, as on a cluster
+    assert read_lake(spark, lake).count() == 0 and lake_version(spark, lake) is None  # nothing archived yet
     kept_for_a_week, forever = unique("g.retention"), unique("g.infinite")
     retention = {kept_for_a_week: timedelta(days=7), forever: None}
     old = produce_at(kafka, kept_for_a_week, [now - timedelta(days=10), now - timedelta(days=8, hours=2)])
     recent = produce_at(kafka, kept_for_a_week, [now - timedelta(days=6), now])
     ancient = produce_at(kafka, forever, [now - timedelta(days=400), now])
-    spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", "2")  # rewrite compacted logs too
-    try:
-        archive(spark, kafka, lake, checkpoints, [kept_for_a_week, forever], 6)
-        produce_at(kafka, forever, [now])
-        archive(spark, kafka, lake, checkpoints, [kept_for_a_week, forever], 7)  # a second batch, a compaction
-    finally:
-        spark.conf.unset("spark.sql.streaming.fileSink.log.compactInterval")
-    assert any(f.name.endswith(".compact") for f in (tmp_path / "lake" / "_spark_metadata").iterdir())
-    files = lake_files(spark, root)
-    assert files is not None
-
-    removed = apply_retention(files, root, retention, datetime.now(UTC))
-
-    assert sorted(local(p).name for p in removed) == sorted(
-        f"hour={hour_of(now - timedelta(days=d, hours=h))}" for d, h in ((10, 0), (8, 2))
-    )
-    assert all(not local(p).exists() for p in removed)
-    assert all(f.exists() for f in committed_files(tmp_path / "lake"))
-    remaining = {r.message_id for r in read_lake(spark, lake).collect()}  # still readable: the log lists no lost file
-    assert remaining.isdisjoint(old)
-    assert set(recent) | set(ancient) <= remaining
-    assert len(remaining) == 5
-
-    # the sink goes on committing to the rewritten log
-    newest = produce_at(kafka, kept_for_a_week, [now])
     archive(spark, kafka, lake, checkpoints, [kept_for_a_week, forever], 6)
+    before = lake_version(spark, lake)
+    old_hours = [hour_of(now - timedelta(days=10)), hour_of(now - timedelta(days=8, hours=2))]
+    old_files = [f for h in old_hours for f in (tmp_path / "lake").glob(f"topic={kept_for_a_week}/hour={h}/*.parquet")]
+    assert len(old_files) == 2
+
+    assert delete_expired(spark, lake, retention, datetime.now(UTC)) == 2
+
+    remaining = {r.message_id for r in read_lake(spark, lake).collect()}
+    assert remaining.isdisjoint(old)
+    assert remaining == set(recent) | set(ancient)
+    assert {r.message_id for r in read_lake(spark, lake, version=before).collect()} >= set(old), "time travel"
+    assert all(f.exists() for f in old_files), "kept for readers of older versions until VACUUM"
+    vacuum(spark, lake, timedelta(0))
+    assert not any(f.exists() for f in old_files)
+    assert {r.message_id for r in read_lake(spark, lake).collect()} == remaining
+
+    newest = produce_at(kafka, kept_for_a_week, [now])  # the archive goes on appending
+    archive(spark, kafka, lake, checkpoints, [kept_for_a_week, forever], 5)
     assert set(newest) <= {r.message_id for r in read_lake(spark, lake).collect()}
-    assert apply_retention(files, root, retention, datetime.now(UTC)) == []
+    assert delete_expired(spark, lake, retention, datetime.now(UTC)) == 0
 
 
-def test_compaction_merges_a_closed_hours_files_and_keeps_each_message_once(
+def test_optimize_compacts_an_hours_files_and_keeps_each_message_once(
     spark: Any, kafka: EmbeddedBroker, tmp_path: Path
 ) -> None:
-    now = datetime.now(UTC)
     lake, checkpoints = Lake(str(tmp_path / "lake")), tmp_path / "ckpt"
-    topic, closed = unique("g.compaction"), now - timedelta(hours=3)
-    ids: list[str] = []
-    spark.conf.set("spark.sql.streaming.fileSink.log.compactInterval", "2")
-    try:  # two micro-batches (so at least two files of the closed hour), both in the log's 1.compact
-        ids += produce_at(kafka, topic, [closed, closed])
-        archive(spark, kafka, lake, checkpoints, [topic], 2)
-        ids += produce_at(kafka, topic, [closed, closed, now])  # and one message of the open hour, left alone
-        archive(spark, kafka, lake, checkpoints, [topic], 5)
-    finally:
-        spark.conf.unset("spark.sql.streaming.fileSink.log.compactInterval")
-    hour_dir = tmp_path / "lake" / f"topic={topic}" / f"hour={hour_of(closed)}"
+    topic, hour = unique("g.compaction"), datetime.now(UTC) - timedelta(hours=3)
+    ids = produce_at(kafka, topic, [hour, hour], partition=0)
+    archive(spark, kafka, lake, checkpoints, [topic], 2)
+    ids += produce_at(kafka, topic, [hour, hour], partition=1)  # a second micro-batch: a second file
+    archive(spark, kafka, lake, checkpoints, [topic], 4)
+    hour_dir = tmp_path / "lake" / f"topic={topic}" / f"hour={hour_of(hour)}"
+    written = sorted(hour_dir.glob("*.parquet"))
+    assert len(written) >= 2
+    before = lake_version(spark, lake)
 
-    def listed() -> list[Path]:
-        return [f for f in committed_files(tmp_path / "lake") if f.parent == hour_dir]
+    removed, added = optimize(spark, lake)
 
-    replaced, open_hour = listed(), [f for f in committed_files(tmp_path / "lake") if f.parent != hour_dir]
-    assert len(replaced) >= 2
-    files = lake_files(spark, lake.root)
-    assert files is not None and compaction_due(files, lake.root, datetime.now(UTC))
-
-    result = compact_lake(spark, files, lake.root, datetime.now(UTC))
-
-    assert (result.hours, result.files) == (1, len(replaced))
-    (merged,) = listed()
-    assert merged.name.startswith("compacted-") and merged.exists()
-    assert [f for f in committed_files(tmp_path / "lake") if f.parent != hour_dir] == open_hour
+    assert (removed, added) == (len(written), 1)
     assert sorted(r.message_id for r in read_lake(spark, lake, topic).collect()) == sorted(ids), "each once"
-    assert lake_count(spark, lake, topic) == 5
-    assert all(f.exists() for f in replaced), "kept until the next pass, for readers that listed them"
+    assert sorted(r.message_id for r in read_lake(spark, lake, topic, before).collect()) == sorted(ids)
+    from deltalake import DeltaTable
 
-    ids += produce_at(kafka, topic, [closed])  # a late message: the sink goes on appending to the log
-    archive(spark, kafka, lake, checkpoints, [topic], 6)
-    second = compact_lake(spark, files, lake.root, datetime.now(UTC))
+    assert len(DeltaTable(str(tmp_path / "lake")).file_uris()) == 1
+    assert optimize(spark, lake) == (0, 0), "nothing left to compact"
 
-    assert second.removed == len(replaced) and not any(f.exists() for f in replaced)
-    assert sorted(r.message_id for r in read_lake(spark, lake, topic).collect()) == sorted(ids)
-    assert lake_count(spark, lake, topic) == 6
+
+def test_a_parquet_lake_of_the_earlier_layout_is_converted_and_archived_on_exactly_once(
+    spark: Any, kafka: EmbeddedBroker, tmp_path: Path
+) -> None:
+    topic, now = unique("g.migrated"), datetime.now(UTC)
+    root = tmp_path / "lake"
+    lake = Lake(str(root))
+    context = archive_context(spark, kafka, lake, tmp_path / "ckpt")
+    ids = produce_at(kafka, topic, [now - timedelta(days=2), now, now])
+    # the earlier version's archive: Spark's Parquet file sink on the same checkpoint
+    (
+        lake_rows(context, [topic])
+        .writeStream.format("parquet")
+        .option("path", str(root))
+        .option("checkpointLocation", archive_checkpoint(context))
+        .partitionBy(*PARTITION_COLUMNS)
+        .trigger(availableNow=True)
+        .start()
+        .awaitTermination(120)
+    )
+    committed = next(root.glob(f"topic={topic}/hour={hour_of(now)}/*.parquet"))
+    (committed.parent / "part-99999-left-by-a-crashed-batch.parquet").write_bytes(committed.read_bytes())
+
+    assert convert_parquet_lake(spark, lake)
+
+    assert sorted(r.message_id for r in read_lake(spark, lake).collect()) == sorted(ids), "the sink's files only"
+    assert not convert_parquet_lake(spark, lake), "converted once"
+    ids += produce_at(kafka, topic, [now])
+    query = start_archive(context, [topic], {"availableNow": True})
+    query.awaitTermination(120)
+    archived = [r.message_id for r in read_lake(spark, lake).collect()]
+    assert sorted(archived) == sorted(ids), "on from the checkpoint: no gap, no duplicate"

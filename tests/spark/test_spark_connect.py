@@ -8,15 +8,14 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.pipeline.lake import Lake
-from hermes.pipeline.traces import TrackingStore, committed_files, tracking_root
+from hermes.pipeline.traces import TrackingStore, tracking_root
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
-from tests.support.pipeline import PipelineCommand, lake_count, retransmit_offline
+from tests.support.pipeline import PipelineCommand, lake_count, lake_ids, retransmit_offline
 from tests.support.spark_connect import SparkConnectServer
 from tests.support.subscriber import SubscriberServer
 
@@ -39,12 +38,6 @@ def pipeline(
     )  # fmt: skip
     yield running
     running.stop()
-
-
-def archived_ids(lake: Lake, topic: str) -> list[str]:
-    """The message ids the sink committed for the topic, read without Spark."""
-    files = [f for f in committed_files(Path(lake.root)) if f"/topic={topic}/" in str(f)]
-    return [i for f in files for i in pq.read_table(f, columns=["message_id"]).column("message_id").to_pylist()]
 
 
 def test_the_pipeline_runs_every_job_through_spark_connect(
@@ -75,7 +68,7 @@ def test_the_pipeline_runs_every_job_through_spark_connect(
     published += publish(10)
     pipeline.start()
     wait_until(lambda: lake_count(None, lake, topic) >= 30, timeout=180, interval=0.5)
-    ids = archived_ids(lake, topic)
+    ids = lake_ids(lake, topic)
     assert sorted(ids) == sorted(published), "each message exactly once across the killed client"
 
     # tracking: the server writes the trace table where management reads it
@@ -90,23 +83,6 @@ def test_the_pipeline_runs_every_job_through_spark_connect(
     subscriber.wait_for(30, timeout=60)
     assert sorted(r.message_id for r in subscriber.received) == sorted(published)
     assert pipeline.stop() == 0, "SIGTERM stops the pipeline and its queries cleanly"
-
-
-def test_a_lake_uri_the_pipeline_cannot_prune_under_spark_connect_is_a_clear_error(
-    spark_connect: SparkConnectServer, hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path
-) -> None:
-    command = PipelineCommand(
-        hermes.hermes.settings.data_dir,
-        kafka.bootstrap_servers,
-        tmp_path / "lake",
-        tmp_path / "ckpt",
-        "--spark-remote", spark_connect.url,
-        "--pipeline-lake", "s3a://bucket/lake",
-    )  # fmt: skip
-    command.start()
-    assert command.process is not None and command.process.process is not None
-    assert command.process.process.wait(120) == 1
-    assert "hermes: archive: retention cannot reach the lake s3a://bucket/lake" in command.process.log()
 
 
 def test_a_spark_connect_server_without_the_kafka_connector_is_a_clear_error(

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from hermes.broker.embedded import die_with_parent, free_port
-from hermes.pipeline.connector import connector_jars
+from hermes.pipeline.session import DELTA_SETTINGS, pipeline_jars
 from tests.conftest import wait_until
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -34,7 +34,7 @@ class SparkConnectServer:
         self.log_path = work_dir / "spark-connect.log"
         self._work_dir = work_dir
         self._master = master
-        self._jars = ["--jars", connector_jars()] if kafka_connector else []
+        self._jars = ["--jars", pipeline_jars()] if kafka_connector else []
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 120.0) -> SparkConnectServer:
@@ -63,6 +63,7 @@ class SparkConnectServer:
             "--conf", "spark.sql.shuffle.partitions=2",
             "--conf", f"spark.local.dir={self._work_dir}",
             "--conf", f"spark.sql.warehouse.dir={self._work_dir / 'warehouse'}",
+            *(arg for key, value in DELTA_SETTINGS.items() for arg in ("--conf", f"{key}={value}")),
         ]  # fmt: skip
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(

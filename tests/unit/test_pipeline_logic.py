@@ -3,6 +3,7 @@ archive's kept positions."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from datetime import UTC, datetime, timedelta
@@ -17,8 +18,8 @@ from hermes.domain.topic import Topic
 from hermes.errors import StartupError
 from hermes.pipeline.archive_positions import Kept, keep_dropped, planned_positions
 from hermes.pipeline.connector import client_options, topics_pattern
-from hermes.pipeline.lake import hour_expired, hour_of
-from hermes.pipeline.retention import LocalFiles
+from hermes.pipeline.files import LocalFiles, reachable_files
+from hermes.pipeline.lake import expired_before, hour_of
 from hermes.pipeline.runner import settings_environment
 
 pytestmark = pytest.mark.unit
@@ -50,22 +51,21 @@ def test_an_hour_expires_once_its_last_message_is_older_than_the_retention() -> 
     now = datetime(2026, 11, 23, 12, 30, tzinfo=UTC)
     week = timedelta(days=7)
     assert hour_of(now) == "2026-11-23-12"
-    assert hour_expired(hour_of(now - week - timedelta(hours=2)), week, now)
-    assert not hour_expired(hour_of(now - week), week, now)  # 05:xx of that hour is not yet a week old
-    assert not hour_expired(hour_of(now), week, now)
+    cutoff = expired_before(week, now)  # retention deletes the hours before it
+    assert hour_of(now - week - timedelta(hours=1)) < cutoff
+    assert not hour_of(now - week) < cutoff  # 12:xx of that hour is not yet a week old
+    assert not hour_of(now) < cutoff
 
 
-def test_without_a_jvm_gateway_only_local_lakes_are_pruned() -> None:
-    from hermes.pipeline.retention import LocalFiles, lake_files
-
+def test_without_a_jvm_gateway_only_local_checkpoints_are_reached() -> None:
     class ConnectSession:  # Spark Connect: no SparkContext in the client process
         @property
         def sparkContext(self) -> object:
             raise NotImplementedError("sparkContext is not supported in Spark Connect")
 
-    assert isinstance(lake_files(ConnectSession(), "/srv/lake"), LocalFiles)
-    assert isinstance(lake_files(ConnectSession(), "file:///srv/lake"), LocalFiles)
-    assert lake_files(ConnectSession(), "hdfs://nn/lake") is None
+    assert isinstance(reachable_files(ConnectSession(), "/srv/lake"), LocalFiles)
+    assert isinstance(reachable_files(ConnectSession(), "file:///srv/lake"), LocalFiles)
+    assert reachable_files(ConnectSession(), "hdfs://nn/lake") is None
 
 
 def test_the_connector_gets_hermes_security_settings_in_the_java_clients_terms(tmp_path: Path) -> None:
@@ -135,3 +135,30 @@ def test_kept_positions_are_of_dropped_topics_never_go_back_and_end_with_their_t
     assert keep_dropped(kept, read, ["g.on", "g.off"], topics) == kept  # listed again: kept as it is
     assert keep_dropped(kept, {}, ["g.on"], {"g.on": topics["g.on"], "g.off": topic("g.off", 3)}) == {}
     assert keep_dropped(kept, {}, ["g.on"], {"g.on": topics["g.on"]}) == {}
+
+
+def test_the_archive_counts_the_rows_of_streaming_commits_made_since_it_started(tmp_path: Path) -> None:
+    from hermes.pipeline.archive_counting import LogCount
+    from hermes.pipeline.prometheus import ARCHIVE_BATCHES, ARCHIVE_RECORDS
+
+    log_dir = tmp_path / "_delta_log"
+    log_dir.mkdir()
+
+    def commit(version: int, operation: str, rows: int) -> None:
+        info = {"commitInfo": {"operation": operation, "operationMetrics": {"numOutputRows": str(rows)}}}
+        add = {"add": {"path": f"part-{version}.parquet"}}
+        (log_dir / f"{version:020d}.json").write_text(f"{json.dumps(info)}\n{json.dumps(add)}\n")
+
+    commit(0, "STREAMING UPDATE", 7)  # an earlier run's
+    count = LogCount(tmp_path)
+    records, batches = ARCHIVE_RECORDS._value.get(), ARCHIVE_BATCHES._value.get()
+    commit(1, "STREAMING UPDATE", 5)
+    commit(2, "OPTIMIZE", 12)  # rewrites rows committed before: not new ones
+    commit(3, "DELETE", 0)
+    commit(4, "STREAMING UPDATE", 3)
+    (log_dir / "00000000000000000004.crc").write_text("{}")  # Delta's checksum files are not commits
+
+    count.update(None)
+    count.update(None)  # nothing new
+
+    assert (ARCHIVE_RECORDS._value.get() - records, ARCHIVE_BATCHES._value.get() - batches) == (8, 2)

@@ -4,7 +4,8 @@ broker (a private embedded Kafka). The archive reads Kafka with Spark's connecto
 
 - throughput: a backlog of ``messages`` records archived by an ``availableNow`` query, twice: the first
   (cold) run pays for the first query's start (class loading, JIT), the second measures the archive itself;
-  then the plain consumer reads the same number of records into the same layout;
+  then the plain consumer reads the same number of records into the same layout; the table's file count
+  before and after Delta's OPTIMIZE (one topic, one or two hours) is reported beside;
 - lag: ``rate`` messages/s for ``seconds`` while the archive runs with its usual trigger; a message's lag is
   from its publish timestamp to the commit of the micro-batch that archived it (from the query's progress).
   The plain consumer's lag is from publish to the end of the Parquet write that holds it.
@@ -36,6 +37,7 @@ from hermes.broker.producer import BrokerProducer
 from hermes.config import load_settings
 from hermes.domain.message import Message, kafka_headers
 from hermes.pipeline.lake import HOUR_PATTERN, Lake
+from hermes.pipeline.lake_maintenance import optimize
 from hermes.pipeline.offline_storage import start_archive
 from hermes.pipeline.runner import PipelineContext
 from hermes.pipeline.session import build_session
@@ -140,6 +142,12 @@ def _context(spark: Any, connection: KafkaConnection, root: Path, name: str) -> 
     )
 
 
+def _files(lake: Lake) -> int:
+    from deltalake import DeltaTable
+
+    return len(DeltaTable(lake.root).file_uris())
+
+
 def _batch_commits(query: Any) -> list[tuple[dict[str, int], float]]:
     """(end offsets by partition, commit wall time in ms) of each micro-batch that read rows."""
     out = []
@@ -180,6 +188,11 @@ def archive_throughput(
         started = time.monotonic()
         start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
         spark_seconds = time.monotonic() - started
+        files_before = _files(backlog.lake)
+        started = time.monotonic()
+        optimize(spark, backlog.lake)
+        optimize_seconds = time.monotonic() - started
+        files_after = _files(backlog.lake)
 
         plain = _PlainArchiver(connection, "bench.backlog", [0, 1], root / "plain-backlog")
         started = time.monotonic()
@@ -221,6 +234,12 @@ def archive_throughput(
                 "spark_archive_per_s": round(messages / spark_seconds),
                 "spark_archive_cold_run_s": round(cold_seconds, 1),
                 "plain_consumer_pyarrow_per_s": round(messages / plain_seconds),
+            },
+            "compaction": {
+                "messages": 2 * messages,
+                "files_before": files_before,
+                "files_after_optimize": files_after,
+                "optimize_s": round(optimize_seconds, 1),
             },
             "lag": {
                 "rate_per_s": rate,

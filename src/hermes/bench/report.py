@@ -154,7 +154,7 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         lines += [
             "| pipeline | records/s | lag p50 / p99 ms at " + f"{lag['rate_per_s']:,} msg/s |",
             "|---|---|---|",
-            f"| Spark archive (Spark's Kafka connector, Parquet file sink) | **{spark:,}** "
+            f"| Spark archive (Spark's Kafka connector, Delta Lake sink) | **{spark:,}** "
             f"| **{lag['spark_archive']['p50_ms']:,.0f}** / **{lag['spark_archive']['p99_ms']:,.0f}** |",
             f"| plain confluent-kafka consumer + pyarrow writer (ceiling) | {plain:,} "
             f"| {lag['plain_consumer_pyarrow']['p50_ms']:,.0f} / {lag['plain_consumer_pyarrow']['p99_ms']:,.0f} |",
@@ -162,6 +162,12 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
             f"Ratio: **{spark / max(plain, 1):.2f}**. Spark's first batch after start: "
             f"{through['spark_archive_cold_run_s']} s.",
         ]
+        if "compaction" in archive:
+            packed = archive["compaction"]
+            lines.append(
+                f"Files of the {packed['messages']:,} archived messages: {packed['files_before']} before OPTIMIZE, "
+                f"{packed['files_after_optimize']} after ({packed['optimize_s']} s)."
+            )
     else:
         lines.append(f"Not measured: `{json.dumps(archive)}`")
     if pq.get("available"):

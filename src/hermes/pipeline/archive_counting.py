@@ -1,9 +1,8 @@
 """Counting what the archive committed, for ``hermes_pipeline_archive_records_total`` and ``..._batches_total``.
 
-A lake on a local path is counted from the sink's log: every file it lists that it did not list at the last
-look adds the rows in its Parquet footer, so each committed record counts once, whatever restarts, replays
-and stops happened (files that compaction writes hold records counted before, and are skipped). Look again
-after stopping the query and before retention removes files, so nothing committed leaves the log uncounted.
+A lake on a local path is counted from the Delta table's log: every streaming commit after the last look adds
+the rows its commit info reports, so each committed record counts once, whatever restarts, replays and stops
+happened (Delta commits a micro-batch once; retention, compaction and conversion commits are not counted).
 
 A lake elsewhere (``hdfs:``, ``s3a:``, ...) is counted from Spark's progress reports instead, which can miss a
 batch that completes while its query is being stopped.
@@ -11,18 +10,15 @@ batch that completes while its query is being stopped.
 
 from __future__ import annotations
 
-import logging
+import json
 import time
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import unquote, urlparse
 
-from hermes.pipeline.lake import METADATA_DIR
-from hermes.pipeline.lake_compaction import COMPACTED_PREFIX
+from hermes.pipeline.lake import DELTA_LOG, Lake
 from hermes.pipeline.prometheus import ARCHIVE_BATCHES, ARCHIVE_LAST_COMMIT, ARCHIVE_RECORDS
-from hermes.pipeline.traces import committed_files
 
-log = logging.getLogger(__name__)
+STREAMING_COMMIT = "STREAMING UPDATE"  # the operation Delta's streaming sink records in each commit
 
 
 class ArchiveCount(Protocol):
@@ -30,41 +26,38 @@ class ArchiveCount(Protocol):
         """Adds what was committed since the last update (``query``: the archive query, or None)."""
 
 
-def _newest_batch(log_dir: Path) -> int:
-    stems = (p.name.removesuffix(".compact") for p in log_dir.glob("[0-9]*"))
-    return max((int(stem) for stem in stems if stem.isdigit()), default=-1)
+def _versions(log_dir: Path, after: int) -> list[int]:
+    stems = (p.name.removesuffix(".json") for p in log_dir.glob("*.json"))
+    return sorted(v for v in (int(stem) for stem in stems if stem.isdigit()) if v > after)
 
 
-def _rows(path: Path) -> int:
-    import pyarrow.parquet as pq
-
-    try:
-        return int(pq.ParquetFile(path).metadata.num_rows)
-    except FileNotFoundError:  # removed since the log was read: not by this job, which counts first
-        log.warning("archive: %s is listed in the sink's log but gone", path)
-        return 0
+def _streamed_rows(commit: Path) -> int | None:
+    """The rows a streaming commit appended (None for other commits)."""
+    for line in commit.read_text(encoding="utf-8").splitlines():
+        info = json.loads(line).get("commitInfo") if line.strip() else None
+        if info is not None:
+            if info.get("operation") != STREAMING_COMMIT:
+                return None
+            return int(info.get("operationMetrics", {}).get("numOutputRows", 0))
+    return None
 
 
 class LogCount:
-    """Exact counts from a local lake's sink log. What earlier runs committed is not counted."""
+    """Exact counts from a local lake's Delta log. What earlier runs committed is not counted."""
 
     def __init__(self, root: Path) -> None:
-        self._root = root
-        self._listed = set(committed_files(root))
-        self._batch = _newest_batch(root / METADATA_DIR)
+        self._log = root / DELTA_LOG
+        self._version = max(_versions(self._log, -1), default=-1)
 
     def update(self, query: Any) -> None:
-        batch = _newest_batch(self._root / METADATA_DIR)
-        if batch <= self._batch:
-            return  # nothing committed since (retention and compaction only take entries out, or swap them)
-        ARCHIVE_BATCHES.inc(batch - self._batch)
-        self._batch = batch
-        listed = set(committed_files(self._root))
-        new = [f for f in listed - self._listed if not f.name.startswith(COMPACTED_PREFIX)]
-        self._listed = listed
-        records = sum(_rows(f) for f in new)
-        if records:
-            ARCHIVE_RECORDS.inc(records)
+        versions = _versions(self._log, self._version)
+        if not versions:
+            return
+        self._version = versions[-1]
+        commits = [rows for rows in (_streamed_rows(self._log / f"{v:020d}.json") for v in versions) if rows]
+        if commits:
+            ARCHIVE_BATCHES.inc(len(commits))
+            ARCHIVE_RECORDS.inc(sum(commits))
             ARCHIVE_LAST_COMMIT.set(time.time())
 
 
@@ -88,8 +81,6 @@ class ProgressCount:
                 ARCHIVE_LAST_COMMIT.set(time.time())
 
 
-def archive_count(lake_root: str) -> ArchiveCount:
-    parsed = urlparse(lake_root)
-    if not parsed.scheme or parsed.scheme == "file":
-        return LogCount(Path(unquote(parsed.path) if parsed.scheme else lake_root))
-    return ProgressCount()
+def archive_count(lake: Lake) -> ArchiveCount:
+    local = lake.local_path()
+    return ProgressCount() if local is None else LogCount(local)

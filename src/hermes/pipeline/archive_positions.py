@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hermes.domain.topic import Topic
-from hermes.pipeline.retention import LakeFiles, join_path
+from hermes.pipeline.files import Files, join_path
 
 POSITIONS_FILE = "hermes-positions.json"
 
@@ -35,7 +35,7 @@ class Kept:
     offsets: dict[int, int]
 
 
-def planned_positions(files: LakeFiles, checkpoint: str) -> tuple[Positions, bool]:
+def planned_positions(files: Files, checkpoint: str) -> tuple[Positions, bool]:
     """The positions at the end of the newest planned batch and whether that batch is committed (nothing
     planned yet: no positions, nothing to commit)."""
     batches = [int(name) for name in files.children(join_path(checkpoint, "offsets")) if name.isdigit()]
@@ -47,7 +47,7 @@ def planned_positions(files: LakeFiles, checkpoint: str) -> tuple[Positions, boo
     return positions, str(newest) in files.children(join_path(checkpoint, "commits"))
 
 
-def load_kept(files: LakeFiles, checkpoint: str) -> dict[str, Kept]:
+def load_kept(files: Files, checkpoint: str) -> dict[str, Kept]:
     if POSITIONS_FILE not in files.children(checkpoint):
         return {}
     stored = json.loads(files.read_text(join_path(checkpoint, POSITIONS_FILE)))
@@ -57,7 +57,7 @@ def load_kept(files: LakeFiles, checkpoint: str) -> dict[str, Kept]:
     }
 
 
-def save_kept(files: LakeFiles, checkpoint: str, kept: Mapping[str, Kept]) -> None:
+def save_kept(files: Files, checkpoint: str, kept: Mapping[str, Kept]) -> None:
     document = {topic: {"created_at": k.created_at, "offsets": k.offsets} for topic, k in sorted(kept.items())}
     files.replace_text(join_path(checkpoint, POSITIONS_FILE), json.dumps(document, sort_keys=True))
 

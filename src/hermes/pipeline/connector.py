@@ -2,8 +2,8 @@
 the options that reach Hermes' cluster with it.
 
 ``make setup`` fetches the connector and what it needs beside PySpark's own jars (``jars/spark.pom.xml``, at the
-version of the pinned PySpark) into the environment; sessions get them as local paths (``spark.jars``), so nothing
-is downloaded at run time.
+version of the pinned PySpark) into the environment; sessions get them as local paths (``spark.jars``, see
+:func:`hermes.pipeline.session.pipeline_jars`), so nothing is downloaded at run time.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from collections.abc import Iterable
 
 from hermes.broker.connection import KafkaConnection
 from hermes.errors import StartupError
-from hermes.jars import jar_paths
 
 KAFKA_FORMAT = "kafka"
 
@@ -23,11 +22,6 @@ _LOGIN_MODULES = {
     "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
     "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
 }
-
-
-def connector_jars() -> str:
-    """The value of ``spark.jars``: the connector's jars, as comma-separated local paths."""
-    return ",".join(str(path) for path in jar_paths("spark"))
 
 
 def client_options(connection: KafkaConnection) -> dict[str, str]:

@@ -1,17 +1,15 @@
 """The offline storage lake: where archived messages live and how to read them (the contract between the
-archive, retention, offline retransmission and anyone querying the lake).
+archive, its maintenance, offline retransmission and anyone querying the lake).
 
-Layout, under the lake root (a local directory or any URI Spark can write)::
+The lake is one Delta Lake table at the lake root (a local directory or any URI Spark can write)::
 
-    <root>/_spark_metadata/                  the file sink's log of committed files (see below)
+    <root>/_delta_log/                       the table's transaction log: which files make each version
     <root>/topic=<group.topic>/hour=<yyyy-MM-dd-HH>/part-*.parquet
 
-``hour`` is the UTC hour of the publish timestamp. One Parquet row per message, columns as in ``LAKE_SCHEMA``.
-
-The files are written by Spark's streaming file sink. A crashed batch can leave files behind that the sink
-never committed; its ``_spark_metadata`` log lists the committed ones, and Spark reads only those when it
-is given the root directory itself. So read the lake through :func:`read_lake` (or ``spark.read.parquet(root)``
-on the root), never by globbing the files: that is what makes each message appear exactly once.
+partitioned by ``topic`` and ``hour``, the UTC hour of the publish timestamp; one row per message, columns as in
+``LAKE_COLUMNS_DDL``. Only the files the log lists for a version are the table: read it as a Delta table
+(:func:`read_lake`, ``spark.read.format("delta")``, ``delta.`<root>``` in SQL, or the ``deltalake`` package
+without Spark), never by globbing the files.
 """
 
 from __future__ import annotations
@@ -20,53 +18,86 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 HOUR_PATTERN_SPARK = "yyyy-MM-dd-HH"
 HOUR_PATTERN = "%Y-%m-%d-%H"
 PARTITION_COLUMNS = ("topic", "hour")
-METADATA_DIR = "_spark_metadata"
+DELTA_LOG = "_delta_log"
 
-FILE_COLUMNS_DDL = (  # what a Parquet file holds; topic and hour are in its path
+LAKE_COLUMNS_DDL = (
     "message_id STRING, publish_timestamp TIMESTAMP, `partition` INT, `offset` BIGINT, `key` BINARY, "
-    "schema_version INT, headers MAP<STRING, STRING>, body BINARY"
+    "schema_version INT, headers MAP<STRING, STRING>, body BINARY, topic STRING, hour STRING"
 )
-LAKE_COLUMNS_DDL = f"{FILE_COLUMNS_DDL}, topic STRING, hour STRING"
 
 
 @dataclass(frozen=True)
 class Lake:
     root: str  # a local path or a URI (file:, hdfs:, s3a:, ...)
 
-    def topic_path(self, topic: str) -> str:
-        return f"{self.root.rstrip('/')}/topic={topic}"
+    @property
+    def table(self) -> str:
+        """The table's name in Spark SQL."""
+        return f"delta.`{self.root}`"
+
+    def local_path(self) -> Path | None:
+        """The root as a local path, when it is one (a plain path or a ``file:`` URI)."""
+        parsed = urlparse(self.root)
+        if not parsed.scheme:
+            return Path(self.root)
+        return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
+
+
+def as_lake(lake: Lake | str | Path) -> Lake:
+    return lake if isinstance(lake, Lake) else Lake(str(lake))
 
 
 def hour_of(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime(HOUR_PATTERN)
 
 
-def hour_start(hour: str) -> datetime:
-    return datetime.strptime(hour, HOUR_PATTERN).replace(tzinfo=UTC)
+def expired_before(retention: timedelta, now: datetime) -> str:
+    """The first hour some message of which may still be within ``retention``: every message of the hours
+    before it is older."""
+    return hour_of(now - retention)
 
 
-def hour_expired(hour: str, retention: timedelta, now: datetime) -> bool:
-    """True when every message of the hour is older than the retention."""
-    return hour_start(hour) + timedelta(hours=1) <= now - retention
+def lake_version(spark: Any, lake: Lake | str | Path) -> int | None:
+    """The table's newest version (None when nothing was archived yet)."""
+    lake = as_lake(lake)
+    local = lake.local_path()
+    if local is not None and not (local / DELTA_LOG).is_dir():  # spares a Spark job
+        return None
+    try:
+        rows = spark.sql(f"DESCRIBE HISTORY {lake.table} LIMIT 1").collect()
+    except Exception as exc:  # pyspark's AnalysisException (classic or Connect)
+        if not _missing(exc):
+            raise
+        return None
+    return int(rows[0]["version"]) if rows else None
 
 
-def read_lake(spark: Any, lake: Lake | str | Path, topic: str | None = None) -> Any:
-    """The archived messages (of one topic when given), each exactly once. An empty lake reads as empty.
-    ``lake`` is a :class:`Lake` or its root (a directory or URI)."""
-    if not isinstance(lake, Lake):
-        lake = Lake(str(lake))
-    if not urlparse(lake.root).scheme and not Path(lake.root).exists():  # spares Spark's warning
+def read_lake(spark: Any, lake: Lake | str | Path, topic: str | None = None, version: int | None = None) -> Any:
+    """The archived messages (of one topic when given), each exactly once; at ``version`` of the table when
+    given (time travel), else its newest. An empty lake reads as empty. ``lake`` is a :class:`Lake` or its root
+    (a directory or URI)."""
+    lake = as_lake(lake)
+    local = lake.local_path()
+    if local is not None and not (local / DELTA_LOG).is_dir():  # spares Spark's error
         frame = spark.createDataFrame([], LAKE_COLUMNS_DDL)  # nothing archived yet
     else:
+        reader = spark.read.format("delta")
+        if version is not None:
+            reader = reader.option("versionAsOf", version)
         try:
-            frame = spark.read.schema(LAKE_COLUMNS_DDL).parquet(lake.root)
-        except Exception as exc:  # pyspark's AnalysisException (classic or Connect)
-            if "PATH_NOT_FOUND" not in str(exc):
+            frame = reader.load(lake.root)
+        except Exception as exc:
+            if not _missing(exc):
                 raise
             frame = spark.createDataFrame([], LAKE_COLUMNS_DDL)
     return frame if topic is None else frame.where(frame.topic == topic)
+
+
+def _missing(exc: Exception) -> bool:
+    text = str(exc)
+    return any(marker in text for marker in ("PATH_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "is not a Delta table"))

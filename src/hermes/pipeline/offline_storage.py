@@ -1,18 +1,19 @@
-"""Offline storage: topics with ``offlineStorage.enabled`` are archived continuously to the Parquet lake
-(layout in :mod:`hermes.pipeline.lake`), and hour partitions older than a topic's retention are removed.
+"""Offline storage: topics with ``offlineStorage.enabled`` are archived continuously to the lake, a Delta table
+(layout in :mod:`hermes.pipeline.lake`), and kept in shape by Delta's own retention and compaction.
 
-Exactly once: one streaming query reads the archived topics with Spark's Kafka connector and writes them with
-Spark's file sink, both sharing one checkpoint. The sink commits each batch's files to ``_spark_metadata``
-only after writing them, and a batch replayed after a crash finds itself committed or is written again, so
-readers of the lake root see every message once.
+Exactly once: one streaming query reads the archived topics with Spark's Kafka connector and appends them to the
+table with Delta's streaming sink, both sharing one checkpoint. The sink commits each micro-batch as one
+transaction that records the query and batch id, so a batch replayed after a crash is found committed and
+skipped, or is written for the first time: readers of the table see every message once.
 
 The archived topics change at run time: the job watches the metadata repository and restarts the query with
 the new topic list on the same checkpoint (a new topic is read from its earliest offset; a topic switched off
 and on again continues where it stopped, see :mod:`hermes.pipeline.archive_positions`).
 
-Retention (:mod:`hermes.pipeline.retention`) and small-file compaction (:mod:`hermes.pipeline.lake_compaction`)
-rewrite the sink's log, so they run while the query is stopped: the job checks every ``retention_interval``
-and stops the query only when some hour has expired or a closed hour has files to merge.
+Every ``retention_interval`` the job deletes what is past each topic's retention and vacuums the table, and
+every ``pipeline_optimize_interval`` it compacts the table (:mod:`hermes.pipeline.lake_maintenance`), while
+the query goes on appending. A lake of the earlier layout (Parquet from Spark's file sink) is converted to a
+Delta table when the job starts.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ from hermes.domain.message import (
     PLACEHOLDER_FORMAT,
 )
 from hermes.domain.topic import Topic
-from hermes.errors import StartupError
 from hermes.metadata.repository import ChangeKind, MetadataChange
 from hermes.pipeline.archive_counting import archive_count
 from hermes.pipeline.archive_positions import (
@@ -43,11 +43,11 @@ from hermes.pipeline.archive_positions import (
     unarchived,
 )
 from hermes.pipeline.connector import KAFKA_FORMAT, kafka_options
+from hermes.pipeline.files import plain_root, reachable_files
 from hermes.pipeline.job import LoopingJob
-from hermes.pipeline.lake import HOUR_PATTERN_SPARK, PARTITION_COLUMNS
-from hermes.pipeline.lake_compaction import compact_lake, compaction_due
+from hermes.pipeline.lake import HOUR_PATTERN_SPARK, PARTITION_COLUMNS, lake_version
+from hermes.pipeline.lake_maintenance import convert_parquet_lake, delete_expired, optimize, vacuum
 from hermes.pipeline.prometheus import ARCHIVE_RUNNING, ARCHIVED_TOPICS
-from hermes.pipeline.retention import expired_partitions, lake_files, plain_root, remove_partitions
 
 if TYPE_CHECKING:
     from hermes.pipeline.runner import PipelineContext
@@ -106,6 +106,16 @@ def archive_checkpoint(context: PipelineContext) -> str:
     return f"{context.checkpoints.rstrip('/')}/archive"
 
 
+def lake_rows(context: PipelineContext, topics: list[str], kept: Mapping[str, Kept] | None = None) -> Any:
+    """The stream of ``topics``' records as lake rows (partition columns included)."""
+    raw = context.spark.readStream.format(KAFKA_FORMAT).options(**source_options(context, topics)).load()
+    condition = unarchived(kept or {})
+    if condition is not None:
+        raw = raw.where(condition)
+    rows = raw.selectExpr(*(f"{sql} as `{name}`" for name, sql in _LAKE_COLUMNS.items()))
+    return rows.selectExpr("*", f"date_format(publish_timestamp, '{HOUR_PATTERN_SPARK}') as hour")
+
+
 def start_archive(
     context: PipelineContext,
     topics: list[str],
@@ -115,14 +125,9 @@ def start_archive(
     """Starts the archive query for ``topics`` on the archive checkpoint (``trigger``: the writer's trigger
     arguments, by default every ``trigger_interval``; ``kept``: positions below which records are not archived
     again, see :mod:`hermes.pipeline.archive_positions`)."""
-    raw = context.spark.readStream.format(KAFKA_FORMAT).options(**source_options(context, topics)).load()
-    condition = unarchived(kept or {})
-    if condition is not None:
-        raw = raw.where(condition)
-    lake_rows = raw.selectExpr(*(f"{sql} as `{name}`" for name, sql in _LAKE_COLUMNS.items()))
-    lake_rows = lake_rows.selectExpr("*", f"date_format(publish_timestamp, '{HOUR_PATTERN_SPARK}') as hour")
     return (
-        lake_rows.writeStream.format("parquet")
+        lake_rows(context, topics, kept)
+        .writeStream.format("delta")
         .queryName("hermes-archive")
         .option("path", context.lake.root)
         .option("checkpointLocation", archive_checkpoint(context))
@@ -133,7 +138,7 @@ def start_archive(
 
 
 class ArchiveJob(LoopingJob):
-    """Keeps the archive query running for the current archived topics, and applies retention periodically."""
+    """Keeps the archive query running for the current archived topics, and maintains the table periodically."""
 
     name = "archive"
     watches_metadata = True
@@ -142,16 +147,11 @@ class ArchiveJob(LoopingJob):
         super().__init__(context)
         self._query: Any = None
         self._topics: tuple[str, ...] = ()
-        self._next_retention = time.monotonic()
-        self._count = archive_count(context.lake.root)  # from here on: what earlier runs committed is not counted
+        self._next_retention = self._next_optimize = time.monotonic()
+        self._count = archive_count(context.lake)  # from here on: what earlier runs committed is not counted
 
     def start(self) -> None:
-        root = self._context.lake.root
-        if lake_files(self._context.spark, root) is None:  # a URI with no JVM gateway here: Spark Connect
-            raise StartupError(
-                f"archive: retention cannot reach the lake {root} from this process: with --spark-remote the lake "
-                "must be a local path or a file: URI that the Spark Connect server shares (or use --spark-master)"
-            )
+        convert_parquet_lake(self._context.spark, self._context.lake)
         super().start()
 
     def wakes_on(self, change: MetadataChange) -> bool:
@@ -164,10 +164,8 @@ class ArchiveJob(LoopingJob):
         try:
             existing = {t.qualified_name: t for t in self._context.repository.list_topics()}
             topics = archived_topics(list(existing.values()))
-            if time.monotonic() >= self._next_retention:  # a failed pass is tried again at the next interval
-                self._next_retention = time.monotonic() + self._context.retention_interval
-                self._maintain(topics)
             self._follow(tuple(sorted(topics)), existing)
+            self._maintain(topics)
             self._report()
         except Exception:
             log.exception("archive: restarting in %.0f s", _RETRY_DELAY)
@@ -196,7 +194,7 @@ class ArchiveJob(LoopingJob):
         checkpoint has read and the query is about to drop. Not kept when this process cannot reach the
         checkpoint (Spark Connect with a checkpoint URI)."""
         checkpoint = archive_checkpoint(self._context)
-        files = lake_files(self._context.spark, checkpoint)
+        files = reachable_files(self._context.spark, checkpoint)
         if files is None:
             return {}
         checkpoint = plain_root(checkpoint, files)
@@ -229,41 +227,38 @@ class ArchiveJob(LoopingJob):
         self._count.update(query)
 
     def _maintain(self, topics: dict[str, Topic]) -> None:
-        """Retention, then compaction. Both rewrite the sink's log, so the query stops while they run (only
-        when there is something to do); _follow starts it again."""
-        root = self._context.lake.root
-        files = lake_files(self._context.spark, root)
-        if files is None:  # start() made sure it is not
+        """Retention (DELETE, then VACUUM) and compaction (OPTIMIZE) when due, each a transaction of its own
+        beside the query's appends. A pass that fails is logged and tried again at the next interval."""
+        spark, lake, now = self._context.spark, self._context.lake, time.monotonic()
+        interval = self._context.settings.pipeline_optimize_interval
+        due = now >= self._next_retention or (interval and now >= self._next_optimize)
+        if not due or lake_version(spark, lake) is None:  # nothing archived yet
             return
-        now = datetime.now(UTC)
-        retention = {name: offline_retention(topic) for name, topic in topics.items()}
-        expired = expired_partitions(files, root, retention, now)
-        if not expired and not compaction_due(files, root, now):
-            return
-        self._stop_query()
-        self._topics = ()
-        if expired:
-            removed = remove_partitions(files, root, expired)
-            log.info("retention: removed %d hour partitions: %s", len(removed), ", ".join(removed))
-        try:
-            compacted = compact_lake(self._context.spark, files, root, now)
-        except Exception:  # every step leaves the lake consistent (see lake_compaction); archiving goes on
-            log.exception("lake compaction failed; trying again at the next check")
-            return
-        if compacted.files or compacted.removed:
-            log.info(
-                "lake compaction: %d files of %d hours rewritten, %d files of earlier passes deleted",
-                compacted.files,
-                compacted.hours,
-                compacted.removed,
-            )
+        if now >= self._next_retention:
+            self._next_retention = now + self._context.retention_interval
+            retention = {name: offline_retention(topic) for name, topic in topics.items()}
+            try:
+                deleted = delete_expired(spark, lake, retention, datetime.now(UTC))
+                if deleted:
+                    log.info("retention: deleted %d messages past their topic's retention", deleted)
+                vacuum(spark, lake, timedelta(hours=self._context.settings.pipeline_vacuum_retention_hours))
+            except Exception:
+                log.exception("archive: retention failed; trying again at the next check")
+        if interval and now >= self._next_optimize:
+            self._next_optimize = now + interval
+            try:
+                removed, added = optimize(spark, lake)
+                if removed:
+                    log.info("lake compaction: %d files rewritten into %d", removed, added)
+            except Exception:
+                log.exception("archive: lake compaction failed; trying again at the next check")
 
     def _stop_query(self) -> None:
         query, self._query = self._query, None
         if query is not None:
             try:
                 query.stop()
-                self._count.update(query)  # its last batches, before retention may remove their files
+                self._count.update(query)
             except Exception:
                 log.warning("archive: stopping the query failed", exc_info=True)
             ARCHIVE_RUNNING.set(0)

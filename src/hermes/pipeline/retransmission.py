@@ -6,10 +6,12 @@ like any other message: the body, key and Avro schema version as archived, the p
 headers, and the *original* ``hermes-message-id`` and ``hermes-publish-ts`` headers, so subscribers receive
 the original ``Hermes-Message-Id``. The task id rides along in ``hermes-offline-retransmission-task``.
 
-The range is ``startTimestamp <= publish time < endTimestamp``, read one lake hour at a time; progress is
-updated after each hour, and a task deleted meanwhile stops before the next hour. Messages of one key keep
-their order. At least once: a pipeline that stops mid-task finds the task RUNNING when it starts again and
-runs it again from the start, so messages republished before the stop come twice.
+The range is ``startTimestamp <= publish time < endTimestamp``, read from the lake table's version that was
+newest when the task started (Delta's time travel: compaction and retention committing meanwhile change
+nothing the task reads), one lake hour at a time; progress is updated after each hour, and a task deleted
+meanwhile stops before the next hour. Messages of one key keep their order. At least once: a pipeline that
+stops mid-task finds the task RUNNING when it starts again and runs it again from the start, so messages
+republished before the stop come twice.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from hermes.domain.topic import Ack
 from hermes.metadata.documents import OFFLINE_RETRANSMISSION_TASKS
 from hermes.metadata.repository import ChangeKind, MetadataChange, MetadataRepository
 from hermes.pipeline.job import LoopingJob
-from hermes.pipeline.lake import Lake, hour_of, read_lake
+from hermes.pipeline.lake import Lake, hour_of, lake_version, read_lake
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +52,10 @@ def run_task(spark: Any, lake: Lake, connection: KafkaConnection, task: Retransm
 
     source = task.source_topic.qualified
     published = f.unix_millis(f.col("publish_timestamp"))
+    version = lake_version(spark, lake)
+    log.info("offline retransmission %s: reading version %s of the lake", task.task_id, version)
     frame = (
-        read_lake(spark, lake, source)
+        read_lake(spark, lake, source, version)
         .where(
             (f.col("hour") >= hour_of(task.start))
             & (f.col("hour") <= hour_of(task.end))

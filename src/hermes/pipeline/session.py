@@ -8,7 +8,20 @@ from pathlib import Path
 from typing import Any
 
 from hermes.errors import StartupError
-from hermes.pipeline.connector import KAFKA_FORMAT, connector_jars
+from hermes.jars import jar_paths
+from hermes.pipeline.connector import KAFKA_FORMAT
+
+# Delta Lake, the lake's table format: its SQL (DELETE, OPTIMIZE, VACUUM, CONVERT TO DELTA, time travel) and the
+# catalog that reads path tables (delta.`<path>`).
+DELTA_SETTINGS = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def pipeline_jars() -> str:
+    """The value of ``spark.jars``: Spark's Kafka connector and Delta Lake (``make setup``), as local paths."""
+    return ",".join(str(path) for name in ("spark", "delta") for path in jar_paths(name))
 
 
 def build_session(
@@ -18,10 +31,10 @@ def build_session(
     local_dir: Path | None = None,
     shuffle_partitions: int = 2,
 ) -> Any:
-    """A SparkSession with Spark's Kafka connector.
+    """A SparkSession with Spark's Kafka connector and Delta Lake.
 
     ``remote`` (``sc://host:port``) selects Spark Connect (needs ``pyspark[connect]``; the server must have been
-    started with the connector's jars); otherwise ``master``, and the session gets the jars from here.
+    started with the jars and ``DELTA_SETTINGS``); otherwise ``master``, and the session gets them from here.
     The settings keep a small local pipeline light: few shuffle partitions (the archive has no shuffle,
     tracking aggregates a little), no UI, and Python workers running this interpreter so they can import
     hermes.
@@ -37,13 +50,15 @@ def build_session(
     else:
         builder = (
             builder.master(master)
-            .config("spark.jars", connector_jars())
+            .config("spark.jars", pipeline_jars())
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
             .config("spark.driver.memory", "1g")
             .config("spark.sql.streaming.stopActiveRunOnRestart", "true")
         )
+        for key, value in DELTA_SETTINGS.items():
+            builder = builder.config(key, value)
         if local_dir is not None:
             builder = builder.config("spark.local.dir", str(local_dir)).config(
                 "spark.sql.warehouse.dir", str(local_dir / "warehouse")
@@ -53,6 +68,12 @@ def build_session(
         session.sparkContext.setLogLevel("WARN")
     session.conf.set("spark.sql.session.timeZone", "UTC")  # lake hours are UTC hours
     session.conf.set("spark.sql.mapKeyDedupPolicy", "LAST_WIN")  # a header sent twice keeps its last value
+    # Delta rebuilds a table's state from its log in this many tasks (50 by default: seconds per DELETE,
+    # OPTIMIZE or read on a small machine), and VACUUM lists the table's directories in this many (10,000)
+    session.conf.set("spark.databricks.delta.snapshotPartitions", str(shuffle_partitions))
+    session.conf.set("spark.sql.sources.parallelPartitionDiscovery.parallelism", str(shuffle_partitions))
+    # VACUUM's retention is the pipeline_vacuum_retention_hours setting, not Delta's 7-day floor
+    session.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     if remote:
         _require_connector(session, remote)
     return session
