@@ -1,4 +1,4 @@
-"""The ``hermes`` command. Every setting is a flag of the commands that use it (``hermes.config.SECTIONS``); usage
+"""The ``hermes`` command. Every setting is a flag of the commands that use it (``hermes.config_sections``); usage
 errors are one line and exit code 2."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from hermes import __version__, event_loop
-from hermes.config import ENV_PREFIX, Settings, commands_of, flag, load_settings, sections_of
+from hermes.config import ENV_PREFIX, Settings, flag, load_settings
+from hermes.config_sections import commands_of, sections_of
 from hermes.errors import HermesError, UsageError
 from hermes.logs import configure_logging, log_path
 from hermes.runtime import ALL_ROLES, Role, serve

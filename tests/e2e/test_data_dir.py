@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from hermes.broker.embedded import EmbeddedBroker, free_port
-from hermes.config import commands_of, flag
+from hermes.config import flag
+from hermes.config_sections import commands_of
 from tests.support.hermes import HermesClient, HermesProcess
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,8 @@ from typing import Any
 import httpx
 
 from hermes.broker.embedded import free_port
-from hermes.config import Settings, commands_of, flag, load_settings
+from hermes.config import Settings, flag, load_settings
+from hermes.config_sections import commands_of
 from hermes.consumers.process import ConsumerProcess
 from hermes.runtime import ALL_ROLES, Hermes, Role
 from tests.support.waiting import wait_until

@@ -3,7 +3,8 @@ from pathlib import Path
 import pytest
 
 from hermes.cli import COMMANDS
-from hermes.config import SECTIONS, Settings, load_settings
+from hermes.config import Settings, load_settings
+from hermes.config_sections import SECTIONS
 from hermes.errors import UsageError
 
 pytestmark = pytest.mark.unit

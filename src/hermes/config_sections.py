@@ -1,0 +1,174 @@
+"""Which commands use which settings: each section's fields become flags of its commands, shown together in
+their ``--help``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hermes.config import Settings
+
+
+@dataclass(frozen=True)
+class Section:
+    """Settings used by the same commands, shown together in those commands' ``--help``."""
+
+    title: str
+    commands: tuple[str, ...]
+    fields: tuple[str, ...]
+
+
+EVERY_PROCESS = ("run", "frontend", "consumers", "management", "pipeline")
+SERVERS = ("run", "frontend", "consumers", "management")
+
+# Every field belongs to one section (a unit test checks); a field missing here is shown by every command.
+SECTIONS = (
+    Section("process", (*EVERY_PROCESS, "users"), ("data_dir", "host", "log_level")),
+    Section(
+        "authentication",
+        ("run", "frontend", "management"),
+        (
+            "auth_jwt_issuer",
+            "auth_jwt_jwks_url",
+            "auth_jwt_audience",
+            "auth_failed_logins_per_minute",
+            "publish_authentication",
+        ),
+    ),
+    Section("TLS", SERVERS, ("tls_cert_file", "tls_key_file")),
+    Section(
+        "Kafka cluster",
+        EVERY_PROCESS,
+        (
+            "kafka_bootstrap_servers",
+            "kafka_security_protocol",
+            "kafka_sasl_mechanism",
+            "kafka_sasl_username",
+            "kafka_sasl_password",
+            "kafka_ssl_ca_location",
+            "kafka_scram_users",
+            "kafka_connect_timeout",
+        ),
+    ),
+    Section(
+        "metadata store",
+        EVERY_PROCESS,
+        ("metadata_store", "zookeeper_connect", "zookeeper_root", "metadata_poll_interval"),
+    ),
+    Section(
+        "roles",
+        SERVERS,
+        (
+            "event_loop",
+            "cluster_name",
+            "node_id",
+            "embedded_broker_port",
+            "topic_partitions",
+            "topic_reconcile_interval",
+        ),
+    ),
+    Section("hermes run", ("run",), ("embedded_broker_heap_mb", "pipeline")),
+    Section(
+        "frontend",
+        ("run", "frontend"),
+        (
+            "frontend_port",
+            "frontend_ack_leader_timeout",
+            "frontend_ack_all_timeout",
+            "frontend_propagated_headers",
+            "frontend_journal_max_bytes",
+            "frontend_journal_fsync",
+            "frontend_journal_fsync_interval",
+        ),
+    ),
+    Section(
+        "large messages",
+        ("run", "frontend"),
+        (
+            "offload_max_message_size",
+            "offload_advertised_url",
+            "offload_expiry_interval",
+            "offload_store",
+            "offload_s3_bucket",
+            "offload_s3_prefix",
+            "offload_s3_endpoint_url",
+            "offload_s3_region",
+        ),
+    ),
+    Section("hermes frontend", ("frontend",), ("workers",)),
+    Section(
+        "management",
+        ("run", "management"),
+        ("management_port", "inactive_topics_threshold", "inactive_topics_whitelist"),
+    ),
+    Section(
+        "consumers",
+        ("run", "consumers"),
+        (
+            "consumer_tls_ca_file",
+            "consumer_commit_interval",
+            "consumer_metrics_interval",
+            "consumer_rate_period",
+            "consumer_heartbeat_interval",
+            "consumer_failure_log_interval",
+            "consumer_session_timeout_ms",
+            "consumer_fetch_wait_ms",
+            "consumer_read_ahead_messages",
+            "consumer_read_ahead_bytes",
+            "consumer_restart_backoff",
+            "consumer_restart_backoff_max",
+            "endpoint_address_resolver",
+        ),
+    ),
+    Section("hermes consumers", ("consumers",), ("consumers_port",)),
+    Section("cluster", SERVERS, ("cluster_session_timeout", "cluster_report_interval")),
+    Section(
+        "consumers cluster",
+        ("run", "consumers"),
+        (
+            "consumers_per_subscription",
+            "max_subscriptions_per_consumer",
+            "cluster_standby_timeout",
+            "cluster_move_interval",
+            "cluster_load_high",
+            "cluster_load_low",
+        ),
+    ),
+    Section("tracking", ("run", "management", "pipeline"), ("pipeline_tracking_dir",)),
+    Section(
+        "pipeline",
+        ("run", "pipeline"),
+        (
+            "pipeline_port",
+            "spark_master",
+            "spark_remote",
+            "pipeline_lake",
+            "pipeline_checkpoints",
+            "pipeline_trigger_interval",
+            "pipeline_max_records_per_batch",
+            "pipeline_retention_interval",
+            "pipeline_optimize_interval",
+            "pipeline_vacuum_retention_hours",
+            "pipeline_jobs",
+            "pipeline_tracking_trigger",
+            "pipeline_statistics_trigger",
+            "pipeline_tracking_compaction_interval",
+            "pipeline_trace_retention",
+            "pipeline_retransmission_poll",
+        ),
+    ),
+)
+
+
+def sections_of(command: str) -> list[Section]:
+    """The sections of the settings ``command`` uses, in order, plus any field no section names yet."""
+    sections = [section for section in SECTIONS if command in section.commands]
+    named = {name for section in SECTIONS for name in section.fields}
+    unsorted = tuple(name for name in Settings.model_fields if name not in named)
+    if unsorted and command in EVERY_PROCESS:
+        sections.append(Section("other", EVERY_PROCESS, unsorted))
+    return sections
+
+
+def commands_of(name: str) -> tuple[str, ...]:
+    """The commands that use the setting ``name``."""
+    return next((section.commands for section in SECTIONS if name in section.fields), EVERY_PROCESS)
