@@ -3,10 +3,10 @@ import time
 
 import pytest
 
-from hermes.consumers.filtering import MessageFilters
 from hermes.consumers.rate import AdaptiveRateLimiter, RateMode, RateSettings
 from hermes.consumers.retry import Backoff
 from hermes.consumers.sender.result import SendResult, judge
+from hermes.domain.filters import MessageFilters
 from hermes.domain.message import Message
 from hermes.domain.subscription import MatchingStrategy, MessageFilterSpecification
 

@@ -14,11 +14,11 @@ from typing import Any
 
 from hermes.consumers.context import ConsumerContext
 from hermes.consumers.failure_log import FailureLog, describe
-from hermes.consumers.filtering import MessageFilters
 from hermes.consumers.rate import AdaptiveRateLimiter, RateMode
 from hermes.consumers.recipients import Outcome, Recipients
 from hermes.consumers.sender.result import SendResult
 from hermes.consumers.subscription_metrics import SubscriptionMetrics
+from hermes.domain.filters import MessageFilters
 from hermes.domain.message import Message
 from hermes.domain.subscription import Subscription, TrackingMode
 from hermes.domain.trace import TraceStatus

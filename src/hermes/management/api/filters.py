@@ -11,9 +11,9 @@ import time
 import orjson
 from aiohttp import web
 
-from hermes.consumers.filtering import MessageFilters
 from hermes.domain import api_json
 from hermes.domain.avro import json_to_avro
+from hermes.domain.filters import MessageFilters
 from hermes.domain.message import Message
 from hermes.domain.topic import ContentType
 from hermes.errors import HermesError, SchemaNotFound, ValidationError
