@@ -20,16 +20,13 @@ from hermes.pipeline.lake_maintenance import convert_parquet_lake, delete_expire
 from hermes.pipeline.offline_storage import archive_checkpoint, lake_rows, start_archive
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes, unique
-from tests.support.pipeline import PipelineCommand, archive, archive_context, lake_count, produce_at
+from tests.support.pipeline import PipelineCommand, archive, archive_context, lake_count, pipeline_beside, produce_at
 
 
 @pytest.fixture
 def pipeline(hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path) -> Iterator[PipelineCommand]:
-    running = PipelineCommand(
-        hermes.hermes.settings.data_dir, kafka.bootstrap_servers, tmp_path / "lake", tmp_path / "ckpt"
-    )
-    yield running
-    running.stop()
+    with pipeline_beside(hermes, kafka, tmp_path) as running:
+        yield running
 
 
 def test_a_killed_pipeline_archives_each_message_exactly_once(

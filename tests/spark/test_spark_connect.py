@@ -15,7 +15,7 @@ from hermes.pipeline.lake import Lake
 from hermes.pipeline.traces import TrackingStore, tracking_root
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
-from tests.support.pipeline import PipelineCommand, lake_count, lake_ids, retransmit_offline
+from tests.support.pipeline import PipelineCommand, lake_count, lake_ids, pipeline_beside, retransmit_offline
 from tests.support.spark_connect import SparkConnectServer
 from tests.support.subscriber import SubscriberServer
 
@@ -26,18 +26,9 @@ FRONTEND = ["INFLIGHT", "SUCCESS"]  # a published message's trace before any sub
 def pipeline(
     spark_connect: SparkConnectServer, hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path
 ) -> Iterator[PipelineCommand]:
-    running = PipelineCommand(
-        hermes.hermes.settings.data_dir,
-        kafka.bootstrap_servers,
-        tmp_path / "lake",
-        tmp_path / "ckpt",
-        "--spark-remote", spark_connect.url,
-        "--pipeline-jobs", "all",
-        "--pipeline-retransmission-poll", "0.5",
-        "--pipeline-statistics-trigger", "2",
-    )  # fmt: skip
-    yield running
-    running.stop()
+    flags = ("--spark-remote", spark_connect.url, "--pipeline-jobs", "all", "--pipeline-statistics-trigger", "2")
+    with pipeline_beside(hermes, kafka, tmp_path, *flags, "--pipeline-retransmission-poll", "0.5") as running:
+        yield running
 
 
 def test_the_pipeline_runs_every_job_through_spark_connect(
@@ -91,16 +82,10 @@ def test_a_spark_connect_server_without_the_kafka_connector_is_a_clear_error(
     (tmp_path / "server").mkdir()
     server = SparkConnectServer(tmp_path / "server", master="local[1]", kafka_connector=False).start()
     try:
-        command = PipelineCommand(
-            hermes.hermes.settings.data_dir,
-            kafka.bootstrap_servers,
-            tmp_path / "lake",
-            tmp_path / "ckpt",
-            "--spark-remote", server.url,
-        )  # fmt: skip
-        command.start()
-        assert command.process is not None and command.process.process is not None
-        assert command.process.process.wait(120) == 1
-        assert f"hermes: the Spark Connect server {server.url} has no Kafka connector" in command.process.log()
+        with pipeline_beside(hermes, kafka, tmp_path, "--spark-remote", server.url) as command:
+            command.start()
+            assert command.process is not None and command.process.process is not None
+            assert command.process.process.wait(120) == 1
+            assert f"hermes: the Spark Connect server {server.url} has no Kafka connector" in command.process.log()
     finally:
         server.stop()

@@ -15,7 +15,7 @@ from hermes.broker.embedded import EmbeddedBroker
 from hermes.pipeline.lake import Lake
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
-from tests.support.pipeline import PipelineCommand, lake_count, retransmit_offline
+from tests.support.pipeline import PipelineCommand, lake_count, pipeline_beside, retransmit_offline
 from tests.support.spark_cluster import SparkStandaloneCluster
 from tests.support.subscriber import SubscriberServer
 
@@ -24,17 +24,9 @@ from tests.support.subscriber import SubscriberServer
 def pipeline(
     spark_cluster: SparkStandaloneCluster, hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path
 ) -> Iterator[PipelineCommand]:
-    running = PipelineCommand(
-        hermes.hermes.settings.data_dir,
-        kafka.bootstrap_servers,
-        tmp_path / "lake",
-        tmp_path / "ckpt",
-        "--spark-master", spark_cluster.url,
-        "--pipeline-jobs", "archive,offline-retransmission",
-        "--pipeline-retransmission-poll", "0.5",
-    )  # fmt: skip
-    yield running
-    running.stop()
+    flags = ("--spark-master", spark_cluster.url, "--pipeline-jobs", "archive,offline-retransmission")
+    with pipeline_beside(hermes, kafka, tmp_path, *flags, "--pipeline-retransmission-poll", "0.5") as running:
+        yield running
 
 
 def test_the_archive_and_an_offline_retransmission_run_on_a_standalone_cluster(

@@ -3,9 +3,11 @@ in-process Hermes, or ``hermes pipeline`` as a child process; the archive query 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -133,6 +135,21 @@ def archive(spark: Any, kafka: EmbeddedBroker, lake: Lake, checkpoints: Path, to
         wait_until(lambda: lake_count(spark, lake) >= total, timeout=120, interval=0.3)
     finally:
         query.stop()
+
+
+@contextlib.contextmanager
+def pipeline_beside(
+    hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path, *extra: str
+) -> Iterator[PipelineCommand]:
+    """A ``PipelineCommand`` on the test's Hermes and broker, its lake and checkpoints under ``tmp_path``
+    (``tmp_path / "lake"``, ``tmp_path / "ckpt"``), stopped at the end."""
+    running = PipelineCommand(
+        hermes.hermes.settings.data_dir, kafka.bootstrap_servers, tmp_path / "lake", tmp_path / "ckpt", *extra
+    )
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 class PipelineCommand:

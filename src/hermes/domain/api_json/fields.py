@@ -106,3 +106,12 @@ def read_strings(value: Any, field: str) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise ValidationError("must be an array of strings", field)
     return tuple(value)
+
+
+def read_objects(value: Any, field: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """An optional array of objects, each with the name its fields' errors start with (``field[i]``)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValidationError("must be an array", field)
+    return [(f"{field}[{i}]", read_object(raw, f"{field}[{i}]")) for i, raw in enumerate(value)]

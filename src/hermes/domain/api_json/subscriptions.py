@@ -17,6 +17,7 @@ from hermes.domain.api_json.fields import (
     read_float,
     read_int,
     read_object,
+    read_objects,
     read_optional_str,
     read_str,
     read_timestamp,
@@ -89,14 +90,8 @@ def _batch_policy(data: Mapping[str, Any]) -> BatchSubscriptionPolicy:
 
 
 def filters_from_json(value: Any) -> tuple[MessageFilterSpecification, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise ValidationError("must be an array", "filters")
     out = []
-    for i, raw in enumerate(value):
-        f = f"filters[{i}]"
-        item = read_object(raw, f)
+    for f, item in read_objects(value, "filters"):
         kind = read_str(item, "type", "", f + ".type")
         if kind not in FILTER_TYPES:
             raise ValidationError(f"unknown filter type '{kind}' (use one of: avropath, header, jsonpath)", f + ".type")
@@ -123,19 +118,14 @@ def filters_from_json(value: Any) -> tuple[MessageFilterSpecification, ...]:
 
 
 def _headers(value: Any) -> tuple[Header, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise ValidationError("must be an array", "headers")
     out = []
-    for i, raw in enumerate(value):
-        item = read_object(raw, f"headers[{i}]")
-        name = read_str(item, "name", "", f"headers[{i}].name")
+    for f, item in read_objects(value, "headers"):
+        name = read_str(item, "name", "", f + ".name")
         if not name or not re.match(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$", name):
-            raise ValidationError("must be a valid HTTP header name", f"headers[{i}].name")
-        value_ = read_str(item, "value", "", f"headers[{i}].value")
+            raise ValidationError("must be a valid HTTP header name", f + ".name")
+        value_ = read_str(item, "value", "", f + ".value")
         if "\r" in value_ or "\n" in value_:
-            raise ValidationError("must not contain line breaks", f"headers[{i}].value")
+            raise ValidationError("must not contain line breaks", f + ".value")
         out.append(Header(name, value_))
     return tuple(out)
 
