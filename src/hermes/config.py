@@ -47,6 +47,11 @@ class Settings(BaseSettings):
     inactive_topics_whitelist: str = Field(
         "", description="Comma-separated qualified topic names /inactive-topics marks whitelisted."
     )
+    signing_secret_overlap: float = Field(
+        86_400.0,
+        gt=0,
+        description="Seconds a subscription's previous signing secret still signs beside a newly generated one.",
+    )
     pipeline_port: int = Field(
         8060, ge=0, le=65535, description="Port of `hermes pipeline`'s health and Prometheus endpoints (0 = any free)."
     )

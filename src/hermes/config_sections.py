@@ -98,7 +98,7 @@ SECTIONS = (
     Section(
         "management",
         ("run", "management"),
-        ("management_port", "inactive_topics_threshold", "inactive_topics_whitelist"),
+        ("management_port", "inactive_topics_threshold", "inactive_topics_whitelist", "signing_secret_overlap"),
     ),
     Section(
         "consumers",

@@ -1,12 +1,15 @@
 """Signed deliveries: SERIAL and BATCH requests carry Standard Webhooks signatures that the `standardwebhooks`
-package (what a subscriber would use) verifies; a rotation signs with both secrets; the secrets are never
-answered or logged."""
+package (what a subscriber would use) verifies; a generated secret is answered once, and rotating it signs with
+both secrets for the overlap window; an owner's rotation signs with both until the owner ends it; the secrets
+are never otherwise answered or logged."""
 
 from __future__ import annotations
 
 import base64
 import logging
 import os
+import time
+from typing import Any
 
 import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
@@ -16,6 +19,12 @@ from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import Received, SubscriberServer
 
 pytestmark = pytest.mark.integration
+OVERLAP = 5.0  # seconds a replaced generated secret still signs
+
+
+@pytest.fixture(scope="module")
+def hermes_overrides() -> dict[str, Any]:
+    return {"signing_secret_overlap": OVERLAP}
 
 
 def new_secret() -> str:
@@ -70,6 +79,57 @@ def test_serial_deliveries_are_signed_and_a_rotation_signs_with_both_secrets(
         key = secret.removeprefix("whsec_")
         assert all(key not in text for text in answers), "a signing secret was answered"
         assert key not in caplog.text, "a signing secret was logged"
+
+
+def test_a_generated_secret_is_answered_once_and_the_one_it_replaces_signs_for_the_overlap_window(
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url)
+    path = f"/topics/{topic}/subscriptions/{name}"
+
+    generated = client.management.post(f"{path}/signing-secret")
+    assert generated.status_code == 201, generated.text
+    assert generated.headers["Cache-Control"] == "no-store"
+    first = generated.json()["signingSecret"]
+    assert first.startswith("whsec_") and len(base64.b64decode(first[6:])) == 32
+    assert "previousSigningSecretExpiresAt" not in generated.json()
+    wait_until(lambda: secrets_in_use(hermes, topic, name) == 1, timeout=20)
+    client.publish(topic, '{"n": 1}')
+    assert verifies(first, subscriber.wait_for(1, timeout=30)[0])
+
+    rotated = client.management.post(f"{path}/signing-secret")
+    assert rotated.status_code == 201, rotated.text
+    second, expires = rotated.json()["signingSecret"], rotated.json()["previousSigningSecretExpiresAt"]
+    assert second != first and abs(expires - (time.time() + OVERLAP)) < 5
+    shown = client.management.get(path)
+    assert shown.json()["signingSecrets"] == ["******", "******"]
+    assert shown.json()["previousSigningSecretExpiresAt"] == expires
+    wait_until(lambda: secrets_in_use(hermes, topic, name) == 2, timeout=20)
+    client.publish(topic, '{"n": 2}')
+    request = subscriber.wait_for(2, timeout=30)[1]
+    assert verifies(second, request)
+    if int(request.headers["webhook-timestamp"]) + 1 <= expires:  # sent within the window (a loaded machine may
+        assert verifies(first, request)  # be later; the unit test of signing_now covers the rule itself)
+
+    wait_until(lambda: time.time() > expires, timeout=OVERLAP + 5)
+    client.publish(topic, '{"n": 3}')
+    request = subscriber.wait_for(3, timeout=30)[2]
+    assert verifies(second, request) and not verifies(first, request)
+    assert len(request.headers["webhook-signature"].split(" ")) == 1
+
+    answers = [shown.text, client.management.get(path).text]
+    for secret in (first, second):
+        key = secret.removeprefix("whsec_")
+        assert all(key not in text for text in answers), "a generated secret was answered again"
+        assert key not in caplog.text, "a generated secret was logged"
+
+
+def test_a_secret_is_generated_only_for_an_existing_subscription(client: HermesClient) -> None:
+    topic = client.create_topic()
+    missing = client.management.post(f"/topics/{topic}/subscriptions/nobody/signing-secret")
+    assert (missing.status_code, missing.json()["code"]) == (400, "SUBSCRIPTION_NOT_EXISTS")  # as Hermes answers
 
 
 def test_a_batch_is_signed_with_its_batch_id(

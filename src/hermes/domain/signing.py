@@ -1,7 +1,7 @@
 """Signed deliveries (beyond Hermes), as Standard Webhooks (www.standardwebhooks.com) defines them: each request
 carries ``webhook-id``, ``webhook-timestamp`` (Unix seconds) and ``webhook-signature``, a space-separated list of
 ``v1,<base64 HMAC-SHA256 of "id.timestamp.body">``, one per secret the subscription holds (two while a secret is
-being rotated). A secret is ``whsec_`` and the base64 of 16 to 48 random bytes."""
+being rotated). A secret is ``whsec_`` and the base64 of 16 to 48 random bytes; the broker generates one of 32."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import base64
 import hashlib
 import hmac
 import re
+import secrets as random_source
 from collections.abc import Sequence
 
 from hermes.errors import ValidationError
@@ -33,6 +34,17 @@ def check_secrets(value: object, field: str) -> tuple[str, ...]:
         if not isinstance(secret, str) or not _SECRET.match(secret):
             raise ValidationError("each must be whsec_ and the base64 of 16 to 48 random bytes", field)
     return tuple(value)
+
+
+def generate_secret() -> str:
+    return "whsec_" + base64.b64encode(random_source.token_bytes(32)).decode()
+
+
+def signing_now(secrets: Sequence[str], previous_expires_at: int, now_ms: int) -> Sequence[str]:
+    """The secrets that sign at ``now_ms``: the previous one (second) only until it expires (0: no expiry)."""
+    if previous_expires_at and now_ms >= previous_expires_at:
+        return secrets[:1]
+    return secrets
 
 
 def signature_headers(secrets: Sequence[str], webhook_id: str, body: bytes, timestamp: int) -> dict[str, str]:

@@ -152,6 +152,8 @@ class Subscription:
     metrics_config: MessageProcessingMetrics = field(default_factory=MessageProcessingMetrics)
     # Standard Webhooks secrets the deliveries are signed with (our extension; hermes.domain.signing)
     signing_secrets: tuple[str, ...] = field(default=(), repr=False)
+    # Epoch millis until which the second secret, the one a generated secret replaced, still signs (0: no end)
+    previous_secret_expires_at: int = 0
     created_at: int = 0
     modified_at: int = 0
 

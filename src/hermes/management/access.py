@@ -75,6 +75,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("PUT", f"{_S}/state"): Rule.SUBSCRIPTION_OWNER,
     ("POST", f"{_S}/retransmission"): Rule.SUBSCRIPTION_OWNER,
     ("PUT", f"{_S}/retransmission"): Rule.SUBSCRIPTION_OWNER,
+    ("POST", f"{_S}/signing-secret"): Rule.SUBSCRIPTION_OWNER,
     ("POST", "/oauth/providers"): Rule.ADMIN,
     ("PUT", "/oauth/providers/{provider}"): Rule.ADMIN,
     ("DELETE", "/oauth/providers/{provider}"): Rule.ADMIN,

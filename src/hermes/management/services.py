@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
@@ -16,7 +17,7 @@ from typing import Any, ParamSpec, TypeVar
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.topics import KafkaTopics
 from hermes.config import Settings
-from hermes.domain import api_json
+from hermes.domain import api_json, signing
 from hermes.domain.message import Message
 from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
@@ -217,6 +218,8 @@ class ManagementService:
             if isinstance(secrets, list) and api_json.SECRET_MASK in secrets:  # masks keep stored secrets, in order
                 stored = iter(current.signing_secrets)
                 edit["signingSecrets"] = [next(stored, s) if s == api_json.SECRET_MASK else s for s in secrets]
+            if "signingSecrets" in edit:
+                base.pop("previousSigningSecretExpiresAt", None)  # secrets the owner sets sign until the owner says
             if edit.get("state") == SubscriptionState.PENDING:
                 del edit["state"]  # as Hermes: only consumers make a subscription leave PENDING, nobody enters it
             if "trackingEnabled" in edit and "trackingMode" not in edit:
@@ -235,6 +238,21 @@ class ManagementService:
             return updated
 
         return await self._run(self._repository.update_subscription, topic, name, change)
+
+    async def generate_signing_secret(self, topic: TopicName, name: str) -> tuple[str, int]:
+        """A new secret that signs from now on, and the epoch millis until which the current one still signs
+        beside it (0 if there was none); a previous one still in its window stops at once."""
+        secret = signing.generate_secret()  # outside ``change``, which a conflicting write may run again
+        expires_at = 0
+
+        def change(current: Subscription) -> Subscription:
+            nonlocal expires_at
+            kept = current.signing_secrets[:1]
+            expires_at = int(time.time() * 1000 + self.settings.signing_secret_overlap * 1000) if kept else 0
+            return dataclasses.replace(current, signing_secrets=(secret, *kept), previous_secret_expires_at=expires_at)
+
+        await self._run(self._repository.update_subscription, topic, name, change)
+        return secret, expires_at
 
     async def change_state(self, topic: TopicName, name: str, state: SubscriptionState) -> Subscription:
         return await self._run(

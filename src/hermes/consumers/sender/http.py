@@ -17,7 +17,7 @@ from hermes.domain.message import (
     TOPIC_NAME_HEADER,
     Message,
 )
-from hermes.domain.signing import signature_headers
+from hermes.domain.signing import signature_headers, signing_now
 from hermes.domain.subscription import Subscription
 from hermes.http.client import HttpClient
 
@@ -61,7 +61,11 @@ class HttpSender:
         webhook id is the batch's or the message's id, the same on every retry)."""
         if subscription.signing_secrets:
             webhook_id = headers.get(BATCH_ID_HEADER) or headers[MESSAGE_ID_HEADER]
-            signed = signature_headers(subscription.signing_secrets, webhook_id, body, int(time.time()))
+            now = time.time()
+            secrets = signing_now(
+                subscription.signing_secrets, subscription.previous_secret_expires_at, int(now * 1000)
+            )
+            signed = signature_headers(secrets, webhook_id, body, int(now))
             headers = {**headers, **signed}
         if self._oauth is not None and subscription.oauth_policy is not None:
             return await self._oauth.send(

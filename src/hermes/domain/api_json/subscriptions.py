@@ -206,6 +206,7 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
         profiling_threshold_ms=read_int(body, "profilingThresholdMs", 0, "profilingThresholdMs", 0, 3_600_000),
         metrics_config=_metrics_config(body.get("metricsConfig")),
         signing_secrets=_signing_secrets(body.get("signingSecrets")),
+        previous_secret_expires_at=read_timestamp(body, "previousSigningSecretExpiresAt"),
         created_at=read_timestamp(body, "createdAt"),
         modified_at=read_timestamp(body, "modifiedAt"),
     )
@@ -322,4 +323,6 @@ def subscription_to_json(sub: Subscription, *, mask_secrets: bool = True) -> Jso
         out["oAuthPolicy"] = oauth
     if sub.signing_secrets:  # our extension: absent unless used, so Hermes' shape is unchanged
         out["signingSecrets"] = [SECRET_MASK] * len(sub.signing_secrets) if mask_secrets else list(sub.signing_secrets)
+    if sub.previous_secret_expires_at:
+        out["previousSigningSecretExpiresAt"] = seconds(sub.previous_secret_expires_at)
     return out

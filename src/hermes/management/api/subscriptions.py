@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from hermes.domain import api_json
+from hermes.domain.api_json.fields import seconds
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import ValidationError
 from hermes.http.server import json_response, read_json
@@ -87,3 +88,15 @@ async def change_state(request: web.Request) -> web.Response:
 async def get_state(request: web.Request) -> web.Response:
     sub = await request.app[SERVICE].subscription(topic_name(request), request.match_info["subscription"])
     return json_response(sub.state.value)
+
+
+@routes.post("/topics/{topic}/subscriptions/{subscription}/signing-secret")
+async def generate_signing_secret(request: web.Request) -> web.Response:
+    """The only answer that ever shows the secret (our extension: signed deliveries)."""
+    secret, previous_expires_at = await request.app[SERVICE].generate_signing_secret(
+        topic_name(request), request.match_info["subscription"]
+    )
+    body: dict[str, object] = {"signingSecret": secret}
+    if previous_expires_at:
+        body["previousSigningSecretExpiresAt"] = seconds(previous_expires_at)
+    return json_response(body, status=201, headers={"Cache-Control": "no-store"})

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from hermes.management.openapi.schemas import ANY, BOOL, INT, NAMES, STR, TOPIC_NAME, Schema, array, enum, obj, ref
+from hermes.management.openapi.schemas import (
+    ANY,
+    BOOL,
+    EPOCH_SECONDS,
+    INT,
+    NAMES,
+    STR,
+    TOPIC_NAME,
+    Schema,
+    array,
+    enum,
+    obj,
+    ref,
+)
 
 _IGNORED = {
     "Hermes-Ignored-Fields": {
@@ -127,6 +140,13 @@ PATHS: dict[str, dict[str, Schema]] = {
             query={"dryRun": BOOL},
         ),
         "post": _op("Retransmit from an ISO date or -6h (older form)", body=ref("RetransmissionSummary"), request=ANY),
+    },
+    _S + "/signing-secret": {
+        "post": _op(
+            "Generate a signing secret, answered this once; the current one signs beside it for the overlap window",
+            201,
+            obj({"signingSecret": STR, "previousSigningSecretExpiresAt": EPOCH_SECONDS}, ["signingSecret"]),
+        )
     },
     _S + "/events/{messageId}/trace": {
         "get": _op("The message's trace events in time order (tracking)", body=array(ref("TraceEvent")))

@@ -234,6 +234,11 @@ ENTITIES: dict[str, Schema] = {
                 "description": "our extension: Standard Webhooks secrets the deliveries are signed with, answered as "
                 "******; in a change, each ****** keeps a stored secret, in their order",
             },
+            "previousSigningSecretExpiresAt": {
+                **EPOCH_SECONDS,
+                "description": "our extension: after a generated secret replaced one, when the replaced one (the "
+                "second of signingSecrets) stops signing",
+            },
             "autoDeleteWithTopicEnabled": BOOL,
             "monitoringDetails": obj({"severity": enum("CRITICAL", "IMPORTANT", "NON_IMPORTANT"), "reaction": STR}, []),
             "profilingEnabled": BOOL,
