@@ -4,6 +4,7 @@ subscriber whose certificate is verified against --consumer-tls-ca-file."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from hermes.security.tls import client_context, server_context
 from tests.support.hermes import InProcessHermes, unique
 from tests.support.subscriber import SubscriberServer
 from tests.support.tls import ThrowawayCA
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -40,10 +42,8 @@ def https_subscriber(authority: ThrowawayCA) -> Iterator[SubscriberServer]:
     server.stop()
 
 
-def test_publishing_and_management_speak_https_and_deliver_to_an_https_subscriber(
-    hermes: InProcessHermes, authority: ThrowawayCA, https_subscriber: SubscriberServer
-) -> None:
-    assert hermes.management_url.startswith("https://") and hermes.frontend_url.startswith("https://")
+def deliver_over_https(hermes: InProcessHermes, authority: ThrowawayCA, endpoint: str) -> tuple[str, httpx.Response]:
+    """A topic with a subscription to ``endpoint`` and a message published to it, all over HTTPS."""
     trusted = ssl.create_default_context(cafile=authority.ca_file)
     with (
         httpx.Client(base_url=hermes.management_url, verify=trusted, timeout=30) as management,
@@ -55,19 +55,46 @@ def test_publishing_and_management_speak_https_and_deliver_to_an_https_subscribe
         owner = {"source": "Plaintext", "id": "tests"}
         body = {"name": topic, "description": "tls", "owner": owner, "contentType": "JSON"}
         assert management.post("/topics", json=body).status_code == 201
-        subscription = {"topicName": topic, "name": "s", "endpoint": https_subscriber.url, "owner": owner}
+        subscription = {"topicName": topic, "name": "s", "endpoint": endpoint, "owner": owner}
         subscription["description"] = "an https subscriber"
         assert management.post(f"/topics/{topic}/subscriptions", json=subscription).status_code == 201
         response = frontend.post(f"/topics/{topic}", content=b'{"over": "tls"}')
         assert response.status_code in (201, 202), response.text
-        delivered = https_subscriber.wait_for(1, timeout=30)
-        assert delivered[0].body == b'{"over": "tls"}'
-        assert delivered[0].message_id == response.headers["Hermes-Message-Id"]
+        return topic, response
+
+
+def test_publishing_and_management_speak_https_and_deliver_to_an_https_subscriber(
+    hermes: InProcessHermes, authority: ThrowawayCA, https_subscriber: SubscriberServer
+) -> None:
+    assert hermes.management_url.startswith("https://") and hermes.frontend_url.startswith("https://")
+    _, response = deliver_over_https(hermes, authority, https_subscriber.url)
+    delivered = https_subscriber.wait_for(1, timeout=30)
+    assert delivered[0].body == b'{"over": "tls"}'
+    assert delivered[0].message_id == response.headers["Hermes-Message-Id"]
     for url in (hermes.frontend_url, hermes.management_url):
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):  # a client without the CA
             httpx.get(f"{url}/status/health", timeout=10)
         with pytest.raises(httpx.HTTPError):  # plain HTTP on a TLS port is not answered
             httpx.get(url.replace("https://", "http://") + "/status/health", timeout=10)
+
+
+def test_no_delivery_reaches_a_subscriber_whose_certificate_no_trusted_ca_signed(
+    hermes: InProcessHermes,
+    authority: ThrowawayCA,
+    tmp_path_factory: pytest.TempPathFactory,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Hermes has no per-subscription opt-out (docs/security.md): verification is never skipped."""
+    caplog.set_level(logging.INFO, "hermes.consumers.failure_log")
+    stranger = ThrowawayCA(tmp_path_factory.mktemp("stranger"), "A CA nobody trusts")
+    subscriber = SubscriberServer(tls=stranger.issue("subscriber").context()).start()
+    try:
+        topic, _ = deliver_over_https(hermes, authority, subscriber.url)
+        refused = f"delivery to {topic}$s failing"
+        wait_until(lambda: refused in caplog.text and "SSLCertVerificationError" in caplog.text, timeout=30)
+        assert subscriber.received == []
+    finally:
+        subscriber.stop()
 
 
 def test_the_subscribers_certificate_is_verified(
