@@ -42,6 +42,8 @@ def test_a_50_mb_message_arrives_byte_identical_serial_and_batch(
     )
     assert response.status_code == 201, response.text
     message_id = response.headers["Hermes-Message-Id"]
+    spool = hermes.hermes.settings.data_dir / "offload" / ".partial"  # the body went through a file, now gone
+    assert not list(spool.glob("*.body"))
 
     received = {r.path: r for r in subscriber.wait_for(2, timeout=120)}
     serial, batch = received["/serial"], received["/batch"]

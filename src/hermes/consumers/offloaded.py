@@ -1,16 +1,20 @@
 """Offloaded large messages, resolved before filters and delivery: the placeholder's URL is fetched (a few tries,
 backing off) and the message goes on with the stored body. A message whose body is gone (expired with its topic's
-retention, deleted with the topic) or cannot be fetched raises, and its delivery discards it with that reason."""
+retention, deleted with the topic) or cannot be fetched raises, and its delivery discards it with that reason.
+
+The document is streamed to a temporary file as it arrives and only its ``message`` field is read back: the body is
+held once, never the document beside it."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import dataclasses
+import struct
+import tempfile
+from typing import IO
 
 import aiohttp
-import bson
-from bson.errors import BSONError
 from scramp import ScramClient, ScramException
 
 from hermes.domain.message import Message
@@ -41,16 +45,11 @@ class OffloadedMessages:
         url = message.external_url or ""
         if not url.startswith(("http://", "https://")):
             raise OffloadedMessageNotFound(f"the placeholder of offloaded message {message.message_id} has no URL")
-        document = await self._fetch(url)
-        try:
-            body = bson.decode(document).get("message")
-        except (BSONError, ValueError, TypeError) as exc:
-            raise HermesError(f"the offloaded message at {url} is not a BSON document: {exc}") from None
-        if not isinstance(body, bytes):
-            raise HermesError(f"the offloaded message at {url} has no binary message field")
+        body = await self._fetch(url)
         return dataclasses.replace(message, body=body, external_url=None)
 
     async def _fetch(self, url: str) -> bytes:
+        """The message field of the document at that URL."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=self._timeout)
         problem = ""
@@ -61,7 +60,7 @@ class OffloadedMessages:
                 headers = await self._sign_in(url) if self._credentials is not None else {}
                 async with self._session.get(url, headers=headers) as response:
                     if response.status == 200:
-                        return await response.read()
+                        return await _message_of(response, url)
                     if response.status == 404:
                         raise OffloadedMessageNotFound(
                             f"the offloaded message at {url} is gone (expired with its topic's retention, or deleted)"
@@ -93,3 +92,84 @@ class OffloadedMessages:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+async def _message_of(response: aiohttp.ClientResponse, url: str) -> bytes:
+    with tempfile.TemporaryFile() as spool:
+        async for chunk in response.content.iter_chunked(1 << 20):
+            spool.write(chunk)  # into the page cache: short enough for the event loop
+        spool.seek(0)
+        try:
+            return await asyncio.to_thread(read_message, spool)
+        except HermesError as exc:
+            raise HermesError(f"the offloaded message at {url} is not a valid document: {exc}") from None
+
+
+def read_message(source: IO[bytes]) -> bytes:
+    """The ``message`` binary of the BSON document in ``source``, read without reading the document whole: the
+    other top-level fields are skipped by their sizes, the message itself is read once."""
+    total = _int32(source)
+    while source.tell() < total - 1:
+        kind = source.read(1)
+        name = _cstring(source)
+        if kind == b"\x05":  # binary: length, subtype, bytes (subtype 2 repeats the length inside)
+            length, subtype = _int32(source), source.read(1)
+            if subtype == b"\x02":
+                length = _int32(source)
+            if name == b"message":
+                body = source.read(length)
+                if len(body) != length:
+                    raise HermesError("the document ends inside its message")
+                return body
+            source.seek(length, 1)
+        elif name == b"message":
+            raise HermesError("its message is not a BSON binary")
+        elif kind in _FIXED_SIZES:
+            source.seek(_FIXED_SIZES[kind], 1)
+        elif kind in (b"\x02", b"\x0d", b"\x0e"):  # string, code, symbol: length, then bytes
+            source.seek(_int32(source), 1)
+        elif kind in (b"\x03", b"\x04", b"\x0f"):  # document, array, code with scope: total size, itself included
+            source.seek(_int32(source) - 4, 1)
+        elif kind == b"\x0b":  # regex: two C strings
+            _cstring(source)
+            _cstring(source)
+        elif kind == b"\x0c":  # DBPointer: string, then 12 bytes
+            source.seek(_int32(source) + 12, 1)
+        else:
+            raise HermesError(f"unknown BSON element type {kind!r}")
+    raise HermesError("it has no message field")
+
+
+_FIXED_SIZES = {
+    b"\x01": 8,
+    b"\x06": 0,
+    b"\x07": 12,
+    b"\x08": 1,
+    b"\x09": 8,
+    b"\x0a": 0,
+    b"\x10": 4,
+    b"\x11": 8,
+    b"\x12": 8,
+    b"\x13": 16,
+    b"\xff": 0,
+    b"\x7f": 0,
+}
+
+
+def _int32(source: IO[bytes]) -> int:
+    raw = source.read(4)
+    if len(raw) != 4:
+        raise HermesError("the document is cut short")
+    value: int = struct.unpack("<i", raw)[0]
+    if value < 0:
+        raise HermesError("a length in the document is negative")
+    return value
+
+
+def _cstring(source: IO[bytes]) -> bytes:
+    name = bytearray()
+    while (char := source.read(1)) != b"\x00":
+        if not char:
+            raise HermesError("the document is cut short")
+        name += char
+    return bytes(name)

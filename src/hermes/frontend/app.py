@@ -120,7 +120,7 @@ class PublishingApi:
                 self._publish_later(request, name, message_id, answer, caller)
                 return
             self._access.check(topic, caller)
-            self._publisher.publish(topic, message_id, request.body, request.headers, answer)
+            self._publisher.publish(topic, message_id, request.spooled or request.body, request.headers, answer)
         except HermesError as exc:
             answer(exc)
 
@@ -137,7 +137,7 @@ class PublishingApi:
                     known = caller
                 topic = await self._topics.get(name)
                 self._access.check(topic, known)
-                self._publisher.publish(topic, message_id, request.body, request.headers, answer)
+                self._publisher.publish(topic, message_id, request.spooled or request.body, request.headers, answer)
             except HermesError as exc:
                 answer(exc)
 

@@ -32,6 +32,7 @@ from hermes.frontend.acks import AckTimeouts
 from hermes.frontend.journal import Journal, JournalEntry
 from hermes.frontend.publish_metrics import PRODUCER_ERRORS
 from hermes.frontend.schemas import SchemaSource
+from hermes.http.lean import SpooledBody
 from hermes.offload.offloader import Offloader, placeholder_headers
 from hermes.tracker import Tracker
 
@@ -107,10 +108,18 @@ class Publisher:
         self._propagated = {h.lower(): h for h in propagated_headers}  # as configured: the Kafka header's name
         self._avro_tasks: set[asyncio.Task[None]] = set()  # and those storing large messages
 
-    def publish(self, topic: Topic, message_id: str, body: bytes, headers: Mapping[str, str], answer: Answer) -> None:
+    def publish(
+        self, topic: Topic, message_id: str, body: bytes | SpooledBody, headers: Mapping[str, str], answer: Answer
+    ) -> None:
         """Raises what is wrong with the message; otherwise produces it, and ``answer`` gets the outcome.
-        ``headers`` are the request's, keyed by lower-case name."""
-        if len(body) > topic.max_message_size:
+        ``headers`` are the request's, keyed by lower-case name. A spooled body is read into memory only when it
+        goes to Kafka itself (or must be validated)."""
+        if isinstance(body, SpooledBody):
+            if body.size > topic.max_message_size:
+                self._publish_large(topic, message_id, body, headers, answer)
+                return
+            body = body.read()
+        elif len(body) > topic.max_message_size:
             self._publish_large(topic, message_id, body, headers, answer)
             return
         if topic.content_type is ContentType.JSON:
@@ -151,18 +160,19 @@ class Publisher:
         self._produce(topic, message_id, value, version, headers, answer)
 
     def _publish_large(
-        self, topic: Topic, message_id: str, body: bytes, headers: Mapping[str, str], answer: Answer
+        self, topic: Topic, message_id: str, body: bytes | SpooledBody, headers: Mapping[str, str], answer: Answer
     ) -> None:
         """A body over the topic's maxMessageSize: offloaded (stored beside Kafka, a placeholder produced in its
         place) when the offload limit allows, else refused."""
         offloader = self._offloader
-        if offloader is None or topic.content_type is not ContentType.JSON or len(body) > offloader.max_size:
+        size = body.size if isinstance(body, SpooledBody) else len(body)
+        if offloader is None or topic.content_type is not ContentType.JSON or size > offloader.max_size:
             beyond = f" and the offload limit {offloader.max_size}" if offloader is not None else ""
             raise PayloadTooLarge(
-                f"Message size {len(body)} exceeds the topic's maxMessageSize {topic.max_message_size}{beyond}"
+                f"Message size {size} exceeds the topic's maxMessageSize {topic.max_message_size}{beyond}"
             )
-        if topic.json_validation_enabled:
-            _check_json(topic, body, headers.get("content-type", ""))
+        if topic.json_validation_enabled:  # validation needs the body whole: a spooled one is read once for it
+            _check_json(topic, body.read() if isinstance(body, SpooledBody) else body, headers.get("content-type", ""))
 
         async def offload() -> None:
             try:

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hermes.broker.admin import BrokerAdmin
@@ -31,7 +32,7 @@ from hermes.metadata.repository import MetadataRepository
 from hermes.offload.api import UPLOAD_HEADROOM, OffloadApi
 from hermes.offload.blobs import BlobStore
 from hermes.offload.discovery import advertise_at_start
-from hermes.offload.local import LocalBlobStore
+from hermes.offload.local import PARTIAL, LocalBlobStore
 from hermes.offload.offloader import Offloader
 from hermes.offload.retention import BlobRetention
 from hermes.offload.scram import MECHANISM as SCRAM_MECHANISM
@@ -135,6 +136,7 @@ class Frontend:
             max_body=max(DEFAULT_MAX_BODY, settings.offload_max_message_size + UPLOAD_HEADROOM),
             reuse_port=self._worker,
             tls=self._tls,
+            spool_dir=await asyncio.to_thread(_spool_dir, settings.data_dir),
         )
         await self.server.start()
         self._exit.push_async_callback(self.server.stop)
@@ -210,3 +212,11 @@ async def _cancelled(task: asyncio.Task[None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def _spool_dir(data_dir: Path) -> Path:
+    """Where large request bodies are written as they arrive: beside the local blob store's partial blobs (whose
+    store removes the files of dead processes), on the same file system as the blobs."""
+    spool = data_dir / "offload" / PARTIAL
+    spool.mkdir(parents=True, exist_ok=True)
+    return spool

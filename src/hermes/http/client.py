@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 from hermes.errors import EndpointProtocolError
 
 _MAX_HEAD = 64 * 1024
+# Bodies larger than this are written apart from their head (one write of the two joined for the rest).
+_SEPARATE_BODY = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -99,13 +101,14 @@ class _Connection(asyncio.Protocol):
     def usable(self) -> bool:
         return not self.closed and self.transport is not None and not self.transport.is_closing()
 
-    def request(self, data: bytes) -> asyncio.Future[Response]:
+    def request(self, data: tuple[bytes, ...]) -> asyncio.Future[Response]:
         assert self.transport is not None
         self._waiter = asyncio.get_running_loop().create_future()
         self._head = None
         self._received_any = False
         self.last_activity = time.monotonic()
-        self.transport.write(data)
+        for part in data:
+            self.transport.write(part)
         return self._waiter
 
     @property
@@ -225,7 +228,9 @@ class HttpClient:
         head = [f"POST {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\nContent-Length: {len(body)}\r\n"]
         head.extend(f"{name}: {value}\r\n" for name, value in headers.items())
         head.append("\r\n")
-        data = "".join(head).encode("latin-1") + body
+        encoded = "".join(head).encode("latin-1")
+        # a large body is written after its head, not copied behind it
+        data = (encoded, body) if len(body) > _SEPARATE_BODY else (encoded + body,)
         deadline = time.monotonic() + total
         key = (target.scheme, target.host, target.port)
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + total):
@@ -267,7 +272,9 @@ class HttpClient:
         return protocol, False
 
     @staticmethod
-    async def _exchange(connection: _Connection, data: bytes, deadline: float, idle_timeout: float | None) -> Response:
+    async def _exchange(
+        connection: _Connection, data: tuple[bytes, ...], deadline: float, idle_timeout: float | None
+    ) -> Response:
         waiter = connection.request(data)
         if idle_timeout is None:
             return await waiter

@@ -6,6 +6,11 @@ once, now or later (no coroutine or task per request). Pipelined requests are an
 handed to the handler only when the previous one has been answered. Bodies may be sized or chunked; ``Expect:
 100-continue`` is honoured; a malformed request is a 400 and a body over ``max_body`` a 413, both in Hermes' error
 shape, and the connection is closed after them. Idle connections are closed after ``keepalive`` seconds.
+
+A body whose Content-Length exceeds ``spool_above`` (decided when the headers are complete, so small requests pay
+nothing) is written to a file in ``spool_dir`` as it arrives instead of being held: the handler gets it as
+``request.spooled``, and the file is removed once the request is answered. ``request.stream`` answers with a body
+read from chunks, written as the client takes them.
 """
 
 from __future__ import annotations
@@ -13,11 +18,14 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import logging
+import os
 import socket
 import ssl
+import uuid
 from collections import deque
-from collections.abc import Callable, Iterable
-from typing import Any, cast
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any, cast
 
 import httptools
 import orjson
@@ -42,21 +50,57 @@ REASONS = {
     503: "Service Unavailable",
 }
 DEFAULT_MAX_BODY = 64 * 1024 * 1024
+DEFAULT_SPOOL_ABOVE = 1024 * 1024
+# A streamed answer waits for the client while more than this is buffered for it.
+_STREAM_BUFFER = 1024 * 1024
 # Pipelined requests waiting behind an unanswered one before the connection stops reading.
 _QUEUED_MAX = 16
 
 
+class SpooledBody:
+    """A large request body in a file, written as it arrived (removed once its request is answered)."""
+
+    __slots__ = ("path", "size")
+
+    def __init__(self, path: Path, size: int) -> None:
+        self.path = path
+        self.size = size
+
+    def read(self) -> bytes:
+        """The whole body in memory (its one copy)."""
+        return self.path.read_bytes()
+
+    def chunks(self, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """The body in chunks (blocking reads: for a thread)."""
+        with self.path.open("rb") as source:
+            while chunk := source.read(chunk_size):
+                yield chunk
+
+    def discard(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
 class Request:
-    """One parsed request. ``headers`` are keyed by lower-case name (the first of repeated names wins)."""
+    """One parsed request. ``headers`` are keyed by lower-case name (the first of repeated names wins). A spooled
+    body is ``spooled`` and ``body`` is empty."""
 
-    __slots__ = ("_connection", "body", "headers", "method", "path")
+    __slots__ = ("_connection", "body", "headers", "method", "path", "spooled")
 
-    def __init__(self, connection: _Connection, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+    def __init__(
+        self,
+        connection: _Connection,
+        method: str,
+        path: str,
+        headers: dict[str, str],
+        body: bytes,
+        spooled: SpooledBody | None = None,
+    ) -> None:
         self._connection = connection
         self.method = method
         self.path = path
         self.headers = headers
         self.body = body
+        self.spooled = spooled
 
     @property
     def client(self) -> str:
@@ -68,6 +112,17 @@ class Request:
     ) -> None:
         """Answers this request (once; later calls and calls after the client went away do nothing)."""
         self._connection.respond(self, status, headers, body, content_type)
+
+    async def stream(
+        self,
+        status: int,
+        headers: Iterable[tuple[str, str]],
+        size: int,
+        chunks: AsyncIterator[bytes],
+        content_type: str = "",
+    ) -> None:
+        """Answers with a body of ``size`` bytes taken from ``chunks`` as the client reads it."""
+        await self._connection.stream(self, status, headers, size, chunks, content_type)
 
 
 Handler = Callable[[Request], None]
@@ -98,6 +153,8 @@ class _Connection(asyncio.Protocol):
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
         self._body_size = 0
+        self._spool: IO[bytes] | None = None  # the file of a large body being received
+        self._drained: asyncio.Future[None] | None = None  # a streamed answer waiting for the client
         self._current: Request | None = None  # handed to the handler, not answered yet
         self._queued: deque[Request] = deque()
         self._keep_alive = True
@@ -117,7 +174,14 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
         self._transport = None
+        self._drop_spool()
+        for request in self._queued:
+            if request.spooled is not None:
+                request.spooled.discard()
         self._queued.clear()
+        if self._current is not None and self._current.spooled is not None:
+            self._current.spooled.discard()
+        self._wake()
 
     def data_received(self, data: bytes) -> None:
         if self._closing:
@@ -137,6 +201,11 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._resume()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
 
     # --- httptools callbacks ---
 
@@ -145,6 +214,7 @@ class _Connection(asyncio.Protocol):
         self._headers = {}
         self._body = []
         self._body_size = 0
+        self._drop_spool()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -156,8 +226,12 @@ class _Connection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         length = self._headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self._server.max_body:
-            raise _TooLarge
+        if length is not None and length.isdigit():
+            if int(length) > self._server.max_body:
+                raise _TooLarge
+            spool_dir = self._server.spool_dir
+            if spool_dir is not None and int(length) > self._server.spool_above:
+                self._spool = (spool_dir / f"{os.getpid()}.{uuid.uuid4().hex}.body").open("wb")
         if self._headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -165,12 +239,21 @@ class _Connection(asyncio.Protocol):
         self._body_size += len(body)
         if self._body_size > self._server.max_body:
             raise _TooLarge
-        self._body.append(body)
+        if self._spool is not None:
+            self._spool.write(body)
+        else:
+            self._body.append(body)
 
     def on_message_complete(self) -> None:
         url = self._url
         path = url.split(b"?", 1)[0].decode("latin-1") if b"?" in url else url.decode("latin-1")
-        request = Request(self, self._parser.get_method().decode(), path, self._headers, b"".join(self._body))
+        spooled = None
+        if self._spool is not None:
+            self._spool.close()
+            spooled = SpooledBody(Path(self._spool.name), self._body_size)
+            self._spool = None
+        body = b"".join(self._body) if spooled is None else b""
+        request = Request(self, self._parser.get_method().decode(), path, self._headers, body, spooled)
         if not self._parser.should_keep_alive():
             self._keep_alive = False
         if self._current is None:
@@ -196,22 +279,73 @@ class _Connection(asyncio.Protocol):
         if request is not self._current:
             return  # answered already
         self._current = None
+        if request.spooled is not None:
+            request.spooled.discard()
         transport = self._transport
         if transport is None or transport.is_closing():
             return
+        head = self._head(request, status, headers, len(body), content_type)
+        if request.method != "HEAD":
+            head.append(body)
+        transport.write(b"".join(head))
+        self._answered()
+
+    async def stream(
+        self,
+        request: Request,
+        status: int,
+        headers: Iterable[tuple[str, str]],
+        size: int,
+        chunks: AsyncIterator[bytes],
+        content_type: str,
+    ) -> None:
+        if request is not self._current or self._transport is None or self._transport.is_closing():
+            return
+        transport = self._transport
+        transport.write(b"".join(self._head(request, status, headers, size, content_type)))
+        sent = 0
+        if request.method != "HEAD":
+            try:
+                async for chunk in chunks:
+                    if transport.is_closing():
+                        return  # the client went away
+                    transport.write(chunk)
+                    sent += len(chunk)
+                    if transport.get_write_buffer_size() > _STREAM_BUFFER:
+                        self._drained = self._loop.create_future()
+                        await self._drained
+                        self._drained = None
+            except Exception:
+                log.exception("a streamed answer to %s %s failed after %d bytes", request.method, request.path, sent)
+            if sent != size:  # the client must not take a short body for a whole one: it sees the connection close
+                log.error("a streamed answer to %s %s had %d bytes, not %d", request.method, request.path, sent, size)
+                transport.close()
+                return
+        if request is self._current:
+            self._current = None
+            self._answered()
+
+    def _head(
+        self, request: Request, status: int, headers: Iterable[tuple[str, str]], size: int, content_type: str
+    ) -> list[bytes]:
         last = not self._keep_alive and not self._queued
         head = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}\r\n".encode()]
         for name, value in headers:
             head.append(f"{name}: {value}\r\n".encode("latin-1"))
         if content_type:
             head.append(f"Content-Type: {content_type}\r\n".encode())
-        head.append(b"Content-Length: %d\r\nDate: %s\r\n" % (len(body), self._server.clock.date))
+        head.append(b"Content-Length: %d\r\nDate: %s\r\n" % (size, self._server.clock.date))
         if last:
             head.append(b"Connection: close\r\n")
         head.append(b"\r\n")
-        if request.method != "HEAD":
-            head.append(body)
-        transport.write(b"".join(head))
+        return head
+
+    def _answered(self) -> None:
+        """After an answer went out: closes the connection, or hands on the next pipelined request."""
+        transport = self._transport
+        if transport is None:
+            return
+        last = not self._keep_alive and not self._queued
         if last:
             self._closing = True
             transport.close()
@@ -222,9 +356,20 @@ class _Connection(asyncio.Protocol):
         else:
             self.idle_since = self._loop.time()
 
+    def _drop_spool(self) -> None:
+        """A large body that will not be handed out (the client went away or sent something bad)."""
+        if self._spool is not None:
+            self._spool.close()
+            Path(self._spool.name).unlink(missing_ok=True)
+            self._spool = None
+
     def _refuse(self, status: int, code: str, message: str) -> None:
         """A request that cannot be parsed or taken: answered after those before it, then the connection closes."""
         self._closing, self._keep_alive = True, False
+        self._drop_spool()
+        for request in self._queued:
+            if request.spooled is not None:
+                request.spooled.discard()
         self._queued.clear()
         transport = self._transport
         if transport is None or self._current is not None:
@@ -262,7 +407,8 @@ class _TooLarge(Exception):
 
 class LeanServer:
     """Serves ``handler`` on host:port (port 0 picks a free one). ``reuse_port``: several processes listen on
-    the same port, and the kernel spreads the connections among them (``hermes frontend --workers``)."""
+    the same port, and the kernel spreads the connections among them (``hermes frontend --workers``). ``spool_dir``:
+    where bodies over ``spool_above`` bytes are written as they arrive (None: every body is held in memory)."""
 
     def __init__(
         self,
@@ -274,7 +420,11 @@ class LeanServer:
         keepalive: float = 75.0,
         reuse_port: bool = False,
         tls: ssl.SSLContext | None = None,
+        spool_dir: Path | None = None,
+        spool_above: int = DEFAULT_SPOOL_ABOVE,
     ) -> None:
+        self.spool_dir = spool_dir
+        self.spool_above = spool_above
         self.handler = handler
         self.tls = tls
         self.host = host

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any
 from urllib.parse import unquote
 
@@ -81,8 +81,10 @@ class OffloadApi:
     async def _upload(self, request: Request, name: str, signed_in: tuple[tuple[str, str], ...]) -> None:
         try:
             topic = await self._topics.get(name)
-            upload = check_upload(request.body, self._max_size)
-            await asyncio.to_thread(self._store.put, topic.qualified_name, upload.message_id, (request.body,))
+            # a spooled document is read once, to be checked (BSON has no streaming decoder here)
+            document = request.body if request.spooled is None else await asyncio.to_thread(request.spooled.read)
+            upload = check_upload(document, self._max_size)
+            await asyncio.to_thread(self._store.put, topic.qualified_name, upload.message_id, (document,))
         except HermesError as exc:
             _error(request, exc)
             return
@@ -95,7 +97,8 @@ class OffloadApi:
     async def _download(self, request: Request, text: str, signed_in: tuple[tuple[str, str], ...]) -> None:
         try:
             info = await self._find(text)
-            body = await asyncio.to_thread(lambda: b"".join(self._store.read(info)))
+            chunks = self._store.read(info)
+            first = await asyncio.to_thread(next, chunks, b"")  # a blob gone meanwhile is a 404, not a short body
         except HermesError as exc:
             _error(request, exc)
             return
@@ -103,7 +106,7 @@ class OffloadApi:
             log.exception("reading offloaded message %s failed", text)
             _error(request, exc)
             return
-        request.respond(200, signed_in, body=body, content_type=BSON)
+        await request.stream(200, signed_in, info.size, _in_thread(first, chunks), content_type=BSON)
 
     async def _find(self, text: str) -> BlobInfo:
         """The blob of that id, unless it expired with its topic's retention (then deleted now)."""
@@ -116,6 +119,14 @@ class OffloadApi:
             await asyncio.to_thread(self._store.delete, info)
             raise OffloadedMessageNotFound(f"offloaded message {text} expired with its topic's retention")
         return info
+
+
+async def _in_thread(first: bytes, chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """A blocking store's chunks, each read in a thread, so the event loop goes on meanwhile."""
+    if first:
+        yield first
+    while chunk := await asyncio.to_thread(next, chunks, b""):
+        yield chunk
 
 
 def _error(request: Request, exc: Exception) -> None:

@@ -6,9 +6,10 @@ spec's standard headers have it, or its text form)."""
 
 from __future__ import annotations
 
+import itertools
 import struct
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,14 +48,16 @@ def check_upload(document: bytes, max_size: int) -> Upload:
     return Upload(message_id, len(message))
 
 
-def document_chunks(message: bytes, headers: Sequence[tuple[str, bytes]], key: bytes | None) -> list[bytes]:
-    """The document ``{message, headers, key}`` as three chunks, the message itself the middle one: a large
-    message is written out as it is, where ``bson.encode`` would copy it into the document first."""
+def document_chunks(
+    message: Iterable[bytes], size: int, headers: Sequence[tuple[str, bytes]], key: bytes | None
+) -> Iterator[bytes]:
+    """The document ``{message, headers, key}`` around the message's chunks (``size`` bytes in all): a large
+    message is written out as it comes, where ``bson.encode`` would copy it into the document first."""
     rest = bson.encode({"headers": [[name, value] for name, value in headers], **({"key": key} if key else {})})
-    element = b"\x05message\x00" + struct.pack("<i", len(message)) + b"\x00"  # binary, subtype 0 (generic)
+    element = b"\x05message\x00" + struct.pack("<i", size) + b"\x00"  # binary, subtype 0 (generic)
     elements = rest[4:-1]  # without the other document's length and its closing zero
-    length = 4 + len(element) + len(message) + len(elements) + 1
-    return [struct.pack("<i", length) + element, message, elements + b"\x00"]
+    length = 4 + len(element) + size + len(elements) + 1
+    return itertools.chain((struct.pack("<i", length) + element,), message, (elements + b"\x00",))
 
 
 def _headers(value: Any) -> dict[str, bytes]:

@@ -15,13 +15,13 @@ from pathlib import Path
 from hermes.errors import OffloadedMessageNotFound
 from hermes.offload.blobs import BlobInfo
 
-_PARTIAL = ".partial"
+PARTIAL = ".partial"
 
 
 class LocalBlobStore:
     def __init__(self, root: Path) -> None:
         self._root = root
-        self._partial = root / _PARTIAL
+        self._partial = root / PARTIAL
         self._partial.mkdir(parents=True, exist_ok=True)
         self._remove_orphans()
 
@@ -66,7 +66,7 @@ class LocalBlobStore:
 
     def topics(self) -> list[str]:
         with os.scandir(self._root) as entries:
-            return [entry.name for entry in entries if entry.name != _PARTIAL and entry.is_dir()]
+            return [entry.name for entry in entries if entry.name != PARTIAL and entry.is_dir()]
 
     def expire(self, topic: str, stored_before: float) -> int:
         expired = 0

@@ -12,6 +12,7 @@ import orjson
 
 from hermes.domain.message import PLACEHOLDER_FORMAT
 from hermes.errors import ServiceUnavailable
+from hermes.http.lean import SpooledBody
 from hermes.offload.blobs import BlobStore
 from hermes.offload.documents import ID_HEADER, document_chunks
 
@@ -27,10 +28,20 @@ class Offloader:
         self.endpoint = ""  # the advertised URL, set once the frontend listens
 
     async def store(
-        self, topic: str, message_id: str, body: bytes, headers: Sequence[tuple[str, bytes]], key: bytes | None
+        self,
+        topic: str,
+        message_id: str,
+        body: bytes | SpooledBody,
+        headers: Sequence[tuple[str, bytes]],
+        key: bytes | None,
     ) -> bytes:
-        """Stores the message; returns the placeholder to produce."""
-        chunks = document_chunks(body, [*headers, (ID_HEADER, uuid.UUID(message_id).bytes)], key)
+        """Stores the message (a spooled one read from its file in chunks, never whole); returns the placeholder
+        to produce."""
+        all_headers = [*headers, (ID_HEADER, uuid.UUID(message_id).bytes)]
+        if isinstance(body, SpooledBody):
+            chunks = document_chunks(body.chunks(), body.size, all_headers, key)
+        else:
+            chunks = document_chunks((body,), len(body), all_headers, key)
         try:
             await asyncio.to_thread(self._store.put, topic, message_id, chunks)
         except OSError as exc:

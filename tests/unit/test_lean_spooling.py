@@ -1,0 +1,90 @@
+"""The lean server's large bodies: written to a file as they arrive above the threshold (removed once answered, or
+when the client goes away), held in memory below it; streamed answers arrive whole, and the connection goes on."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import httpx
+
+from hermes.http.lean import LeanServer, Request
+
+SPOOL_ABOVE = 1000
+
+
+def _serve(spool: Path, handler: Callable[[Request], None], client: Callable[[str], Awaitable[None]]) -> None:
+    async def run() -> None:
+        server = LeanServer(handler, "127.0.0.1", 0, "test server", spool_dir=spool, spool_above=SPOOL_ABOVE)
+        port = await server.start()
+        try:
+            await client(f"http://127.0.0.1:{port}")
+        finally:
+            await server.stop(grace=1.0)
+
+    asyncio.run(run())
+
+
+def test_bodies_over_the_threshold_are_spooled_and_removed_once_answered(tmp_path: Path) -> None:
+    seen: list[tuple[bytes, bytes | None, bool]] = []
+
+    def handler(request: Request) -> None:
+        spooled = request.spooled
+        seen.append((request.body, spooled.read() if spooled else None, bool(spooled and spooled.path.exists())))
+        request.respond(200, body=str(spooled.size if spooled else len(request.body)).encode())
+
+    async def client(url: str) -> None:
+        async with httpx.AsyncClient() as http:
+            small = await http.post(url + "/x", content=b"s" * SPOOL_ABOVE)
+            large = await http.post(url + "/x", content=b"L" * 5000)
+        assert (small.text, large.text) == ("1000", "5000")
+
+    _serve(tmp_path, handler, client)
+    assert seen == [(b"s" * SPOOL_ABOVE, None, False), (b"", b"L" * 5000, True)]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_client_gone_in_the_middle_of_a_large_body_leaves_no_file(tmp_path: Path) -> None:
+    async def client(url: str) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        _reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"POST /x HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\n\r\n" + b"a" * 3000)
+        await writer.drain()
+        for _ in range(200):  # the partial file appears once the headers are read
+            if list(tmp_path.iterdir()):
+                break
+            await asyncio.sleep(0.01)
+        assert len(list(tmp_path.iterdir())) == 1
+        writer.close()
+        for _ in range(500):
+            if not list(tmp_path.iterdir()):
+                break
+            await asyncio.sleep(0.01)
+
+    _serve(tmp_path, lambda request: request.respond(200), client)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_streamed_answer_arrives_whole_and_the_connection_serves_on(tmp_path: Path) -> None:
+    chunk = b"c" * 700_000  # several chunks beyond the stream buffer: the server waits for the client
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for _ in range(5):
+            yield chunk
+
+    def handler(request: Request) -> None:
+        if request.path == "/stream":
+            asyncio.get_running_loop().create_task(request.stream(200, (), 5 * len(chunk), chunks(), "text/plain"))
+        else:
+            request.respond(200, body=b"next")
+
+    async def client(url: str) -> None:
+        async with httpx.AsyncClient() as http:
+            streamed = await http.get(url + "/stream")
+            following = await http.get(url + "/after")
+        assert streamed.content == chunk * 5
+        assert streamed.headers["content-length"] == str(5 * len(chunk))
+        assert following.text == "next"
+
+    _serve(tmp_path, handler, client)
