@@ -2,7 +2,11 @@
 document, signed in as an admin, positive and negative data, all of schemathesis' checks, a bounded number of
 examples. No 5xx, no answer the document does not describe, no invalid request accepted and no schema-valid
 request rejected, except for the rejections below, which depend on what a JSON Schema cannot say. Then every
-operation once without credentials: a 401, as documented, unless it is public."""
+operation once without credentials: a 401, as documented, unless it is public.
+
+The publishing API likewise, against its own document (the frontend's /openapi.json), on the same Hermes: every
+operation signed in as a publisher and without credentials, and no publish succeeds without permission: to a
+topic that names other publishers, or without credentials (--publish-authentication required)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -19,10 +24,11 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import ignored_auth, positive_data_acceptance
 
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.frontend import openapi as publishing_openapi
 from hermes.management import openapi
 from hermes.security.passwords import hash_password
 from hermes.security.users import ADMIN, User, UserStore
-from tests.support.hermes import InProcessHermes, hermes_settings
+from tests.support.hermes import InProcessHermes, hermes_settings, unique
 
 pytestmark = pytest.mark.integration
 
@@ -48,14 +54,25 @@ OPERATIONS = [op.ok() for op in SCHEMA.get_all_operations() if op.ok().label != 
 
 
 PASSWORD = "fuzzing-admin-password-01"
-SIGNED_IN = {"Authorization": "Basic " + base64.b64encode(f"root:{PASSWORD}".encode()).decode()}
+
+
+def basic(user: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{PASSWORD}".encode()).decode()}
+
+
+SIGNED_IN = basic("root")
+PUBLISHER = basic("alice")  # no role: publishes where a topic lets it
+PUBLISHING = schemathesis.openapi.from_dict(publishing_openapi.document())
+PUBLISHING_OPERATIONS = [op.ok() for op in PUBLISHING.get_all_operations()]
 
 
 @pytest.fixture(scope="module")
 def hermes(kafka: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessHermes]:
     """Every role, with authentication on (an admin in the users file)."""
     data_dir = tmp_path_factory.mktemp("fuzzed")
-    UserStore.in_data_dir(data_dir).save(User("root", hash_password(PASSWORD), frozenset({ADMIN})))
+    users = UserStore.in_data_dir(data_dir)
+    users.save(User("root", hash_password(PASSWORD), frozenset({ADMIN})))
+    users.save(User("alice", hash_password(PASSWORD), frozenset()))
     running = InProcessHermes(hermes_settings(data_dir, kafka.bootstrap_servers)).start()
     yield running
     running.stop()
@@ -99,5 +116,64 @@ def test_every_operation_refuses_a_caller_without_credentials(hermes: InProcessH
         if not public:
             assert response.status_code == 401, response.text
             assert response.headers["www-authenticate"] == ['Basic realm="hermes"']
+
+    run()
+
+
+@pytest.fixture(scope="module")
+def topics(hermes: InProcessHermes) -> dict[str, str]:
+    """A topic anyone signed in may publish to, and one only bob may."""
+    group = unique("fuzz")
+    owner = {"source": "Plaintext", "id": "fuzz"}
+    with httpx.Client(base_url=hermes.management_url, headers=SIGNED_IN, timeout=30) as management:
+        assert management.post("/groups", json={"groupName": group}).status_code == 201
+        names = {"open": f"{group}.open", "guarded": f"{group}.guarded"}
+        auth = {"open": {"enabled": False}, "guarded": {"enabled": True, "publishers": ["bob"]}}
+        for kind, name in names.items():
+            body = {"name": name, "description": "d", "owner": owner, "contentType": "JSON", "auth": auth[kind]}
+            assert management.post("/topics", json=body).status_code == 201
+    return names
+
+
+def _without_generated_credentials(case: Any) -> None:
+    case.headers = {k: v for k, v in (case.headers or {}).items() if k.lower() != "authorization"}
+
+
+# Positive data only: the document accepts every topic name and any JSON body, so no request can be invalid
+@pytest.mark.parametrize("operation", PUBLISHING_OPERATIONS, ids=[op.label for op in PUBLISHING_OPERATIONS])
+def test_every_publishing_operation_keeps_its_document(
+    hermes: InProcessHermes, topics: dict[str, str], operation: Any
+) -> None:
+    @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE))
+    def run(case: Any) -> None:
+        if case.path_parameters:
+            case.path_parameters = {"topic": topics["open"]}  # a made-up topic is a documented 404 at best
+        _without_generated_credentials(case)
+        for credentials in (PUBLISHER, {}):
+            response = case.call(base_url=hermes.frontend_url, headers=credentials)
+            excluded = [ignored_auth] if credentials else [ignored_auth, positive_data_acceptance]  # 401 first
+            case.validate_response(response, excluded_checks=excluded)
+            if case.path_parameters and not credentials:
+                assert response.status_code == 401, response.text
+
+    run()
+
+
+def test_no_publish_succeeds_without_permission(hermes: InProcessHermes, topics: dict[str, str]) -> None:
+    publish = PUBLISHING["/topics/{topic}"]["POST"]
+
+    @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(case=publish.as_strategy(generation_mode=GenerationMode.POSITIVE))
+    def run(case: Any) -> None:
+        _without_generated_credentials(case)
+        for topic, credentials, refused in (
+            (topics["guarded"], PUBLISHER, 403),  # alice is not among its publishers
+            (topics["guarded"], {}, 401),
+            (topics["open"], {}, 401),  # required authentication: no publish without credentials
+        ):
+            case.path_parameters = {"topic": topic}
+            response = case.call(base_url=hermes.frontend_url, headers=credentials)
+            assert response.status_code == refused, (topic, bool(credentials), response.text)
 
     run()

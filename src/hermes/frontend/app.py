@@ -1,5 +1,5 @@
-"""The publishing API on the lean HTTP server: ``POST /topics/{topic}`` and the status routes, with Hermes'
-statuses, headers and error shape (a publish's errors carry its ``Hermes-Message-Id`` too, as Hermes')."""
+"""The publishing API on the lean HTTP server: ``POST /topics/{topic}``, the status routes and ``/openapi.json``,
+with Hermes' statuses, headers and error shape (a publish's errors carry its ``Hermes-Message-Id`` too, as Hermes')."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from hermes.domain.message import MESSAGE_ID_HEADER, new_message_id
 from hermes.domain.topic import Topic
 from hermes.errors import HermesError, TooManyFailedLogins, TopicNotFound, Unauthorized
 from hermes.frontend.access import Caller, PublishAccess, Unchecked
+from hermes.frontend.openapi import DOCUMENT_JSON
 from hermes.frontend.publish_metrics import PUBLISH_REQUESTS, PublishedCounter
 from hermes.frontend.publishing import Publisher, PublishResult
 from hermes.frontend.readiness import Readiness
@@ -104,6 +105,11 @@ class PublishingApi:
                 request.respond(200 if ready else 503, body=b"READY" if ready else b"NOT_READY", content_type=TEXT)
             else:
                 request.respond(200, body=b"UP", content_type=TEXT)
+        elif path == "/openapi.json":
+            if request.method not in ("GET", "HEAD"):
+                _not_allowed(request, "GET,HEAD")
+            else:
+                request.respond(200, body=DOCUMENT_JSON, content_type=JSON)
         elif self._offload is not None and path.startswith(OFFLOAD_PREFIX):
             self._offload(request)
         else:

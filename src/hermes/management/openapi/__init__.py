@@ -12,6 +12,7 @@ from hermes.management.access import Rule, rule_of
 from hermes.management.openapi.components import SCHEMAS
 from hermes.management.openapi.paths import PATHS
 from hermes.management.openapi.schemas import GROUP_NAME, SIMPLE_NAME, STR, TOPIC_NAME, Schema, ref
+from hermes.security.openapi import SECURITY_SCHEMES, SIGNED_IN
 
 _PARAMETERS: dict[str, Schema] = {
     "topic": TOPIC_NAME,
@@ -28,15 +29,6 @@ _PARAMETERS: dict[str, Schema] = {
 
 
 _ERROR = {"description": "Error", "content": {"application/json": {"schema": ref("Error")}}}
-_SECURITY_SCHEMES = {
-    "basicAuth": {"type": "http", "scheme": "basic", "description": "a user of the users file (hermes users)"},
-    "bearerAuth": {
-        "type": "http",
-        "scheme": "bearer",
-        "bearerFormat": "JWT",
-        "description": "a token of --auth-jwt-issuer, its subject looked up in the users file",
-    },
-}
 # Hermes' role names: who may call each operation (docs/security.md's table)
 _WHO = "x-hermes-permission"
 
@@ -69,6 +61,6 @@ def document() -> Schema:
             "description": "Groups, topics, subscriptions, OAuth providers and operations; Hermes-compatible.",
         },
         "paths": {path: _with_parameters(path, operations) for path, operations in PATHS.items()},
-        "components": {"schemas": SCHEMAS, "securitySchemes": _SECURITY_SCHEMES},
-        "security": [{"basicAuth": []}, {"bearerAuth": []}],  # while authentication is on (docs/security.md)
+        "components": {"schemas": SCHEMAS, "securitySchemes": SECURITY_SCHEMES},
+        "security": SIGNED_IN,  # while authentication is on (docs/security.md)
     }

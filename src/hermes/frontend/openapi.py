@@ -1,0 +1,81 @@
+"""The OpenAPI 3.1 document of the publishing API, served by the frontend at ``/openapi.json``: publishing and
+the status routes (the offload service's routes, when the frontend serves them, are documented in
+docs/large-messages.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from hermes.domain.message import MESSAGE_ID_HEADER
+from hermes.security.openapi import SECURITY_SCHEMES, SIGNED_IN
+
+_ERROR = {
+    "description": "Error",
+    "content": {
+        "application/json": {
+            "schema": {
+                "type": "object",
+                "properties": {"message": {"type": "string"}, "code": {"type": "string"}},
+                "required": ["message", "code"],
+            }
+        }
+    },
+}
+_MESSAGE_ID = {MESSAGE_ID_HEADER: {"description": "The message's id", "schema": {"type": "string"}}}
+
+
+def _text(summary: str, answers: dict[str, str]) -> dict[str, Any]:
+    responses = {
+        status: {"description": text, "content": {"text/plain": {"schema": {"type": "string"}}}}
+        for status, text in answers.items()
+    }
+    return {"get": {"summary": summary, "security": [], "responses": responses}}
+
+
+_HEALTH = _text("The process is up", {"200": "UP"})
+_PUBLISH = {
+    "post": {
+        "summary": "Publish a message to the topic",
+        "description": "With authentication on, --publish-authentication required refuses a publish without "
+        "credentials (401); with optional, the topic's auth decides (docs/security.md#publishing). An AVRO topic "
+        "also takes avro/binary (docs/publishing.md).",
+        "parameters": [{"name": "topic", "in": "path", "required": True, "schema": {"type": "string"}}],
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": {}}},
+        },
+        "security": [*SIGNED_IN, {}],
+        "responses": {
+            "201": {"description": "Acknowledged by Kafka", "headers": _MESSAGE_ID},
+            "202": {"description": "Accepted, not acknowledged yet (journaled)", "headers": _MESSAGE_ID},
+            **{status: _ERROR for status in ("400", "401", "403", "404", "413", "415", "429", "503")},
+        },
+    }
+}
+_DOCUMENT: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "Hermes publishing API", "version": "1.0", "description": "Hermes-compatible publishing."},
+    "paths": {
+        "/topics/{topic}": _PUBLISH,
+        "/": _HEALTH,
+        "/status/ping": _HEALTH,
+        "/status/health": _HEALTH,
+        "/status/ready": _text("Whether the frontend takes publishes", {"200": "READY", "503": "NOT_READY"}),
+        "/status/prometheus": _text("Prometheus metrics", {"200": "the exposition"}),
+        "/openapi.json": {
+            "get": {
+                "summary": "This document",
+                "security": [],
+                "responses": {"200": {"description": "OK", "content": {"application/json": {"schema": {}}}}},
+            }
+        },
+    },
+    "components": {"securitySchemes": SECURITY_SCHEMES},
+}
+DOCUMENT_JSON = orjson.dumps(_DOCUMENT)
+
+
+def document() -> dict[str, Any]:
+    return orjson.loads(DOCUMENT_JSON)  # type: ignore[no-any-return]
