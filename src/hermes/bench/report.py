@@ -132,6 +132,18 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
                 f"| {_mmm(row['raw_post_ms'], 1)} | {mem['frontend']['peak'] / 1024:.0f} "
                 f"| {mem['consumers']['peak'] / 1024:.0f} | {row['missing']} |"
             )
+        off = lg.get("offloaded", {})
+        if "memory_kib" in off:
+            mem = off["memory_kib"]
+            lines += [
+                "",
+                f"Offloaded, {off['bytes']:,} bytes (status {off['status']}): publish {off['publish_s']} s, "
+                f"publish-to-delivery {off['delivery_s']} s, raw POST {off['raw_post_s']} s; peak RSS while it "
+                f"passed: frontend {mem['frontend']['peak'] / 1024:.0f} MiB "
+                f"(+{mem['frontend']['peak_over_before'] / 1024:.0f} over its RSS before), consumers "
+                f"{mem['consumers']['peak'] / 1024:.0f} MiB (+{mem['consumers']['peak_over_before'] / 1024:.0f}); "
+                f"1.5x the message: {mem['frontend']['bound_1_5x'] / 1024:.0f} MiB.",
+            ]
     lines += ["", "### 3. BATCH delivery (batchSize 100, 1 KB, a backlog drained)", ""]
     batch = s.get("batch", {})
     if "throughput" in batch:

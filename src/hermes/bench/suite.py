@@ -23,6 +23,7 @@ from hermes.bench import delivery, integrations, publish
 from hermes.bench.cluster import cluster
 from hermes.bench.kafka_alone import produce_consume
 from hermes.bench.load import Sink
+from hermes.bench.offloaded import offloaded_message
 from hermes.bench.publish_auth import publish_auth
 from hermes.bench.startup import STARTUP_COMMAND, startup
 from hermes.bench.sustained import sustained
@@ -49,6 +50,7 @@ class Plan:
     slow_delay: float = 0.25
     large_sizes: list[int] = field(default_factory=lambda: [1024, 64 * 1024, 256 * 1024, 900_000, 4 * 1024**2])
     large_count: int = 8
+    offloaded_size: int = 100_000_000  # over its topic's maxMessageSize: stored beside Kafka
     raw_kafka_messages: int = 20_000
     parquet_rows: int = 20_000
     spark: bool = True
@@ -170,6 +172,8 @@ async def _scenarios(system: System, plan: Plan, log: Any) -> dict[str, Any]:
             )
             log("large messages")
             out["large"] = await publish.large_messages(system, sink, api, plan.large_sizes, plan.large_count)
+            log(f"an offloaded message of {plan.offloaded_size:,} bytes")
+            out["large"]["offloaded"] = await offloaded_message(system, sink, api, plan.offloaded_size)
         log("distributed mode: one subscription on one node vs two, and a node's failover")
         out["cluster"] = await cluster(system.broker.bootstrap_servers, sink, system.data_dir / "cluster")
     finally:

@@ -1,0 +1,92 @@
+"""Scenario 5, the offloaded part: one message far over its topic's maxMessageSize (100 MB by default), stored
+beside Kafka and fetched back by the consumers; publish and delivery time beside a raw POST of the same body, and
+the peak resident memory of the frontend and consumers processes while it passed, against 1.5x the message.
+
+Run alone: ``python -m hermes.bench.offloaded [bytes]`` (starts its own broker and role processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from hermes.bench.load import JSON_HEADERS, Sink, json_body
+from hermes.bench.system import Management, System, memory_kib, warm_up
+
+SIZE = 100_000_000
+_ROLES = ("frontend", "consumers")
+
+
+async def offloaded_message(system: System, sink: Sink, api: Management, size: int = SIZE) -> dict[str, Any]:
+    topic = await api.topic("benchl", "offloaded")  # maxMessageSize at its default: the body is offloaded
+    await api.subscription(topic, "offloaded", sink.url("offloaded"))
+    if not await warm_up(system.frontend, topic, sink, ["offloaded"]):
+        return {"error": "the subscription never started receiving", "void": True}
+    body = json_body(size)
+    pids = {role: system.processes[role].pid for role in _ROLES}
+    before = {role: memory_kib(pid) for role, pid in pids.items()}
+    _reset_peaks(pids.values())
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        started = time.monotonic()
+        async with session.post(f"{system.frontend}/topics/{topic}", data=body, headers=JSON_HEADERS) as r:
+            await r.read()
+            status = r.status
+        published = time.monotonic() - started
+        delivered = await sink.wait_for("offloaded", 1, 600)
+        delivery = sink.arrivals["offloaded"][-1][1] - started if delivered else None
+        after = {role: memory_kib(pid) for role, pid in pids.items()}
+        started = time.monotonic()
+        async with session.post(sink.url("raw"), data=body, headers=JSON_HEADERS) as r:
+            await r.read()
+        raw = time.monotonic() - started
+    sink.arrivals.pop("raw", None)
+    await api.remove_subscription(topic, "offloaded")
+    bound_kib = int(size * 1.5 / 1024)
+    return {
+        "bytes": size,
+        "status": status,
+        "publish_s": round(published, 2),
+        "delivery_s": None if delivery is None else round(delivery, 2),
+        "raw_post_s": round(raw, 2),
+        "void": not delivered,
+        "memory_kib": {
+            role: {
+                "rss_before": before[role].get("VmRSS", 0),
+                "peak": after[role].get("VmHWM", 0),
+                "peak_over_before": after[role].get("VmHWM", 0) - before[role].get("VmRSS", 0),
+                "bound_1_5x": bound_kib,
+            }
+            for role in _ROLES
+        },
+    }
+
+
+def _reset_peaks(pids: Iterable[int]) -> None:
+    """The peaks (VmHWM) start again from the resident memory of now (Linux's clear_refs)."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+async def _alone(size: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="hermes-bench-") as data, System(Path(data)) as system:
+        sink = Sink()
+        await sink.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                return await offloaded_message(system, sink, Management(session, system.management), size)
+        finally:
+            await sink.stop()
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(_alone(int(sys.argv[1]) if len(sys.argv) > 1 else SIZE)), indent=2))
