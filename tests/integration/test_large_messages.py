@@ -65,6 +65,25 @@ def test_a_body_over_the_offload_limit_is_413(client: HermesClient) -> None:
     assert f"the offload limit {LIMIT}" in response.json()["message"]
 
 
+def test_a_topics_own_offload_limit_is_kept_within_the_frontends(client: HermesClient) -> None:
+    topic = client.create_topic(maxMessageSize=1024, offloadMaxMessageSize=4096)
+    shown = client.management.get(f"/topics/{topic}").json()
+    assert shown["offloadMaxMessageSize"] == 4096
+    assert client.publish(topic, _json_body(4000)).status_code == 201
+    refused = client.publish(topic, _json_body(5000))
+    assert refused.status_code == 413
+    assert "the offload limit 4096" in refused.json()["message"]
+    upload = bson.encode({"message": b"x" * 5000})
+    assert client.frontend.post(f"/offload/topic/{topic}+oversized", content=upload).status_code == 413
+
+    cleared = client.management.put(f"/topics/{topic}", json={"offloadMaxMessageSize": None})
+    assert cleared.status_code == 200, cleared.text
+    assert "offloadMaxMessageSize" not in client.management.get(f"/topics/{topic}").json()
+    bad = client.management.put(f"/topics/{topic}", json={"offloadMaxMessageSize": 0})
+    assert bad.status_code == 400
+    assert bad.json()["message"].startswith("offloadMaxMessageSize")
+
+
 def test_a_message_whose_body_is_gone_is_undelivered_with_the_reason(
     client: HermesClient, hermes: InProcessHermes, subscriber: SubscriberServer
 ) -> None:

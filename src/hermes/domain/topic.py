@@ -114,6 +114,9 @@ class Topic:
     retention_time: RetentionTime = field(default_factory=RetentionTime)
     tracking_enabled: bool = False
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    # Our extension: the largest body offloaded beside Kafka; 0 is the frontend's --offload-max-message-size, and
+    # more than that is capped by it
+    offload_max_message_size: int = 0
     offline_storage: OfflineStorage = field(default_factory=OfflineStorage)
     subscribing_restricted: bool = False
     auth: PublishingAuth = field(default_factory=PublishingAuth)

@@ -166,8 +166,9 @@ class Publisher:
         place) when the offload limit allows, else refused."""
         offloader = self._offloader
         size = body.size if isinstance(body, SpooledBody) else len(body)
-        if offloader is None or topic.content_type is not ContentType.JSON or size > offloader.max_size:
-            beyond = f" and the offload limit {offloader.max_size}" if offloader is not None else ""
+        limit = 0 if offloader is None else offloader.limit_of(topic)
+        if offloader is None or topic.content_type is not ContentType.JSON or size > limit:
+            beyond = f" and the offload limit {limit}" if offloader is not None else ""
             raise PayloadTooLarge(
                 f"Message size {size} exceeds the topic's maxMessageSize {topic.max_message_size}{beyond}"
             )

@@ -20,6 +20,7 @@ from hermes.metadata.cache import MetadataCache
 from hermes.offload import OFFLOAD_PREFIX
 from hermes.offload.blobs import BlobInfo, BlobStore
 from hermes.offload.documents import canonical_id, check_upload
+from hermes.offload.offloader import offload_limit
 from hermes.offload.scram import HttpScram
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ class OffloadApi:
             topic = await self._topics.get(name)
             # a spooled document is read once, to be checked (BSON has no streaming decoder here)
             document = request.body if request.spooled is None else await asyncio.to_thread(request.spooled.read)
-            upload = check_upload(document, self._max_size)
+            upload = check_upload(document, offload_limit(topic, self._max_size))
             await asyncio.to_thread(self._store.put, topic.qualified_name, upload.message_id, (document,))
         except HermesError as exc:
             _error(request, exc)

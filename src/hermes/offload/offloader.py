@@ -11,10 +11,16 @@ from collections.abc import Sequence
 import orjson
 
 from hermes.domain.message import PLACEHOLDER_FORMAT
+from hermes.domain.topic import Topic
 from hermes.errors import ServiceUnavailable
 from hermes.http.lean import SpooledBody
 from hermes.offload.blobs import BlobStore
 from hermes.offload.documents import ID_HEADER, document_chunks
+
+
+def offload_limit(topic: Topic, max_size: int) -> int:
+    """The largest message offloaded for the topic: its own limit, within the frontend's."""
+    return min(topic.offload_max_message_size or max_size, max_size)
 
 
 def placeholder_headers(message_id: str) -> list[tuple[str, bytes]]:
@@ -26,6 +32,9 @@ class Offloader:
         self._store = store
         self.max_size = max_size
         self.endpoint = ""  # the advertised URL, set once the frontend listens
+
+    def limit_of(self, topic: Topic) -> int:
+        return offload_limit(topic, self.max_size)
 
     async def store(
         self,

@@ -72,6 +72,9 @@ def topic_from_json(data: Any, *, topic_partitions_limit: int | None = None) -> 
         max_message_size=read_int(
             body, "maxMessageSize", 50 * 1024, "maxMessageSize", MIN_MAX_MESSAGE_SIZE, MAX_MAX_MESSAGE_SIZE
         ),
+        offload_max_message_size=0
+        if body.get("offloadMaxMessageSize") is None
+        else read_int(body, "offloadMaxMessageSize", 0, "offloadMaxMessageSize", 1, MAX_MAX_MESSAGE_SIZE),
         offline_storage=OfflineStorage(
             enabled=read_bool(offline, "enabled", False, "offlineStorage.enabled"),
             retention_time=OfflineRetentionTime(
@@ -146,6 +149,13 @@ def _chaos_to_json(chaos: PublishingChaosPolicy) -> Json:
 
 
 def topic_to_json(topic: Topic) -> Json:
+    out = _topic_fields(topic)
+    if topic.offload_max_message_size:  # shown only when set: Hermes has no such field
+        out["offloadMaxMessageSize"] = topic.offload_max_message_size
+    return out
+
+
+def _topic_fields(topic: Topic) -> Json:
     return {
         "name": topic.qualified_name,
         "description": topic.description,

@@ -167,6 +167,7 @@ ENTITIES: dict[str, Schema] = {
             ),
             "trackingEnabled": BOOL,
             "maxMessageSize": ranged(MIN_MAX_MESSAGE_SIZE, MAX_MAX_MESSAGE_SIZE),
+            "offloadMaxMessageSize": ranged(1, MAX_MAX_MESSAGE_SIZE),
             "offlineStorage": obj(
                 {"enabled": BOOL, "retentionTime": obj({"duration": ranged(1, 36_500), "infinite": BOOL}, [])}, []
             ),
