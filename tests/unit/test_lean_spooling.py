@@ -88,3 +88,26 @@ def test_a_streamed_answer_arrives_whole_and_the_connection_serves_on(tmp_path: 
         assert following.text == "next"
 
     _serve(tmp_path, handler, client)
+
+
+def test_pipelined_requests_small_and_spooled_are_answered_in_order(tmp_path: Path) -> None:
+    def handler(request: Request) -> None:
+        size = request.spooled.size if request.spooled else len(request.body)
+        request.respond(200, body=f"{request.path}:{size}".encode())
+
+    async def client(url: str) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /a HTTP/1.1\r\nHost: h\r\nContent-Length: 3\r\n\r\nabc"
+            b"POST /b HTTP/1.1\r\nHost: h\r\nContent-Length: 2000\r\n\r\n"
+            + b"b" * 2000
+            + b"GET /c HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"
+        )
+        answers = await asyncio.wait_for(reader.read(), 30)
+        writer.close()
+        bodies = [part.split(b"\r\n\r\n", 1)[1] for part in answers.split(b"HTTP/1.1 200 OK")[1:]]
+        assert bodies == [b"/a:3", b"/b:2000", b"/c:0"]
+
+    _serve(tmp_path, handler, client)
+    assert list(tmp_path.iterdir()) == []
