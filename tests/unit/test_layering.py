@@ -13,10 +13,11 @@ pytestmark = pytest.mark.unit
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "hermes"
 
-_BASE = {"errors"}
+_BASE = {"errors", "tasks"}
 # Which of hermes' packages (and top-level modules) each may import; itself always.
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
+    "tasks": set(),
     "domain": _BASE,
     "config_errors": _BASE,
     "config": _BASE | {"config_errors"},

@@ -4,13 +4,13 @@ topic's settings. Kafka's automatic topic creation is off on the embedded broker
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.domain.topic import Topic
 from hermes.errors import HermesError
+from hermes.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -91,11 +91,8 @@ class TopicReconciler:
         self._task = asyncio.create_task(self._loop(), name="topic-reconciler")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
 
     def _reconcile(self) -> list[str]:
         return self._topics.reconcile(self._source())

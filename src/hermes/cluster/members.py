@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -17,6 +16,7 @@ from hermes.cluster.node import ConsumersNode
 from hermes.cluster.registry import FRONTENDS, ClusterStore
 from hermes.config import Settings
 from hermes.metadata.repository import MetadataRepository
+from hermes.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -67,8 +67,5 @@ class FrontendMember:
                 log.warning("reporting this frontend's load to ZooKeeper failed", exc_info=True)
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel(self._task)
         await asyncio.to_thread(self._store.unregister, FRONTENDS, self._name)

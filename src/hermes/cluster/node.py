@@ -23,6 +23,7 @@ from hermes.cluster.registry import CONSUMERS, ClusterStore
 from hermes.consumers.supervisor import ConsumersSupervisor
 from hermes.metadata.documents import ATTEMPT_OUTCOMES
 from hermes.metadata.repository import MetadataRepository
+from hermes.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +85,7 @@ class ConsumersNode:
 
     async def stop(self) -> None:
         for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel(task)
         await asyncio.to_thread(self._coordinator.stop)
         await asyncio.to_thread(self._store.unregister, CONSUMERS, self.node_id)  # leave now, not at the timeout
 

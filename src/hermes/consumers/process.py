@@ -10,7 +10,6 @@ come again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from hermes.consumers.batch import BatchConsumer
@@ -23,6 +22,7 @@ from hermes.consumers.serial import SerialConsumer
 from hermes.consumers.subscription_metrics import SubscriptionMetrics
 from hermes.domain.subscription import Subscription
 from hermes.metadata.documents import SUBSCRIPTION_METRICS
+from hermes.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -84,10 +84,7 @@ class ConsumerProcess:
         self.receiver.stop_reading()
         await self.consumer.stop(drain_timeout)
         await self.receiver.close()
-        if self._reporter is not None:
-            self._reporter.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reporter
+        await cancel(self._reporter)
         await self._publish_metrics()
 
     def _crashed(self, error: BaseException) -> None:

@@ -5,9 +5,9 @@ can come and go is the broker."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from hermes.broker.producer import BrokerProducer
+from hermes.tasks import cancel
 
 # Seconds between broker checks, and how long one waits for the broker's answer.
 _INTERVAL = 2.0
@@ -36,7 +36,4 @@ class Readiness:
 
     async def stop(self) -> None:
         self.ready = False
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel(self._task)

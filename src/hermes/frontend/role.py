@@ -38,6 +38,7 @@ from hermes.offload.retention import BlobRetention
 from hermes.offload.scram import MECHANISM as SCRAM_MECHANISM
 from hermes.offload.scram import HttpScram
 from hermes.security.setup import Security
+from hermes.tasks import cancel
 from hermes.tracker import Tracker
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ class Frontend:
                 publisher, self._cache, published, readiness, access, shared.exposition, offload=offload
             )
             sharing = asyncio.create_task(shared.run(), name="shared-metrics")
-            self._exit.push_async_callback(_cancelled, sharing)
+            self._exit.push_async_callback(cancel, sharing)
         else:
             api = PublishingApi(publisher, self._cache, published, readiness, access, offload=offload)
         self.server = LeanServer(
@@ -144,9 +145,9 @@ class Frontend:
         offloader.endpoint = settings.offload_advertised_url or f"{url}/offload"  # in the placeholders' URLs
         advertiser = await advertise_at_start(self._admin, producer, offloader.endpoint)
         if advertiser is not None:
-            self._exit.push_async_callback(_cancelled, advertiser)
+            self._exit.push_async_callback(cancel, advertiser)
         reporter = asyncio.create_task(self._report_published(published), name="published-metrics")
-        self._exit.push_async_callback(_cancelled, reporter)
+        self._exit.push_async_callback(cancel, reporter)
         if self._cluster is not None:
             from hermes.cluster.members import FrontendMember
 
@@ -206,12 +207,6 @@ class Frontend:
                     await asyncio.to_thread(self._repository.put_document, TOPIC_METRICS, key, snapshot)
                 except Exception:
                     log.warning("reporting publish metrics failed", exc_info=True)
-
-
-async def _cancelled(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 def _spool_dir(data_dir: Path) -> Path:

@@ -5,13 +5,13 @@ deletion, otherwise at the next sweep)."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
 from hermes.domain.topic import Topic
 from hermes.metadata.cache import MetadataCache
 from hermes.offload.blobs import BlobStore
+from hermes.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +37,8 @@ class BlobRetention:
         self._task = asyncio.create_task(self._loop(), name="offload-retention")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel(self._task)
+        self._task = None
 
     def sweep(self) -> int:
         """Deletes what outlived its topic's retention (or its topic); returns how many blobs expired."""

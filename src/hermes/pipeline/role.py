@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import logging
 import os
@@ -15,6 +14,7 @@ from hermes.broker.embedded import ensure_port_free
 from hermes.config import Settings
 from hermes.logs import log_path
 from hermes.pipeline.runner import PipelineProcess
+from hermes.tasks import cancel
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +50,8 @@ class PipelineChild:
         self._watcher = asyncio.create_task(self._watch(process), name="pipeline-watch")
 
     async def stop(self) -> None:
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._watcher
-            self._watcher = None
+        await cancel(self._watcher)
+        self._watcher = None
         if self._process is not None:
             await asyncio.to_thread(self._process.stop)
             self._process = None
