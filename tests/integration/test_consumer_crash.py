@@ -165,6 +165,13 @@ def test_a_subscription_is_pending_until_a_consumers_process_runs_it(split: Spli
     subscriber.wait_for(1, timeout=30)
     path = f"/topics/{topic}/subscriptions/{first}"
     assert client.management.put(path, json={"state": "PENDING"}).json()["state"] == "ACTIVE"  # as Hermes: kept
+    assert (
+        client.management.put(
+            f"{path}/state", content='"PENDING"', headers={"Content-Type": "application/json"}
+        ).status_code
+        == 200
+    )
+    assert state(first) == "ACTIVE"  # the state route too answers 200 and changes nothing
 
     assert consumers.stop() == 0
     assert state(first) == "ACTIVE"  # stopping consumers does not make it PENDING again
