@@ -61,7 +61,7 @@ _T = "/topics/{topic}"
 _S = "/topics/{topic}/subscriptions/{subscription}"
 _TRACKED = {"tracked": BOOL}
 _DELETE_ERRORS = (400, 403, 404, 503)
-_STATE = enum("ACTIVE", "SUSPENDED")
+_STATE = enum("PENDING", "ACTIVE", "SUSPENDED")  # PENDING: 200, nothing changes (as Hermes)
 
 _UNHEALTHY = _op(
     "Unhealthy subscriptions (JSON, or text/plain lines)",
@@ -120,7 +120,7 @@ PATHS: dict[str, dict[str, Schema]] = {
     },
     _S + "/state": {
         "get": _op("State", body=STR),
-        "put": _op('Set "ACTIVE" or "SUSPENDED"', request=_STATE),
+        "put": _op('Set "ACTIVE" or "SUSPENDED" ("PENDING" changes nothing)', request=_STATE),
         "post": _op('Set "ACTIVE" or "SUSPENDED" (older form)', request=_STATE),
     },
     _S + "/metrics": {"get": _op("Subscription metrics", body=ref("SubscriptionMetrics"))},
