@@ -75,7 +75,9 @@ def _published(management: InProcessHermes, topic: str, count: int) -> set[str]:
     consumer = BrokerConsumer(management.hermes.connection, unique("reader"), auto_offset_reset="earliest")
     consumer.assign({(topic, p): 0 for p in partitions})
     found: set[str] = set()
-    deadline = time.monotonic() + 60
+    # the killed worker's 202s are sent again by its replacement once it has started, which a loaded machine
+    # can hold up for a minute or more: waiting long costs nothing when they are all there
+    deadline = time.monotonic() + 180
     try:
         while len(found) < count and time.monotonic() < deadline:
             found.update(message.message_id for message in consumer.poll(500, 0.2))
