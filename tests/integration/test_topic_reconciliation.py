@@ -55,7 +55,8 @@ def test_reconciling_creates_only_what_is_missing_with_the_topic_settings(kafka:
     topics = KafkaTopics(admin, partitions=2)
     topics.create(present)
     assert topics.reconcile([present, missing]) == [missing.qualified_name]
-    assert len(admin.partitions(missing.qualified_name)) == 2
+    # the broker's metadata may lag the creation a moment
+    wait_until(lambda: len(admin.partitions(missing.qualified_name)) == 2, timeout=10)
     assert admin.topic_config(missing.qualified_name)["retention.ms"] == str(2 * 3600 * 1000)
     assert topics.reconcile([present, missing]) == []
 
@@ -65,4 +66,4 @@ def test_an_update_grows_the_partitions_to_the_configured_count(kafka: EmbeddedB
     topic = Topic(TopicName("reconcile", unique("t")))
     KafkaTopics(admin, partitions=1).create(topic)
     KafkaTopics(admin, partitions=4).update(topic)
-    assert len(admin.partitions(topic.qualified_name)) == 4
+    wait_until(lambda: len(admin.partitions(topic.qualified_name)) == 4, timeout=10)
