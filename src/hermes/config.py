@@ -324,13 +324,13 @@ class Settings(BaseSettings):
         5.0, gt=0, description="Seconds between micro-batches of the per-minute delivery statistics."
     )
     pipeline_tracking_compaction_interval: float = Field(
-        600.0, gt=0, description="Seconds between compactions of the trace table's small files."
+        600.0, gt=0, description="Seconds between upkeep passes of the tracking tables (retention, VACUUM, OPTIMIZE)."
     )
     pipeline_trace_retention: float = Field(
         7 * 24 * 3600.0,
         gt=0,
-        description="Seconds trace events and delivery statistics are kept (default 7 days); applied before each "
-        "compaction of the trace table.",
+        description="Seconds trace events and delivery statistics are kept (default 7 days); applied at each "
+        "upkeep pass of the tracking tables.",
     )
     pipeline_retransmission_poll: float = Field(
         2.0, gt=0, description="Seconds between looks for new offline retransmission tasks."

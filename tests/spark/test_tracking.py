@@ -10,14 +10,22 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.domain.trace import TRACKING_TOPIC, TraceEvent, TraceStatus
-from hermes.pipeline.trace_retention import apply_trace_retention
-from hermes.pipeline.traces import TRACES, TrackingStore, committed_files, compacted_blocks, tracking_root
-from hermes.pipeline.tracking_job import TrackingJob, compact_traces, maintain_traces
+from hermes.pipeline.traces import TRACES, TrackingStore, table_files, tracking_root
+from hermes.pipeline.tracking_job import (
+    STATISTICS_APP_ID,
+    TrackingJob,
+    maintain_traces,
+    optimize_traces,
+    write_statistics,
+)
+from hermes.pipeline.tracking_migration import migrate_tracking
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.pipeline import pipeline_context
@@ -29,18 +37,23 @@ FAST = {"messageBackoff": 100, "messageTtl": 60, "requestTimeout": 10_000}
 @pytest.fixture(scope="module")
 def tracking_job(spark: Any, hermes: InProcessHermes, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The pipeline's tracking job, as ``hermes pipeline`` runs it (statistics every 2 s here), warmed up: the
-    first micro-batches of a cold query take many seconds (Python workers start), so a first tracked message
-    goes all the way through before the tests measure anything."""
+    first micro-batches of a cold query and the first write of each Delta table take many seconds (Python
+    workers start, the table is created), so a first tracked delivery goes all the way through both tables
+    before the tests measure anything."""
     job = TrackingJob(pipeline_context(spark, hermes, tmp_path_factory, pipeline_statistics_trigger=2.0))
     job.start()
     root = tracking_root(hermes.hermes.settings)
     api = HermesClient(hermes.management_url, hermes.frontend_url)
+    subscriber = scripted(lambda _n, _r: Reply(200))
     try:
         topic = api.create_topic(trackingEnabled=True)
+        sub = api.create_subscription(topic, subscriber.url, trackingMode="trackingAll", subscriptionPolicy=FAST)
         message_id = api.publish(topic, "{}").headers["Hermes-Message-Id"]
-        wait_until(lambda: len(TrackingStore(root).trace(topic, "any", message_id)) == 2, 180, 0.5)
+        wait_until(lambda: len(TrackingStore(root).trace(topic, sub, message_id)) == 4, 180, 0.5)
+        wait_until(lambda: [m["delivered"] for m in TrackingStore(root).statistics(topic, sub, 0)] == [1], 60, 0.5)
         yield root
     finally:
+        subscriber.stop()
         api.close()
         job.stop()
 
@@ -112,12 +125,26 @@ def test_undelivered_lists_the_discarded_messages_newest_first(tracking_job: Pat
 
 
 def test_the_trace_table_is_partitioned_by_topic_and_date(tracking_job: Path) -> None:
-    files = committed_files(tracking_job / TRACES)
+    files = [Path(f) for f in table_files(tracking_job / TRACES)]
     assert files and all(f.parent.parent.name.startswith("topic=") for f in files)
     assert all(f.parent.name.startswith("date=") and len(f.parent.name) == len("date=2026-11-23") for f in files)
 
 
-def test_compaction_keeps_every_event_in_fewer_files(spark: Any, tracking_job: Path, client: HermesClient) -> None:
+def test_a_replayed_statistics_batch_is_not_counted_twice(spark: Any, tmp_path: Path) -> None:
+    now = int(time.time() * 1000)
+    columns = "messageId STRING, timestamp BIGINT, topicName STRING, status STRING, subscription STRING, "
+    events = spark.createDataFrame(
+        [("m1", now, "g.t", "SUCCESS", "s", now - 5), ("m2", now, "g.t", "FAILED", "s", None)],
+        columns + "publishTimestamp BIGINT",
+    )
+    store = TrackingStore(tmp_path)
+    for batch_id in (0, 0, 1):  # batch 0 replayed after a crash, then the next batch
+        write_statistics(events, batch_id, tmp_path / "delivery-statistics")
+    (minute,) = store.statistics("g.t", "s", 0)
+    assert (minute["delivered"], minute["failedAttempts"]) == (2, 2), "batches 0 and 1, each once"
+
+
+def test_optimize_keeps_every_event_in_fewer_files(spark: Any, tracking_job: Path, client: HermesClient) -> None:
     store = TrackingStore(tracking_job)
     topic = client.create_topic(trackingEnabled=True)
     ids = []
@@ -126,49 +153,80 @@ def test_compaction_keeps_every_event_in_fewer_files(spark: Any, tracking_job: P
         wait_until(lambda m=ids[-1]: len(store.trace(topic, "any", m)) == 2, 30, 0.2)
     before = {m: store.trace(topic, "any", m) for m in ids}
     assert len(store.trace_files(topic)) >= 3
-    assert compact_traces(spark, tracking_job) >= 3
-    assert len(store.trace_files(topic)) == 1, "one sorted block replaces the topic's files"
+    assert optimize_traces(spark, tracking_job, datetime.now(UTC)) >= 3
+    assert len(store.trace_files(topic)) == 1, "one file, clustered by message id, replaces the topic's files"
     assert {m: store.trace(topic, "any", m) for m in ids} == before
-    compact_traces(spark, tracking_job)
-    assert len(store.trace_files(topic)) == 1, "a second compaction finds nothing new of the topic"
+
+
+def test_tracking_tables_of_the_earlier_layout_move_into_the_delta_tables(spark: Any, tmp_path: Path) -> None:
+    now = int(time.time() * 1000)
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
+
+    text, long, integer = pa.string(), pa.int64(), pa.int32()
+    types = {"messageId": text, "timestamp": long, "topicName": text, "status": text, "cluster": text}
+    types |= {"subscription": text, "partition": integer, "offset": long, "reason": text, "publishTimestamp": long}
+    schema = pa.schema([*types.items(), ("trackingPartition", integer), ("trackingOffset", long)])
+
+    def events(*rows: tuple[str, str | None, int]) -> pa.Table:  # the earlier sink's files: every column
+        values = [(m, now, "g.t", "SUCCESS", "c", sub, None, None, None, None, 0, offset) for m, sub, offset in rows]
+        return pa.Table.from_pylist([dict(zip(schema.names, v, strict=True)) for v in values], schema)
+
+    sink = tmp_path / TRACES / "topic=g.t" / f"date={day}"
+    block = tmp_path / "traces-compacted" / "topic=g.t" / "block=1"
+    for directory in (sink, block, tmp_path / TRACES / "_spark_metadata"):
+        directory.mkdir(parents=True)
+    pq.write_table(events(("a", None, 0), ("a", "s", 1)), sink / "part-0.parquet")
+    pq.write_table(events(("b", None, 2)), sink / "part-1.parquet")
+    pq.write_table(events(("a", None, 0), ("a", "s", 1), ("b", None, 2)), block / "part-0.parquet")  # replaces both
+    (sink / "part-2.parquet").write_bytes(b"PAR1 cut short by a crash")
+    statistics = tmp_path / "delivery-statistics" / "batch=7"
+    statistics.mkdir(parents=True)
+    partial = {"topicName": ["g.t"], "subscription": ["s"], "minute": [now // 60_000 * 60_000]}
+    counts = {"delivered": [1], "discarded": [0], "failedAttempts": [0], "latencies": [[5]]}
+    pq.write_table(pa.table({**partial, **counts}), statistics / "part-0.parquet")
+
+    migrate_tracking(spark, tmp_path, STATISTICS_APP_ID)
+
+    store = TrackingStore(tmp_path)
+    assert [e.get("subscription") for e in store.trace("g.t", "s", "a")] == [None, "s"], "each event once"
+    assert len(store.trace("g.t", "s", "b")) == 1
+    assert not (tmp_path / "traces-compacted").exists() and not (tmp_path / TRACES / "_spark_metadata").exists()
+    assert not any((tmp_path / "delivery-statistics").glob("batch=*"))
+    assert [m["delivered"] for m in store.statistics("g.t", "s", 0)] == [1]
+    replayed = spark.createDataFrame(
+        [("m", now, "g.t", "SUCCESS", "s", now - 5)],
+        "messageId STRING, timestamp BIGINT, topicName STRING, status STRING, subscription STRING, "
+        "publishTimestamp BIGINT",
+    )
+    write_statistics(replayed, 7, tmp_path / "delivery-statistics")  # the checkpoint's replay of the last batch
+    assert [m["delivered"] for m in store.statistics("g.t", "s", 0)] == [1]
+    write_statistics(replayed, 8, tmp_path / "delivery-statistics")
+    assert [m["delivered"] for m in store.statistics("g.t", "s", 0)] == [2]
 
 
 # Last in this module: its short retention removes the other tests' traces too.
-def test_retention_removes_expired_traces_and_compacted_sink_files(
+def test_retention_deletes_expired_days_and_minutes_and_vacuum_removes_their_files(
     spark: Any, tracking_job: Path, client: HermesClient, kafka: EmbeddedBroker
 ) -> None:
     store = TrackingStore(tracking_job)
     topic = client.create_topic(trackingEnabled=True)
     three_days_ago = datetime.now(UTC) - timedelta(days=3)
     old = str(uuid.uuid4())
-    event = TraceEvent(old, int(three_days_ago.timestamp() * 1000), topic, TraceStatus.SUCCESS, "test-cluster")
+    at = int(three_days_ago.timestamp() * 1000)
     producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
-    producer.produce(TRACKING_TOPIC, event.to_json())
+    producer.produce(TRACKING_TOPIC, TraceEvent(old, at, topic, TraceStatus.SUCCESS, "test-cluster").to_json())
+    consumed = TraceEvent(old, at, topic, TraceStatus.SUCCESS, "test-cluster", subscription="s", publishTimestamp=at)
+    producer.produce(TRACKING_TOPIC, consumed.to_json())
     assert producer.flush(30) == 0
-    wait_until(lambda: len(store.trace(topic, "any", old)) == 1, 30, 0.2)
-    recent = []
-    for n in range(2):  # one at a time: separate micro-batches, separate files to compact
-        recent.append(client.publish(topic, f'{{"n": {n}}}').headers["Hermes-Message-Id"])
-        wait_until(lambda m=recent[-1]: len(store.trace(topic, "any", m)) == 2, 30, 0.2)
+    wait_until(lambda: len(store.trace(topic, "s", old)) == 2, 30, 0.2)
+    wait_until(lambda: [m["delivered"] for m in store.statistics(topic, "s", 0)] == [1], 30, 0.2)
+    recent = client.publish(topic, "{}").headers["Hermes-Message-Id"]
+    wait_until(lambda: len(store.trace(topic, "any", recent)) == 2, 30, 0.2)
     old_day = tracking_job / TRACES / f"topic={topic}" / f"date={three_days_ago:%Y-%m-%d}"
-    assert old_day.is_dir()
+    assert any(old_day.glob("*.parquet"))
 
-    maintain_traces(spark, tracking_job, timedelta(days=1))  # the job's pass: retention, then compaction
+    maintain_traces(spark, tracking_job, timedelta(days=1), timedelta(0))  # the job's pass, VACUUM keeping none
 
-    assert not old_day.exists(), "a whole day older than the retention goes"
-    assert store.trace(topic, "any", old) == []
-    assert [e["status"] for e in store.trace(topic, "any", recent[1])] == ["INFLIGHT", "SUCCESS"]
-    blocks, replaced = compacted_blocks(tracking_job, topic)
-    assert len(blocks) == 1 and replaced and all(Path(p).exists() for p in replaced)
-
-    maintain_traces(spark, tracking_job, timedelta(days=1))
-
-    assert not any(Path(p).exists() for p in replaced), "the next pass deletes the files a block replaced"
-    assert store.trace_files(topic) == blocks
-    assert [e["status"] for e in store.trace(topic, "any", recent[1])] == ["INFLIGHT", "SUCCESS"]
-
-    time.sleep(1.5)
-    removed = apply_trace_retention(tracking_job, timedelta(seconds=1), datetime.now(UTC))
-
-    assert removed.blocks >= 1 and not blocks[0].exists(), "a block whose newest event expired goes"
-    assert store.trace(topic, "any", recent[0]) == store.trace(topic, "any", recent[1]) == []
+    assert store.trace(topic, "s", old) == [] and store.statistics(topic, "s", 0) == []
+    assert not any(old_day.glob("*.parquet")), "VACUUM removed the deleted day's files"
+    assert [e["status"] for e in store.trace(topic, "any", recent)] == ["INFLIGHT", "SUCCESS"]

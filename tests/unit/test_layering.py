@@ -54,7 +54,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 # Single modules allowed one more edge, and why.
 EXCEPTIONS = {
     ("frontend/workers.py", "runtime"),  # each worker process runs the frontend role through runtime.serve
-    ("management/services.py", "pipeline"),  # the tracking tables' reader (pipeline/traces.py, duckdb only)
+    ("management/services.py", "pipeline"),  # the tracking tables' reader (pipeline/traces.py, no pyspark)
 }
 # Third-party modules only some places may import.
 ONLY_IN = {

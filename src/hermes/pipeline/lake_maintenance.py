@@ -34,13 +34,13 @@ def delete_expired(spark: Any, lake: Lake, retention: Mapping[str, timedelta | N
     for topic, keep_for in sorted(retention.items()):
         if keep_for is None:
             continue
-        condition = f"topic = {_literal(topic)} AND hour < {_literal(expired_before(keep_for, now))}"
+        condition = f"topic = {sql_literal(topic)} AND hour < {sql_literal(expired_before(keep_for, now))}"
         result = spark.sql(f"DELETE FROM {lake.table} WHERE {condition}").collect()
         deleted += max(int(result[0][0]), 0) if result else 0
     return deleted
 
 
-def _literal(text: str) -> str:
+def sql_literal(text: str) -> str:
     """A Spark SQL string literal (Delta's DELETE takes no parameter markers)."""
     escaped = text.replace("\\", "\\\\").replace("'", "\\'")
     return f"'{escaped}'"

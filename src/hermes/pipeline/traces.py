@@ -1,35 +1,28 @@
-"""Reading what the tracking job wrote, for the management API: an embedded DuckDB over the Parquet files.
+"""Reading what the tracking job wrote, for the management API: an embedded DuckDB over the files of the
+tracking tables' newest versions, as the ``deltalake`` package lists them (no Spark).
 
-Layout under the tracking root (see :mod:`hermes.pipeline.tracking_job`, which writes it):
+Two Delta Lake tables under the tracking root (see :mod:`hermes.pipeline.tracking_job`, which writes them):
 
-- ``traces/topic=<qualified topic>/date=<yyyy-mm-dd>/*.parquet``: one row per trace event, Hermes' field
-  names, plus the event's position on the tracking topic (``trackingPartition``, ``trackingOffset``), which
-  identifies it. A Spark file sink: only files listed in its ``_spark_metadata`` log are committed (a failed
-  batch can leave files, and a running batch writes its files in place), so only those are read.
-- ``traces-compacted/topic=<qualified topic>/block=<id>/``: the same rows, compacted: one Parquet file sorted
-  by ``messageId`` (so a lookup skips most row groups) and a ``_manifest.json`` naming the sink files it
-  replaces, written last. Readers take the blocks with a manifest and the sink files no manifest names.
-- ``delivery-statistics/batch=<id>/*.parquet``: per-batch partial statistics per subscription and minute,
-  written by ``foreachBatch`` (a replayed batch overwrites its own directory). Readers sum the partials.
+- ``traces/``: one row per trace event, partitioned by ``topic`` (qualified) and ``date`` (``yyyy-mm-dd``,
+  UTC), Hermes' field names, plus the event's position on the tracking topic (``trackingPartition``,
+  ``trackingOffset``), which identifies it;
+- ``delivery-statistics/``: partial statistics per subscription and minute, one append per micro-batch.
+  Readers sum the partials.
 
-This module needs ``duckdb`` only (not pyspark), so the management process can use it.
+Only the files a version of a table lists are the table (a crashed batch can leave files, compaction and
+retention leave replaced ones until VACUUM); readers never glob.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from hermes.config import Settings
 
 TRACES = "traces"
-COMPACTED = "traces-compacted"
-MANIFEST = "_manifest.json"
 STATISTICS = "delivery-statistics"
-SINK_LOG = "_spark_metadata"
 UNDELIVERED_LIMIT = 100
 
 # Hermes' trace fields, in Hermes' order; absent values are left out of the JSON, as Hermes does.
@@ -52,49 +45,6 @@ def tracking_root(settings: Settings) -> Path:
     return (settings.pipeline_tracking_dir or settings.data_dir / "pipeline" / "tracking").absolute()
 
 
-def committed_files(sink_dir: Path | str) -> list[Path]:
-    """The data files a Spark file sink committed, from its metadata log: the newest ``<n>.compact`` file
-    holds every earlier entry, plain ``<n>`` files one batch each. Compact files are parsed once per process
-    (they grow with the table; the few batch files after them are read every time)."""
-    log_dir = Path(sink_dir) / SINK_LOG
-    if not log_dir.is_dir():
-        return []
-    batches: dict[int, Path] = {}
-    for entry in log_dir.iterdir():
-        stem = entry.name.removesuffix(".compact")
-        if stem.isdigit():
-            batches[int(stem)] = entry
-    first = max((n for n, p in batches.items() if p.name.endswith(".compact")), default=-1)
-    files: dict[str, bool] = {}
-    for number in sorted(n for n in batches if n >= first):
-        try:
-            files.update(_log_entries(batches[number]))
-        except FileNotFoundError:  # compacted away meanwhile: its entries are in the newer compact file
-            continue
-    return [Path(unquote(urlparse(path).path)) for path, added in files.items() if added]
-
-
-_compacted: dict[Path, tuple[str, float, dict[str, bool]]] = {}  # per log: its newest compact file, parsed
-
-
-def _log_entries(log_file: Path) -> dict[str, bool]:
-    """``{path: added}`` of one log file; the first line is the log's version."""
-    compact = log_file.name.endswith(".compact")
-    if compact:
-        mtime = log_file.stat().st_mtime
-        cached = _compacted.get(log_file.parent)
-        if cached is not None and cached[:2] == (log_file.name, mtime):
-            return cached[2]
-    entries: dict[str, bool] = {}
-    for line in log_file.read_text().splitlines()[1:]:
-        if line.strip():
-            record = json.loads(line)
-            entries[record["path"]] = record.get("action", "add") == "add"
-    if compact:  # only the newest compact file of each log matters: it replaces the one cached before
-        _compacted[log_file.parent] = (log_file.name, mtime, entries)
-    return entries
-
-
 class TrackingStore:
     """Queries over the tracking tables. Each query opens its own in-memory DuckDB connection (cheap), so the
     store can be shared by threads."""
@@ -106,6 +56,7 @@ class TrackingStore:
         """The message's frontend events and the subscription's consumer events, in time order."""
         rows = self._traces(
             topic,
+            message_id,
             "messageId = ? AND (subscription IS NULL OR subscription = ?)",
             [message_id, subscription],
             "timestamp, trackingOffset",
@@ -116,6 +67,7 @@ class TrackingStore:
         """The subscription's last ``limit`` DISCARDED events, newest first."""
         rows = self._traces(
             topic,
+            None,
             "subscription = ? AND status = 'DISCARDED'",
             [subscription],
             f"timestamp DESC, trackingOffset DESC LIMIT {int(limit)}",
@@ -141,7 +93,7 @@ class TrackingStore:
             SELECT c.minute, c.delivered, c.discarded, c.failedAttempts, l.p50, l.p90, l.p99, l.maximum
             FROM counts c LEFT JOIN latency l USING (minute) ORDER BY c.minute
         """
-        rows = self._query(query, lambda: statistics_files(self.root), [topic, subscription, since_ms])
+        rows = self._query(query, lambda: table_files(self.root / STATISTICS), [topic, subscription, since_ms])
         return [
             {
                 "minute": r[0],
@@ -153,19 +105,17 @@ class TrackingStore:
             for r in rows
         ]
 
-    def trace_files(self, topic: str) -> list[Path]:
-        """The Parquet files holding the topic's trace events: compacted blocks, then the sink's committed
-        files no block replaced."""
-        blocks, replaced = compacted_blocks(self.root, topic)
-        prefix = f"topic={topic}"
-        sink = [
-            p
-            for p in committed_files(self.root / TRACES)
-            if p.parent.parent.name == prefix and str(p) not in replaced and p.exists()
-        ]
-        return blocks + sink
+    def trace_files(self, topic: str, message_id: str | None = None) -> list[str]:
+        """The trace table's files that can hold the topic's events (of one message when given: the files'
+        message id ranges, narrow after OPTIMIZE's ZORDER, rule out the others)."""
+        predicate: list[tuple[str, str, Any]] = [("topic", "=", topic)]
+        if message_id is not None:
+            predicate.append(("messageId", "=", message_id))
+        return table_files(self.root / TRACES, predicate)
 
-    def _traces(self, topic: str, where: str, params: list[Any], order: str) -> list[dict[str, Any]]:
+    def _traces(
+        self, topic: str, message_id: str | None, where: str, params: list[Any], order: str
+    ) -> list[dict[str, Any]]:
         columns = ", ".join(f'"{c}"' for c in (*TRACE_FIELDS, "trackingPartition", "trackingOffset"))
         query = f"""
             SELECT {columns} FROM (
@@ -174,7 +124,7 @@ class TrackingStore:
             ) ORDER BY {order}
         """
         names = [*TRACE_FIELDS, "trackingPartition", "trackingOffset"]
-        rows = self._query(query, lambda: [str(p) for p in self.trace_files(topic)], params)
+        rows = self._query(query, lambda: self.trace_files(topic, message_id), params)
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     def _query(self, query: str, list_files: Callable[[], list[str]], params: list[Any]) -> list[tuple[Any, ...]]:
@@ -195,21 +145,17 @@ class TrackingStore:
         return []
 
 
-def statistics_files(root: Path) -> list[str]:
-    return sorted(str(p) for p in (root / STATISTICS).glob("batch=*/*.parquet"))
+def table_files(table: Path, predicate: list[tuple[str, str, Any]] | None = None) -> list[str]:
+    """The data files of the Delta table's newest version (only those whose partition values and column
+    statistics can match ``predicate``, conjunctive ``(column, op, value)`` filters); none before its first
+    commit."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
 
-
-def compacted_blocks(root: Path, topic: str) -> tuple[list[Path], set[str]]:
-    """The topic's complete compacted blocks' data files, and the sink files those blocks replace."""
-    files: list[Path] = []
-    replaced: set[str] = set()
-    for block in sorted((root / COMPACTED / f"topic={topic}").glob("block=*")):
-        manifest = block / MANIFEST
-        if not manifest.is_file():
-            continue  # being written, or left by a crash: ignored (and removed by the next compaction)
-        replaced.update(json.loads(manifest.read_text())["replaces"])
-        files.extend(sorted(block.glob("*.parquet")))
-    return files, replaced
+    try:
+        return DeltaTable(str(table)).file_uris(file_pruning_predicate=predicate)
+    except TableNotFoundError:
+        return []
 
 
 def _hermes_fields(row: dict[str, Any]) -> dict[str, Any]:

@@ -1,27 +1,23 @@
-"""Tracking analytics: one streaming read of the tracking topic materialized two ways.
+"""Tracking analytics: one streaming read of the tracking topic materialized into two Delta Lake tables
+(layout in :mod:`hermes.pipeline.traces`):
 
-- the trace table: every trace event, Parquet partitioned by topic and date, through Spark's file sink
-  (exactly once: the sink's metadata log lists the committed files; readers use only those);
+- the trace table: every trace event, partitioned by topic and date, through Delta's streaming sink (exactly
+  once per micro-batch);
 - per-subscription, per-minute delivery statistics: delivered, discarded, failed attempts and delivery
   latencies (publish to successful delivery, from the consumer events' ``publishTimestamp``). Each micro-batch
-  writes its partial counts to its own directory, so a replayed batch overwrites, never adds; readers sum.
+  appends its partial counts through ``foreachBatch`` as an idempotent Delta write (``txnAppId`` and the batch
+  id as ``txnVersion``), so a replayed batch is skipped, never added twice; readers sum.
 
-Compaction: a micro-batch every second leaves a small file per batch and topic, and a lookup must open
-every file of the topic. Every ``pipeline_tracking_compaction_interval`` seconds the job rewrites each topic's
-not yet compacted files into one block sorted by message id (see :mod:`hermes.pipeline.traces` for the
-layout and how readers combine blocks with the sink's files). Before each compaction the retention
-(``pipeline_trace_retention``, :mod:`hermes.pipeline.trace_retention`) removes expired events and the sink
-files earlier blocks replaced.
+Upkeep, every ``pipeline_tracking_compaction_interval`` seconds, all Delta's own SQL beside the running
+queries: retention (``DELETE`` of the days and minutes older than ``pipeline_trace_retention``, then
+``VACUUM``), then ``OPTIMIZE`` (the trace table's recent days ``ZORDER BY (messageId)``, so a lookup's message
+id falls in few files and row groups).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import shutil
 import time
-from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,17 +25,11 @@ from typing import TYPE_CHECKING, Any
 from hermes.domain.trace import TRACKING_TOPIC
 from hermes.pipeline.connector import KAFKA_FORMAT, topics_pattern
 from hermes.pipeline.job import LoopingJob
+from hermes.pipeline.lake import DELTA_LOG
+from hermes.pipeline.lake_maintenance import sql_literal
 from hermes.pipeline.offline_storage import source_options
-from hermes.pipeline.trace_retention import apply_trace_retention
-from hermes.pipeline.traces import (
-    COMPACTED,
-    MANIFEST,
-    STATISTICS,
-    TRACES,
-    committed_files,
-    compacted_blocks,
-    tracking_root,
-)
+from hermes.pipeline.traces import STATISTICS, TRACES, tracking_root
+from hermes.pipeline.tracking_migration import migrate_tracking
 
 if TYPE_CHECKING:
     from hermes.pipeline.runner import PipelineContext
@@ -47,6 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _CHECK_INTERVAL = 5.0  # seconds between checks that both queries still run
+# The statistics writes' transaction id: one tracking job per tracking directory, batch ids from its checkpoint
+STATISTICS_APP_ID = "hermes-tracking-statistics"
 
 EVENT_SCHEMA = (
     "messageId STRING, timestamp BIGINT, topicName STRING, status STRING, cluster STRING, subscription STRING, "
@@ -81,10 +73,8 @@ def start_tracking(
     checkpoints: str,
     trace_trigger: str = "1 second",
     statistics_trigger: str = "5 seconds",
-    retention: timedelta = timedelta(days=7),
 ) -> list[Any]:
-    """Starts both queries; returns them (the caller stops them). The trace sink's log forgets files older than
-    ``retention`` when it compacts itself (every 10 batches), so it stops growing once the files are gone."""
+    """Starts both queries; returns them (the caller stops them)."""
     from pyspark.sql import functions as f
 
     events = trace_events(spark, source_options)
@@ -92,13 +82,11 @@ def start_tracking(
         events.withColumn("topic", f.col("topicName"))
         .withColumn("date", f.date_format(f.timestamp_millis(f.col("timestamp")), "yyyy-MM-dd"))
         .writeStream.queryName("hermes-tracking-traces")
-        .format("parquet")
-        .option("path", str(root / TRACES))
+        .format("delta")
         .option("checkpointLocation", f"{checkpoints.rstrip('/')}/traces")
-        .option("retention", f"{int(retention.total_seconds() * 1000)}ms")
         .partitionBy("topic", "date")
         .trigger(processingTime=trace_trigger)
-        .start()
+        .start(str(root / TRACES))
     )
     statistics = (
         trace_events(spark, source_options)
@@ -111,14 +99,22 @@ def start_tracking(
     return [traces, statistics]
 
 
-def write_statistics(events: Any, batch_id: int, directory: Path) -> None:
-    """Partial per-minute statistics of one micro-batch's consumer events, in ``batch=<id>``."""
+def write_statistics(events: Any, batch_id: int, table: Path) -> None:
+    """Appends the per-minute statistics of one micro-batch's consumer events, once per batch id."""
     from pyspark.sql import functions as f
 
     consumer = events.where(f.col("subscription").isNotNull()).persist()
     try:
-        if not consumer.isEmpty():  # an idle batch writes nothing (a directory per idle batch would pile up)
-            _partials(consumer).coalesce(1).write.mode("overwrite").parquet(str(directory / f"batch={batch_id}"))
+        if not consumer.isEmpty():  # an idle batch writes nothing (a commit per idle batch would pile up)
+            (
+                _partials(consumer)
+                .coalesce(1)
+                .write.format("delta")
+                .mode("append")
+                .option("txnAppId", STATISTICS_APP_ID)
+                .option("txnVersion", batch_id)
+                .save(str(table))
+            )
     finally:
         consumer.unpersist()
 
@@ -141,45 +137,52 @@ def _partials(consumer: Any) -> Any:
     )
 
 
-def compact_traces(spark: Any, root: Path) -> int:
-    """Compacts every topic's sink files that no block replaces yet into one new block per topic; returns
-    how many files were compacted. Only one compaction may run at a time (the tracking job's thread)."""
-    for orphan in (root / COMPACTED).glob("topic=*/block=*"):
-        if not (orphan / MANIFEST).is_file():
-            shutil.rmtree(orphan, ignore_errors=True)  # a compaction that did not finish
-    pending: dict[str, list[Path]] = defaultdict(list)
-    for path in committed_files(root / TRACES):
-        topic_dir = path.parent.parent.name
-        if topic_dir.startswith("topic=") and path.exists():
-            pending[topic_dir.removeprefix("topic=")].append(path)
-    compacted = 0
-    for topic, files in sorted(pending.items()):
-        replaced = compacted_blocks(root, topic)[1]
-        todo = sorted(str(p) for p in files if str(p) not in replaced)
-        if len(todo) < 2:
-            continue
-        block = root / COMPACTED / f"topic={topic}" / f"block={time.time_ns()}"
-        events = spark.read.parquet(*todo).dropDuplicates(["trackingPartition", "trackingOffset"])
-        events.repartition(1).sortWithinPartitions("messageId").write.parquet(str(block))
-        written = block / f".{MANIFEST}.tmp"
-        written.write_text(json.dumps({"replaces": todo}))
-        os.replace(written, block / MANIFEST)  # the block counts from here on
-        compacted += len(todo)
-    return compacted
+def _table(path: Path) -> str | None:
+    """The Delta table at ``path`` in Spark SQL, None before its first commit."""
+    return f"delta.`{path}`" if (path / DELTA_LOG).is_dir() else None
 
 
-def maintain_traces(spark: Any, root: Path, retention: timedelta) -> None:
-    """The periodic pass over the tracking tables: retention first (it deletes the sink files that blocks of
-    earlier passes replace), then compaction."""
-    removed = apply_trace_retention(root, retention, datetime.now(UTC))
-    if removed:
-        log.info("tracking: retention removed %s", removed)
-    log.info("tracking: compacted %d trace files", compact_traces(spark, root))
+def apply_trace_retention(spark: Any, root: Path, retention: timedelta, now: datetime, keep: timedelta) -> None:
+    """Deletes the trace days whose whole UTC day and the statistics minutes that are older than ``retention``
+    (a partition predicate for the traces: whole files leave the table), then VACUUMs both tables (files no
+    version younger than ``keep`` uses)."""
+    cutoff = now - retention
+    traces, statistics = _table(root / TRACES), _table(root / STATISTICS)
+    if traces is not None:
+        spark.sql(
+            f"DELETE FROM {traces} WHERE date < {sql_literal(cutoff.astimezone(UTC).strftime('%Y-%m-%d'))}"
+        ).collect()
+    if statistics is not None:
+        spark.sql(f"DELETE FROM {statistics} WHERE minute <= {int(cutoff.timestamp() * 1000) - 60_000}").collect()
+    for table in (traces, statistics):
+        if table is not None:
+            spark.sql(f"VACUUM {table} RETAIN {keep.total_seconds() / 3600:.4f} HOURS").collect()
+
+
+def optimize_traces(spark: Any, root: Path, now: datetime) -> int:
+    """Compacts the trace table's files of yesterday and today (UTC) into few, clustered by message id, and the
+    statistics' small files; returns how many trace files were rewritten."""
+    rewritten = 0
+    traces, statistics = _table(root / TRACES), _table(root / STATISTICS)
+    if traces is not None:
+        since = sql_literal((now - timedelta(days=1)).astimezone(UTC).strftime("%Y-%m-%d"))
+        metrics = spark.sql(f"OPTIMIZE {traces} WHERE date >= {since} ZORDER BY (messageId)").collect()[0]
+        rewritten = int(metrics["metrics"]["numFilesRemoved"])
+    if statistics is not None:
+        spark.sql(f"OPTIMIZE {statistics}").collect()
+    return rewritten
+
+
+def maintain_traces(spark: Any, root: Path, retention: timedelta, keep: timedelta) -> None:
+    """The periodic pass over the tracking tables: retention, then compaction."""
+    now = datetime.now(UTC)
+    apply_trace_retention(spark, root, retention, now, keep)
+    log.info("tracking: compacted %d trace files", optimize_traces(spark, root, now))
 
 
 class TrackingJob(LoopingJob):
-    """Keeps both tracking queries running (a failed one is started again from its checkpoint), and compacts
-    the trace files periodically after applying their retention."""
+    """Keeps both tracking queries running (a failed one is started again from its checkpoint), and maintains
+    the tracking tables periodically."""
 
     name = "tracking"
 
@@ -187,6 +190,10 @@ class TrackingJob(LoopingJob):
         super().__init__(context)
         self._queries: list[Any] = []
         self._next_compaction = time.monotonic() + context.settings.pipeline_tracking_compaction_interval
+
+    def start(self) -> None:
+        migrate_tracking(self._context.spark, tracking_root(self._context.settings), STATISTICS_APP_ID)
+        super().start()
 
     def stopped(self) -> None:
         self._stop_queries()
@@ -203,10 +210,15 @@ class TrackingJob(LoopingJob):
             log.exception("tracking: starting the queries failed; trying again")
             self._stop_queries()
         if time.monotonic() >= self._next_compaction:
-            self._next_compaction = time.monotonic() + self._context.settings.pipeline_tracking_compaction_interval
-            retention = timedelta(seconds=self._context.settings.pipeline_trace_retention)
+            settings = self._context.settings
+            self._next_compaction = time.monotonic() + settings.pipeline_tracking_compaction_interval
             try:
-                maintain_traces(self._context.spark, tracking_root(self._context.settings), retention)
+                maintain_traces(
+                    self._context.spark,
+                    tracking_root(settings),
+                    timedelta(seconds=settings.pipeline_trace_retention),
+                    timedelta(hours=settings.pipeline_vacuum_retention_hours),
+                )
             except Exception:
                 log.exception("tracking: retention or compaction failed; trying again at the next interval")
         return _CHECK_INTERVAL
@@ -221,7 +233,6 @@ class TrackingJob(LoopingJob):
             f"{context.checkpoints.rstrip('/')}/{self.name}",
             f"{settings.pipeline_tracking_trigger} seconds",
             f"{settings.pipeline_statistics_trigger} seconds",
-            timedelta(seconds=settings.pipeline_trace_retention),
         )
         log.info("tracking: materializing %s into %s", TRACKING_TOPIC, root)
         return queries
