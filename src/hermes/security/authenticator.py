@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import time
 from dataclasses import dataclass
 
 from hermes.errors import HermesError, Unauthorized
 from hermes.security.passwords import VerifiedCache, hash_password, verify_password
 from hermes.security.throttle import FailedLogins
 from hermes.security.tokens import TokenVerifier
-from hermes.security.users import ADMIN, UserStore
+from hermes.security.users import ADMIN, User, UserStore
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class Authenticator:
         self.tokens = tokens
         self.failures = failures
         self._verified = VerifiedCache()
+        # Authorization headers verified a moment ago, by their keyed digest: the caller and the user entry it was
+        # made from (a reload of the users file makes new entries, so changed roles or passwords miss)
+        self._callers: dict[bytes, tuple[Principal, User, float]] = {}
         self._hashing = asyncio.Semaphore(2)  # scrypt takes 128 MiB and a core: bound what a flood can take
         self._dummy: str | None = None
 
@@ -67,6 +71,13 @@ class Authenticator:
     def known(self, authorization: str) -> Principal | None:
         """The caller, when its Basic credentials were verified a moment ago: answered without waiting (a digest and
         a look-up, no scrypt). None: ``authenticate`` must check them."""
+        key = self._verified.digest(authorization)
+        hit = self._callers.get(key)
+        if hit is not None:
+            caller, made_from, expires = hit
+            if self.users.get(caller.name) is made_from and expires > time.monotonic():
+                return caller
+            del self._callers[key]
         scheme, _, credentials = authorization.partition(" ")
         if scheme.lower() != "basic":
             return None
@@ -77,7 +88,11 @@ class Authenticator:
         user = self.users.get(name)
         if user is None or user.password_hash is None or not self._verified.known(name, user.password_hash, password):
             return None
-        return Principal(name, user.roles, user.owners)
+        caller = Principal(name, user.roles, user.owners)
+        if len(self._callers) >= self._verified.size:
+            self._callers.clear()  # a flood of distinct credentials: start again rather than grow
+        self._callers[key] = (caller, user, time.monotonic() + self._verified.ttl)
+        return caller
 
     async def _basic(self, credentials: str) -> Principal:
         name, password = _basic_credentials(credentials)

@@ -52,9 +52,12 @@ class VerifiedCache:
         self._key = os.urandom(32)
         self._entries: OrderedDict[bytes, float] = OrderedDict()
 
+    def digest(self, text: str) -> bytes:
+        """A keyed digest of ``text``, for keys that must not hold credentials."""
+        return hashlib.blake2b(text.encode(), key=self._key, digest_size=32).digest()
+
     def _digest(self, user: str, encoded: str, password: str) -> bytes:
-        data = "\0".join([user, encoded, password]).encode()
-        return hashlib.blake2b(data, key=self._key, digest_size=32).digest()
+        return self.digest("\0".join([user, encoded, password]))
 
     def known(self, user: str, encoded: str, password: str) -> bool:
         digest = self._digest(user, encoded, password)
