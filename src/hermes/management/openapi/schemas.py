@@ -276,4 +276,6 @@ ENTITIES: dict[str, Schema] = {
         ["name", "tokenEndpoint", "clientId", "clientSecret"],
     ),
 }
-ENTITIES |= {f"{name}Patch": patch(ENTITIES[name]) for name in ("Group", "Topic", "Subscription", "OAuthProvider")}
+ENTITIES |= {f"{name}Patch": patch(ENTITIES[name]) for name in ("Topic", "Subscription", "OAuthProvider")}
+# a group has nothing but its name, which cannot change: the body changes nothing (a groupName sent must be the path's)
+ENTITIES["GroupPatch"] = {**obj({}), "description": "nothing to change; a groupName sent must be the path's group"}
