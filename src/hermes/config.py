@@ -228,6 +228,13 @@ class Settings(BaseSettings):
         ge=64 * 1024,
         description="Bytes of read-ahead messages a SERIAL consumer holds at most (per subscription).",
     )
+    consumer_offloaded_bytes: int = Field(
+        512 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Bytes of fetched offloaded (large) message bodies the consumers process holds at once, across "
+        "all subscriptions, from their fetch until their message is finished; a fetch waits for room, and a body "
+        "larger than this goes alone.",
+    )
     consumer_restart_backoff: float = Field(
         1.0, gt=0, description="Seconds before restarting a crashed consumer; doubles with each crash in a row."
     )

@@ -114,6 +114,7 @@ SECTIONS = (
             "consumer_fetch_wait_ms",
             "consumer_read_ahead_messages",
             "consumer_read_ahead_bytes",
+            "consumer_offloaded_bytes",
             "consumer_restart_backoff",
             "consumer_restart_backoff_max",
             "endpoint_address_resolver",

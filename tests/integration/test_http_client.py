@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import os
+import tempfile
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -11,6 +14,7 @@ import pytest
 from hermes.broker.embedded import free_port
 from hermes.errors import EndpointProtocolError
 from hermes.http.client import HttpClient
+from hermes.http.streamed import FileRegion, StreamedBody
 from tests.support.subscriber import Reply, SubscriberServer
 
 pytestmark = pytest.mark.integration
@@ -174,5 +178,41 @@ def test_timeouts_and_failures(run: Any) -> None:
         with pytest.raises(OSError):
             await client.post(f"http://127.0.0.1:{free_port()}/", b"{}", {}, total=5)
         await client.close()
+
+    run(_with_server(answer, scenario))
+
+
+def test_a_body_streamed_from_a_file_arrives_whole_and_an_early_answer_stops_it(run: Any) -> None:
+    stored = os.urandom(3 * 1024 * 1024 + 7)  # several chunks, more than the transport's buffer takes at once
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        if b"early" in head.split(b"\r\n")[0]:  # refused before its body is read: the rest never comes
+            writer.write(b"HTTP/1.1 413 Too Large\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.5)
+            raise ConnectionResetError  # ends this connection's handler
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.startswith(b"Content-Length"))
+        body = await reader.readexactly(length)
+        digest = hashlib.sha256(body).hexdigest().encode()
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(digest), digest))
+        await writer.drain()
+
+    async def scenario(url: str, connections: list[int]) -> None:
+        with tempfile.TemporaryFile() as file:
+            file.write(b"junk" + stored + b"more junk")
+            file.flush()
+            region = FileRegion(file, 4, len(stored))
+            body = StreamedBody((b"[", region, b",", region, b"]"))
+            client = HttpClient()
+            for _ in range(2):
+                response = await client.post(url, body, {}, 10)
+                assert response.body == hashlib.sha256(b"[" + stored + b"," + stored + b"]").hexdigest().encode()
+            assert len(connections) == 1  # kept alive after a streamed body
+            response = await client.post(url.replace("/path", "/early"), body, {}, 10)
+            assert response.status == 413
+            assert (await client.post(url, body, {}, 10)).status == 200
+            assert len(connections) == 2  # the cut-short connection was not reused
+            await client.close()
 
     run(_with_server(answer, scenario))

@@ -18,11 +18,12 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.integration
 
 LIMIT = 52 * 1024 * 1024
+BUDGET = 1024 * 1024  # bodies held at once: less than one 50 MB message (it goes alone), two of 700 KB
 
 
 @pytest.fixture(scope="module")
 def hermes_overrides() -> dict[str, Any]:
-    return {"offload_max_message_size": LIMIT}
+    return {"offload_max_message_size": LIMIT, "consumer_offloaded_bytes": BUDGET}
 
 
 def _json_body(size: int) -> bytes:
@@ -56,6 +57,28 @@ def test_a_50_mb_message_arrives_byte_identical_serial_and_batch(
     document = bson.decode(stored.content)
     assert document["message"] == body
     assert dict(map(tuple, document["headers"]))["hermes-message-id"] == message_id.encode()
+
+
+def test_the_body_budget_sends_a_batch_before_a_body_it_has_no_room_for_and_filters_read_stored_bodies(
+    client: HermesClient, hermes: InProcessHermes, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic(maxMessageSize=1024)
+    policy = {"batchSize": 10, "batchTime": 500, "batchVolume": 10 * 1024 * 1024}
+    client.create_subscription(topic, subscriber.url + "batch", deliveryType="BATCH", subscriptionPolicy=policy)
+    filters = [{"type": "jsonpath", "path": "$.n", "matcher": "2"}]
+    client.create_subscription(topic, subscriber.url + "filtered", filters=filters)
+    bodies = [b'{"n": "%d", "data": "%s"}' % (n, b"x" * 700_000) for n in range(3)]
+    for body in bodies:
+        assert client.publish(topic, body).status_code == 201
+
+    received = subscriber.wait_for(4, timeout=60)
+    batches = sorted(r.body for r in received if r.path == "/batch")
+    assert batches == [b"[" + body + b"]" for body in bodies]  # two never fit the budget together
+    assert [r.body for r in received if r.path == "/filtered"] == [bodies[2]]
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None and supervisor._context is not None
+    budget = supervisor._context.offloaded.budget
+    wait_until(lambda: budget.held == 0, timeout=10)  # every stored body was let go
 
 
 def test_a_body_over_the_offload_limit_is_413(client: HermesClient) -> None:

@@ -4,7 +4,9 @@ A batch is sent when it holds ``batchSize`` messages, its bodies reach ``batchVo
 ms passed since its first message, whichever comes first. One batch is in flight at a time, so batches (and
 the messages of every partition) arrive in order. A batch is retried as a whole with the batch policy; its
 offsets are finished only when it was delivered or discarded. A single message larger than ``batchVolume``
-is sent alone rather than dropped. Messages of Avro topics are filtered as records and sent as JSON.
+is sent alone rather than dropped. Messages of Avro topics are filtered as records and sent as JSON. An offloaded
+message's body is streamed into the batch from its file; when the body budget has no room for the next one, the
+batch goes as it is (its own bodies may be what fills the budget).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import BATCH_ID_HEADER, MESSAGE_ID_HEADER, Message
 from hermes.domain.subscription import Subscription
 from hermes.domain.trace import TraceStatus
+from hermes.http.streamed import Body, FileRegion, StreamedBody
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +41,26 @@ class Batch:
     started: float  # messageTtl counts from here
     messages: list[Message] = field(default_factory=list)
     generations: list[int] = field(default_factory=list)  # the generation each message was read in
-    bodies: list[bytes] = field(default_factory=list)  # as the subscriber gets them
+    bodies: list[Body] = field(default_factory=list)  # as the subscriber gets them
     volume: int = 0
 
-    def add(self, message: Message, generation: int, body: bytes) -> None:
+    def add(self, message: Message, generation: int, body: Body) -> None:
         self.messages.append(message)
         self.generations.append(generation)
         self.bodies.append(body)
-        self.volume += len(body)
+        self.volume += body.size if isinstance(body, StreamedBody) else len(body)
 
     @property
-    def body(self) -> bytes:
-        return b"[" + b",".join(self.bodies) + b"]"
+    def body(self) -> Body:
+        if all(isinstance(body, bytes) for body in self.bodies):
+            return b"[" + b",".join(self.bodies) + b"]"  # type: ignore[arg-type]
+        parts: list[bytes | FileRegion] = [b"["]
+        for body in self.bodies:
+            if len(parts) > 1:
+                parts.append(b",")
+            parts.extend(body.parts if isinstance(body, StreamedBody) else (body,))
+        parts.append(b"]")
+        return StreamedBody(tuple(parts))
 
 
 class BatchConsumer:
@@ -99,9 +110,12 @@ class BatchConsumer:
     async def _run_batches(self) -> None:
         while True:
             batch = await self._collect()
-            if batch.messages:
-                self._delivery.traces(batch.messages, TraceStatus.INFLIGHT)
-                await self._deliver(batch)
+            try:
+                if batch.messages:
+                    self._delivery.traces(batch.messages, TraceStatus.INFLIGHT)
+                    await self._deliver(batch)
+            finally:
+                self._delivery.finished(batch.messages)
 
     async def _collect(self) -> Batch:
         batch = Batch(time.monotonic())
@@ -114,21 +128,27 @@ class BatchConsumer:
                 return batch
             message, generation = self._arrived.popleft()
             if not self._receiver.pending(message, generation):
+                delivery.finished([message])  # one put back resolved may hold a stored body
                 continue  # read before a retransmission moved the group, or its partition was revoked
-            resolved = await delivery.resolve(message)
+            resolved = await delivery.resolve(message, wait=not batch.messages)
             if resolved is None:
                 self._receiver.finish(message, generation)
                 self._receiver.wake()
                 continue
+            if resolved.external_url is not None:  # no room for its body: this batch goes first
+                self._arrived.appendleft((message, generation))
+                return batch
             message = resolved
             schema = None if message.schema_version is None else await delivery.schema(message)
             if not delivery.passes(message, schema):
+                delivery.finished([message])
                 self._receiver.finish(message, generation)
                 self._receiver.wake()
                 continue
             body, _, _ = delivery.context.content.body(delivery.subscription, message, schema)
-            if batch.messages and batch.volume + len(body) > policy.batch_volume:
-                self._arrived.appendleft((message, generation))  # starts the next batch
+            size = body.size if isinstance(body, StreamedBody) else len(body)
+            if batch.messages and batch.volume + size > policy.batch_volume:
+                self._arrived.appendleft((message, generation))  # starts the next batch, resolved already
                 return batch
             batch.add(message, generation, body)
 

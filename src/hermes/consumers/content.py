@@ -13,6 +13,7 @@ from hermes.domain.message import SCHEMA_VERSION_HEADER, Message
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription
 from hermes.domain.topic import ContentType
+from hermes.http.streamed import Body, FileRegion, StreamedBody
 from hermes.metadata.repository import MetadataRepository
 
 JSON = "application/json"
@@ -38,12 +39,18 @@ class ContentConverter:
     @staticmethod
     def document(message: Message, schema: str | None) -> Any:
         """The message as a document filters' paths are evaluated on."""
-        return orjson.loads(message.body) if schema is None else avro_to_record(schema, message.body)
+        body = message.whole_body()
+        return orjson.loads(body) if schema is None else avro_to_record(schema, body)
 
     @staticmethod
-    def body(subscription: Subscription, message: Message, schema: str | None) -> tuple[bytes, str, dict[str, str]]:
+    def body(subscription: Subscription, message: Message, schema: str | None) -> tuple[Body, str, dict[str, str]]:
+        """A stored (offloaded) body is streamed from its file, unless it is converted."""
+        stored = message.stored
+        as_is: Body = message.body
+        if isinstance(stored, FileRegion):
+            as_is = StreamedBody((stored,))
         if schema is None:
-            return message.body, JSON, {}
+            return as_is, JSON, {}
         if subscription.content_type is ContentType.AVRO:
-            return message.body, AVRO, {SCHEMA_VERSION_HEADER: str(message.schema_version)}
-        return avro_to_json(schema, message.body), JSON, {}
+            return as_is, AVRO, {SCHEMA_VERSION_HEADER: str(message.schema_version)}
+        return avro_to_json(schema, message.whole_body()), JSON, {}

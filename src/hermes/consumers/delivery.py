@@ -93,16 +93,26 @@ class Delivery:
             log.warning("no schema version %s for %s", message.schema_version, message.topic, exc_info=True)
             return None
 
-    async def resolve(self, message: Message) -> Message | None:
-        """The message itself, or an offloaded one's stored body in place of its placeholder; None when that
-        cannot be had (the message is then discarded, with the reason in the last undelivered message)."""
+    async def resolve(self, message: Message, wait: bool = True) -> Message | None:
+        """The message itself, or an offloaded one with its stored body (``stored``: closed by ``finished``) in
+        place of its placeholder; None when that cannot be had (the message is then discarded, with the reason in
+        the last undelivered message). Without ``wait``, the message comes back unresolved when the body budget
+        has no room for it."""
         if message.external_url is None:
             return message
         try:
-            return await self.context.offloaded.resolve(message)
+            resolved = await self.context.offloaded.resolve(message, wait)
         except HermesError as exc:
             await self.discard([message], exc.message)
             return None
+        return message if resolved is None else resolved
+
+    @staticmethod
+    def finished(messages: Iterable[Message]) -> None:
+        """Lets go of the stored bodies of finished messages (their files, their share of the body budget)."""
+        for message in messages:
+            if message.stored is not None:
+                message.stored.close()
 
     def passes(self, message: Message, schema: str | None) -> bool:
         """Whether the message passes the filters (Avro ones read as records); one that does not is counted."""

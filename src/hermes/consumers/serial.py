@@ -108,7 +108,14 @@ class SerialConsumer:
         if resolved is None:
             self._receiver.finish(message, generation)
             return
-        message = resolved
+        try:
+            await self._deliver_resolved(resolved, started)
+        finally:
+            delivery.finished([resolved])
+        self._receiver.finish(message, generation)
+
+    async def _deliver_resolved(self, message: Message, started: float) -> None:
+        delivery = self._delivery
         schema = await delivery.schema(message)
         if delivery.passes(message, schema):
             delivery.trace(message, TraceStatus.INFLIGHT)
@@ -118,7 +125,6 @@ class SerialConsumer:
                 await asyncio.sleep(min(delay, message.publish_timestamp / 1000 + delay - time.time()))
             send = functools.partial(self._send, message, schema)
             await retry_until_ttl(delivery, [message], started, send, paced=True)
-        self._receiver.finish(message, generation)
 
     async def _send(
         self, message: Message, schema: str | None, subscription: Subscription, url: str, retries: int

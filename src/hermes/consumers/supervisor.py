@@ -21,6 +21,7 @@ import aiohttp
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
 from hermes.config import Settings
+from hermes.consumers.body_budget import BodyBudget
 from hermes.consumers.content import ContentConverter
 from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.offloaded import OffloadedMessages
@@ -93,7 +94,9 @@ class ConsumersSupervisor:
             rate=RateSettings(period=s.consumer_rate_period, heartbeat_interval=s.consumer_heartbeat_interval),
             failure_log_interval=s.consumer_failure_log_interval,
             resolver=resolver,
-            offloaded=OffloadedMessages(credentials=_kafka_user(self._connection)),
+            offloaded=OffloadedMessages(
+                credentials=_kafka_user(self._connection), budget=BodyBudget(s.consumer_offloaded_bytes)
+            ),
         )
         self._cache.on_subscription_change(self._on_change)
         self._cache.on_document_change(RETRANSMISSION, self._on_retransmission)

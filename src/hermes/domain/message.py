@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 # HTTP headers (publisher-facing and subscriber-facing), as in Hermes.
 MESSAGE_ID_HEADER = "Hermes-Message-Id"
@@ -59,6 +59,16 @@ class _MessageIds:
 new_message_id = _MessageIds().new
 
 
+class StoredBody(Protocol):
+    """An offloaded message's body once fetched: kept in a file (``hermes.http.streamed.FileRegion``)."""
+
+    size: int
+
+    def read(self) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class Message:
     """A message read from Kafka, ready for delivery."""
@@ -74,10 +84,16 @@ class Message:
     propagated_headers: dict[str, str] = field(default_factory=dict)
     # A placeholder of an offloaded large message (header ``_format: external``): where its body is
     external_url: str | None = None
+    # ...and once its body is fetched: streamed to subscribers from there, ``body`` staying the placeholder
+    stored: StoredBody | None = None
 
     @property
     def size(self) -> int:
         return len(self.body)
+
+    def whole_body(self) -> bytes:
+        """The body as subscribers get it, in memory: a stored one is read whole (for a filter or a conversion)."""
+        return self.body if self.stored is None else self.stored.read()
 
 
 KafkaHeader = tuple[str, bytes]

@@ -10,7 +10,7 @@ import hashlib
 import hmac
 import re
 import secrets as random_source
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from hermes.errors import ValidationError
 
@@ -47,10 +47,16 @@ def signing_now(secrets: Sequence[str], previous_expires_at: int, now_ms: int) -
     return secrets
 
 
-def signature_headers(secrets: Sequence[str], webhook_id: str, body: bytes, timestamp: int) -> dict[str, str]:
-    signed = f"{webhook_id}.{timestamp}.".encode() + body
-    signatures = " ".join(
-        "v1," + base64.b64encode(hmac.digest(base64.b64decode(secret[6:]), signed, hashlib.sha256)).decode()
+def signature_headers(
+    secrets: Sequence[str], webhook_id: str, body: bytes | Iterable[bytes], timestamp: int
+) -> dict[str, str]:
+    """``body``: the bytes, or their chunks (a body streamed from a file), signed as they come."""
+    macs = [
+        hmac.new(base64.b64decode(secret[6:]), f"{webhook_id}.{timestamp}.".encode(), hashlib.sha256)
         for secret in secrets
-    )
+    ]
+    for chunk in (body,) if isinstance(body, bytes) else body:
+        for mac in macs:
+            mac.update(chunk)
+    signatures = " ".join("v1," + base64.b64encode(mac.digest()).decode() for mac in macs)
     return {WEBHOOK_ID: webhook_id, WEBHOOK_TIMESTAMP: str(timestamp), WEBHOOK_SIGNATURE: signatures}

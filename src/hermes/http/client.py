@@ -4,7 +4,8 @@ The consumers' hot path is one POST per message. aiohttp's client spent about 17
 this one about 45 µs (docs/benchmarks.md, "Profiles"), so it replaces it for deliveries. It does only what
 deliveries need: POST with a body, keep-alive pools per (scheme, host, port), TLS, responses delimited by
 Content-Length, chunked encoding or the end of the connection, a total and an idle (socket) timeout.
-It does not follow redirects: a 3xx is an answer like any other.
+It does not follow redirects: a 3xx is an answer like any other. A body kept in a file (``hermes.http.streamed``)
+is written a chunk at a time, each once the connection has taken the one before.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import cast
 from urllib.parse import urlsplit
 
 from hermes.errors import EndpointProtocolError
+from hermes.http.streamed import Body, StreamedBody
 
 _MAX_HEAD = 64 * 1024
 # Bodies larger than this are written apart from their head (one write of the two joined for the rest).
@@ -65,6 +67,8 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[Response] | None = None
         self._head: tuple[int, dict[str, str]] | None = None
         self._received_any = False
+        self._writable = asyncio.Event()
+        self._writable.set()
 
     # --- asyncio callbacks ---
 
@@ -81,11 +85,18 @@ class _Connection(asyncio.Protocol):
             except EndpointProtocolError as exc:
                 self._fail(exc)
 
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
     def eof_received(self) -> bool:
         return False  # close the transport; connection_lost follows
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._writable.set()  # a writer waiting to go on finds the connection closed
         if self._waiter is not None and not self._waiter.done():
             try:
                 self._parse(eof=True)
@@ -110,6 +121,18 @@ class _Connection(asyncio.Protocol):
         for part in data:
             self.transport.write(part)
         return self._waiter
+
+    async def stream(self, body: StreamedBody, answer: asyncio.Future[Response]) -> bool:
+        """Writes ``body`` after the head ``request`` wrote; False when the endpoint answered or went away first
+        (the connection is then not reusable: the body was cut short)."""
+        assert self.transport is not None
+        for chunk in body.chunks():  # read from the page cache: short enough for the event loop
+            await self._writable.wait()
+            if not self.usable or answer.done():
+                return False
+            self.transport.write(chunk)
+            self.last_activity = time.monotonic()  # sending is progress too, for the socket timeout
+        return True
 
     @property
     def received_any(self) -> bool:
@@ -217,7 +240,7 @@ class HttpClient:
     async def post(
         self,
         url: str,
-        body: bytes,
+        body: Body,
         headers: Mapping[str, str],
         total: float,
         idle: float | None = None,
@@ -225,12 +248,16 @@ class HttpClient:
         """Raises TimeoutError after ``total`` seconds in all, or ``idle`` seconds without a byte of the
         answer; OSError or EndpointProtocolError when the connection fails."""
         target = _target(url)
-        head = [f"POST {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\nContent-Length: {len(body)}\r\n"]
+        size = body.size if isinstance(body, StreamedBody) else len(body)
+        head = [f"POST {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\nContent-Length: {size}\r\n"]
         head.extend(f"{name}: {value}\r\n" for name, value in headers.items())
         head.append("\r\n")
         encoded = "".join(head).encode("latin-1")
-        # a large body is written after its head, not copied behind it
-        data = (encoded, body) if len(body) > _SEPARATE_BODY else (encoded + body,)
+        data: tuple[bytes, ...] | tuple[bytes, StreamedBody]
+        if isinstance(body, StreamedBody):
+            data = (encoded, body)
+        else:  # a large body is written after its head, not copied behind it
+            data = (encoded, body) if len(body) > _SEPARATE_BODY else (encoded + body,)
         deadline = time.monotonic() + total
         key = (target.scheme, target.host, target.port)
         async with asyncio.timeout_at(asyncio.get_running_loop().time() + total):
@@ -273,9 +300,18 @@ class HttpClient:
 
     @staticmethod
     async def _exchange(
-        connection: _Connection, data: tuple[bytes, ...], deadline: float, idle_timeout: float | None
+        connection: _Connection,
+        data: tuple[bytes, ...] | tuple[bytes, StreamedBody],
+        deadline: float,
+        idle_timeout: float | None,
     ) -> Response:
-        waiter = connection.request(data)
+        streamed = data[-1] if isinstance(data[-1], StreamedBody) else None
+        if streamed is None:
+            waiter = connection.request(cast(tuple[bytes, ...], data))
+        else:
+            waiter = connection.request((data[0],))
+            if not await connection.stream(streamed, waiter):
+                connection.closed = True  # answered before the whole body went: not reusable
         if idle_timeout is None:
             return await waiter
         while True:

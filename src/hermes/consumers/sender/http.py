@@ -20,6 +20,7 @@ from hermes.domain.message import (
 from hermes.domain.signing import signature_headers, signing_now
 from hermes.domain.subscription import Subscription
 from hermes.http.client import HttpClient
+from hermes.http.streamed import Body, StreamedBody
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -54,7 +55,7 @@ class HttpSender:
         return headers
 
     async def send(
-        self, subscription: Subscription, url: str, body: bytes, headers: dict[str, str], timeout_ms: int
+        self, subscription: Subscription, url: str, body: Body, headers: dict[str, str], timeout_ms: int
     ) -> SendResult:
         """Sends with the subscription's OAuth bearer token if it has an OAuth policy, else with the
         endpoint's Basic credentials if it has some; signed when the subscription has signing secrets (the
@@ -65,7 +66,10 @@ class HttpSender:
             secrets = signing_now(
                 subscription.signing_secrets, subscription.previous_secret_expires_at, int(now * 1000)
             )
-            signed = signature_headers(secrets, webhook_id, body, int(now))
+            if isinstance(body, StreamedBody):  # read from its file to be signed: off the event loop
+                signed = await asyncio.to_thread(signature_headers, secrets, webhook_id, body.chunks(), int(now))
+            else:
+                signed = signature_headers(secrets, webhook_id, body, int(now))
             headers = {**headers, **signed}
         if self._oauth is not None and subscription.oauth_policy is not None:
             return await self._oauth.send(
@@ -79,7 +83,7 @@ class HttpSender:
         return await self._post(subscription, url, body, headers, timeout_ms)
 
     async def _post(
-        self, subscription: Subscription, url: str, body: bytes, headers: dict[str, str], timeout_ms: int
+        self, subscription: Subscription, url: str, body: Body, headers: dict[str, str], timeout_ms: int
     ) -> SendResult:
         socket_timeout = subscription.serial_policy.socket_timeout / 1000 or None
         try:
