@@ -81,6 +81,18 @@ def test_the_body_budget_sends_a_batch_before_a_body_it_has_no_room_for_and_filt
     wait_until(lambda: budget.held == 0, timeout=10)  # every stored body was let go
 
 
+def test_a_large_chunked_body_is_offloaded_through_a_file(client: HermesClient, hermes: InProcessHermes) -> None:
+    topic = client.create_topic(maxMessageSize=1024)
+    body = _json_body(3 * 1024 * 1024)
+    parts = (body[i : i + 256 * 1024] for i in range(0, len(body), 256 * 1024))  # no Content-Length: chunked
+    response = client.frontend.post(f"/topics/{topic}", content=parts, headers={"Content-Type": "application/json"})
+    assert response.status_code == 201, response.text
+    spool = hermes.hermes.settings.data_dir / "offload" / ".partial"
+    assert not list(spool.glob("*.body"))
+    stored = httpx.get(f"{hermes.frontend_url}/offload/msg/{response.headers['Hermes-Message-Id']}", timeout=60)
+    assert bson.decode(stored.content)["message"] == body
+
+
 def test_a_body_over_the_offload_limit_is_413(client: HermesClient) -> None:
     topic = client.create_topic()
     response = client.publish(topic, b"x" * (LIMIT + 1))

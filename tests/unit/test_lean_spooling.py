@@ -111,3 +111,25 @@ def test_pipelined_requests_small_and_spooled_are_answered_in_order(tmp_path: Pa
 
     _serve(tmp_path, handler, client)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_chunked_body_goes_to_a_file_once_it_grows_past_the_threshold(tmp_path: Path) -> None:
+    seen: list[tuple[bytes, bytes | None]] = []
+
+    def handler(request: Request) -> None:
+        seen.append((request.body, request.spooled.read() if request.spooled else None))
+        request.respond(200)
+
+    async def parts(count: int) -> AsyncIterator[bytes]:
+        for n in range(count):
+            yield b"%d" % n * 300
+
+    async def client(url: str) -> None:
+        async with httpx.AsyncClient() as http:  # an async iterator of parts: sent chunked, no Content-Length
+            assert (await http.post(url + "/x", content=parts(3))).status_code == 200
+            assert (await http.post(url + "/x", content=parts(8))).status_code == 200
+
+    _serve(tmp_path, handler, client)
+    small, large = b"".join(b"%d" % n * 300 for n in range(3)), b"".join(b"%d" % n * 300 for n in range(8))
+    assert seen == [(small, None), (b"", large)]
+    assert list(tmp_path.iterdir()) == []

@@ -8,7 +8,8 @@ handed to the handler only when the previous one has been answered. Bodies may b
 shape, and the connection is closed after them. Idle connections are closed after ``keepalive`` seconds.
 
 A body whose Content-Length exceeds ``spool_above`` (decided when the headers are complete, so small requests pay
-nothing) is written to a file in ``spool_dir`` as it arrives instead of being held: the handler gets it as
+nothing) is written to a file in ``spool_dir`` as it arrives instead of being held; a chunked one goes to a file once
+it has grown past ``spool_above``, with what it held until then. The handler gets it as
 ``request.spooled``, and the file is removed once the request is answered. ``request.stream`` answers with a body
 read from chunks, written as the client takes them.
 """
@@ -231,7 +232,7 @@ class _Connection(asyncio.Protocol):
                 raise _TooLarge
             spool_dir = self._server.spool_dir
             if spool_dir is not None and int(length) > self._server.spool_above:
-                self._spool = (spool_dir / f"{os.getpid()}.{uuid.uuid4().hex}.body").open("wb")
+                self._spool = self._open_spool(spool_dir)
         if self._headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
@@ -243,6 +244,14 @@ class _Connection(asyncio.Protocol):
             self._spool.write(body)
         else:
             self._body.append(body)
+            if self._body_size > self._server.spool_above and self._server.spool_dir is not None:
+                self._spool = self._open_spool(self._server.spool_dir)  # a chunked body grown large
+                self._spool.writelines(self._body)
+                self._body = []
+
+    @staticmethod
+    def _open_spool(spool_dir: Path) -> IO[bytes]:
+        return (spool_dir / f"{os.getpid()}.{uuid.uuid4().hex}.body").open("wb")
 
     def on_message_complete(self) -> None:
         url = self._url
