@@ -93,6 +93,34 @@ def test_a_large_chunked_body_is_offloaded_through_a_file(client: HermesClient, 
     assert bson.decode(stored.content)["message"] == body
 
 
+def test_a_large_avro_message_is_validated_encoded_and_offloaded(
+    client: HermesClient, hermes: InProcessHermes, subscriber: SubscriberServer
+) -> None:
+    schema = {
+        "type": "record",
+        "name": "Big",
+        "fields": [{"name": "n", "type": "int"}, {"name": "text", "type": "string"}],
+    }
+    topic = client.create_topic(contentType="AVRO", schema=schema, maxMessageSize=1024)
+    client.create_subscription(topic, subscriber.url + "avro", contentType="AVRO")
+    client.create_subscription(topic, subscriber.url + "json")
+    record = {"n": 7, "text": "t" * 5000}
+    refused = client.publish(topic, orjson.dumps({"n": "seven", "text": "t" * 5000}))
+    assert refused.status_code == 400 and refused.json()["message"].startswith("Big.n")  # checked first
+    published = client.publish(topic, orjson.dumps(record))
+    assert published.status_code == 201, published.text
+    message_id = published.headers["Hermes-Message-Id"]
+
+    received = {r.path: r for r in subscriber.wait_for(2, timeout=60)}
+    assert orjson.loads(received["/json"].body) == record
+    avro = received["/avro"]
+    assert avro.headers["Content-Type"] == "avro/binary" and avro.headers["Schema-Version"] == "1"
+    assert avro.body == b"\x0e" + b"\x90\x4e" + b"t" * 5000  # zigzag varints: 7, then the string's length 5000
+    stored = bson.decode(httpx.get(f"{hermes.frontend_url}/offload/msg/{message_id}", timeout=60).content)
+    assert stored["message"] == avro.body  # Kafka clients find the Avro binary, with its schema version header
+    assert dict(map(tuple, stored["headers"]))["hermes-schema-version"] == b"1"
+
+
 def test_a_body_over_the_offload_limit_is_413(client: HermesClient) -> None:
     topic = client.create_topic()
     response = client.publish(topic, b"x" * (LIMIT + 1))

@@ -113,15 +113,15 @@ class Publisher:
     ) -> None:
         """Raises what is wrong with the message; otherwise produces it, and ``answer`` gets the outcome.
         ``headers`` are the request's, keyed by lower-case name. A spooled body is read into memory only when it
-        goes to Kafka itself (or must be validated)."""
-        if isinstance(body, SpooledBody):
-            if body.size > topic.max_message_size:
+        goes to Kafka itself (or must be validated, or is Avro)."""
+        size = body.size if isinstance(body, SpooledBody) else len(body)
+        if size > topic.max_message_size:
+            self._offload_limit(topic, size)
+            if topic.content_type is ContentType.JSON:
                 self._publish_large(topic, message_id, body, headers, answer)
                 return
+        if isinstance(body, SpooledBody):  # an Avro one too: it is checked against its schema and encoded
             body = body.read()
-        elif len(body) > topic.max_message_size:
-            self._publish_large(topic, message_id, body, headers, answer)
-            return
         if topic.content_type is ContentType.JSON:
             if topic.json_validation_enabled:
                 _check_json(topic, body, headers.get("content-type", ""))
@@ -154,44 +154,57 @@ class Publisher:
                 raise ValidationError("must be a schema version number", field)
             version, schema = await self._schemas.get(topic.name, int(requested) if requested else None, field)
             value = _AVRO_ENCODERS[body_as](schema, body)
+            if len(value) > topic.max_message_size:  # offloaded as encoded, Avro binary like any Avro message
+                self._offload_limit(topic, len(value))
+                await self._offload(topic, message_id, value, version, headers, answer)
+                return
         except HermesError as exc:
             answer(exc)
             return
         self._produce(topic, message_id, value, version, headers, answer)
 
-    def _publish_large(
-        self, topic: Topic, message_id: str, body: bytes | SpooledBody, headers: Mapping[str, str], answer: Answer
-    ) -> None:
-        """A body over the topic's maxMessageSize: offloaded (stored beside Kafka, a placeholder produced in its
-        place) when the offload limit allows, else refused."""
-        offloader = self._offloader
-        size = body.size if isinstance(body, SpooledBody) else len(body)
-        limit = 0 if offloader is None else offloader.limit_of(topic)
-        if offloader is None or topic.content_type is not ContentType.JSON or size > limit:
-            beyond = f" and the offload limit {limit}" if offloader is not None else ""
+    def _offload_limit(self, topic: Topic, size: int) -> None:
+        """Raises 413 for a body over the topic's maxMessageSize that cannot be offloaded either."""
+        limit = 0 if self._offloader is None else self._offloader.limit_of(topic)
+        if size > limit:
+            beyond = f" and the offload limit {limit}" if self._offloader is not None else ""
             raise PayloadTooLarge(
                 f"Message size {size} exceeds the topic's maxMessageSize {topic.max_message_size}{beyond}"
             )
+
+    def _publish_large(
+        self, topic: Topic, message_id: str, body: bytes | SpooledBody, headers: Mapping[str, str], answer: Answer
+    ) -> None:
+        """A JSON body over the topic's maxMessageSize and within the offload limit: offloaded."""
         if topic.json_validation_enabled:  # validation needs the body whole: a spooled one is read once for it
             _check_json(topic, body.read() if isinstance(body, SpooledBody) else body, headers.get("content-type", ""))
-
-        async def offload() -> None:
-            try:
-                placeholder = await offloader.store(
-                    topic.qualified_name,
-                    message_id,
-                    body,
-                    self._record_headers(message_id, None, headers),
-                    _key(headers),
-                )
-            except HermesError as exc:
-                answer(exc)
-                return
-            self._produce(topic, message_id, placeholder, None, headers, answer, offloaded=True)
-
-        task = asyncio.get_running_loop().create_task(offload())
+        task = asyncio.get_running_loop().create_task(self._offload(topic, message_id, body, None, headers, answer))
         self._avro_tasks.add(task)
         task.add_done_callback(self._avro_tasks.discard)
+
+    async def _offload(
+        self,
+        topic: Topic,
+        message_id: str,
+        body: bytes | SpooledBody,
+        schema_version: int | None,
+        headers: Mapping[str, str],
+        answer: Answer,
+    ) -> None:
+        """Stores the message beside Kafka and produces its placeholder in its place."""
+        assert self._offloader is not None
+        try:
+            placeholder = await self._offloader.store(
+                topic.qualified_name,
+                message_id,
+                body,
+                self._record_headers(message_id, schema_version, headers),
+                _key(headers),
+            )
+        except HermesError as exc:
+            answer(exc)
+            return
+        self._produce(topic, message_id, placeholder, schema_version, headers, answer, offloaded=True)
 
     def _record_headers(
         self, message_id: str, schema_version: int | None, headers: Mapping[str, str]
