@@ -61,6 +61,15 @@ def test_a_kafka_scram_user_uploads_and_downloads(client: HermesClient, hermes: 
     assert bson.decode(download.content)["message"] == b"large"
 
 
+def test_an_upload_is_a_publish_the_topics_auth_decides(client: HermesClient, hermes: InProcessHermes) -> None:
+    topic = client.create_topic(auth={"enabled": True, "publishers": ["alice"], "unauthenticatedAccessEnabled": False})
+    upload = f"{hermes.frontend_url}/offload/topic/{topic}+oversized"
+    document = bson.encode({"message": b"large"})
+    assert scram_request("POST", upload, "alice", "alice-secret", document).status_code == 201
+    refused = scram_request("POST", upload, "bob", "bob-secret", document)
+    assert (refused.status_code, refused.json()) == (403, {"message": "Permission denied.", "code": "AUTH_ERROR"})
+
+
 def test_anyone_else_is_refused(client: HermesClient, hermes: InProcessHermes) -> None:
     url = f"{hermes.frontend_url}/offload/msg/{uuid.uuid4()}"
     anonymous = httpx.get(url)

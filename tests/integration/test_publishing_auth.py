@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import bson
 import pytest
 
 from hermes.bench.zookeeper import ZookeeperServer
@@ -124,6 +125,21 @@ def test_wrong_credentials_are_a_401_even_where_anyone_may_publish(rig: Rig) -> 
         assert response.json()["code"] == "UNAUTHORIZED"
         assert response.headers["WWW-Authenticate"] == 'Basic realm="hermes"'
     assert rig.client.publish(f"{topic}-missing", BODY, basic("alice")).status_code == 404
+
+
+def test_an_offload_upload_is_a_publish_the_topics_auth_decides(rig: Rig) -> None:
+    """Kafka clients' uploads of large messages to the offload service, with the publishing port's credentials."""
+    client = rig.client
+    document = bson.encode({"message": b"large"})
+    topics = [(topic_with(client, **auth), alice, guest) for auth, alice, guest in CASES]
+    for topic, alice_may, guest_may in topics:
+        upload = f"/offload/topic/{topic}+oversized"
+        as_alice = client.frontend.post(upload, content=document, headers=basic("alice"))
+        as_guest = client.frontend.post(upload, content=document)
+        for response, may in ((as_alice, alice_may), (as_guest, guest_may)):
+            assert response.status_code == (201 if may else 403), (topic, response.text)
+    anonymous = rig.strict.frontend.post(f"/offload/topic/{topics[0][0]}+oversized", content=document)
+    assert anonymous.status_code == 401 and anonymous.headers["WWW-Authenticate"] == 'Basic realm="hermes"'
 
 
 def test_required_authentication_turns_callers_without_credentials_away(rig: Rig) -> None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Final
 
 from hermes.domain.topic import Topic
-from hermes.errors import PublishingForbidden, Unauthorized
-from hermes.security.authenticator import Authenticator, Principal
+from hermes.errors import HermesError, PublishingForbidden, TooManyFailedLogins, Unauthorized
+from hermes.security.authenticator import Authenticator, Principal, challenge
 
 
 class Unchecked:
@@ -52,9 +52,20 @@ class PublishAccess:
         return await self.authenticator.authenticate(authorization, client)
 
     def check(self, topic: Topic, caller: Caller) -> None:
+        self.check_name(topic, None if caller is None else caller.name)
+
+    @staticmethod
+    def check_name(topic: Topic, name: str | None) -> None:
+        """The topic's ``auth`` for a caller of that name (None: without credentials)."""
         auth = topic.auth
         if not auth.enabled:
             return
-        allowed = auth.unauthenticated_access_enabled if caller is None else caller.name in auth.publishers
+        allowed = auth.unauthenticated_access_enabled if name is None else name in auth.publishers
         if not allowed:
             raise PublishingForbidden("Permission denied.")
+
+    def challenge(self, error: HermesError) -> tuple[tuple[str, str], ...]:
+        """The headers of a refused authentication: how to authenticate, or when to try again."""
+        if isinstance(error, Unauthorized | TooManyFailedLogins):
+            return tuple(challenge(error, self.methods).items())
+        return ()

@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hermes.domain.message import MESSAGE_ID_HEADER, new_message_id
 from hermes.domain.topic import Topic
-from hermes.errors import HermesError, TooManyFailedLogins, TopicNotFound, Unauthorized
+from hermes.errors import HermesError, TopicNotFound
 from hermes.frontend.access import Caller, PublishAccess, Unchecked
 from hermes.frontend.openapi import DOCUMENT_JSON
 from hermes.frontend.publish_metrics import PUBLISH_REQUESTS, PublishedCounter
@@ -24,7 +24,6 @@ from hermes.frontend.readiness import Readiness
 from hermes.http.lean import Handler, Request, error_body
 from hermes.metadata.cache import MetadataCache
 from hermes.offload import OFFLOAD_PREFIX
-from hermes.security.authenticator import challenge
 
 log = logging.getLogger(__name__)
 
@@ -161,8 +160,7 @@ class PublishingApi:
             request.respond(status, headers)
         elif isinstance(outcome, HermesError):
             status = outcome.status
-            if isinstance(outcome, Unauthorized | TooManyFailedLogins):
-                headers += tuple(challenge(outcome, self._access.methods).items())
+            headers += self._access.challenge(outcome)
             request.respond(status, headers, body=orjson.dumps(outcome.to_body()), content_type=JSON)
         else:
             status = 500

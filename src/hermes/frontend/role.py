@@ -118,7 +118,12 @@ class Frontend:
         self._exit.push_async_callback(readiness.stop)
         access = PublishAccess(self._security.authenticator, settings.publish_authentication == "required")
         offload = OffloadApi(
-            store, self._cache, TopicLookup(self._cache), settings.offload_max_message_size, self._offload_scram()
+            store,
+            self._cache,
+            TopicLookup(self._cache),
+            settings.offload_max_message_size,
+            access,
+            self._offload_scram(),
         )
         if self._worker and SharedMetrics.enabled():
             shared = SharedMetrics(journal)

@@ -1,6 +1,11 @@
 """The offload service on the publishing port: ``POST /offload/topic/{topic}+oversized`` stores a BSON document
 ``{message, headers, key}`` (201), ``GET /offload/msg/{id}`` answers it again (200) or 404 once it is unknown,
-expired with its topic's retention or deleted with its topic."""
+expired with its topic's retention or deleted with its topic.
+
+An upload is a publish to its topic: the topic's ``auth`` decides as for the publishing API. The caller is the
+SCRAM user when the service signs users in by SCRAM (the broker's Kafka users), else whoever the publishing port's
+credentials name (none: a caller without credentials). A download needs only the service's own authentication, as
+reading the Kafka topic does."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from urllib.parse import unquote
 import orjson
 
 from hermes.errors import HermesError, OffloadedMessageNotFound
+from hermes.frontend.access import PublishAccess
 from hermes.frontend.app import TopicLookup
 from hermes.http.lean import Request, error_body
 from hermes.metadata.cache import MetadataCache
@@ -42,9 +48,11 @@ class OffloadApi:
         cache: MetadataCache,
         topics: TopicLookup,
         max_message_size: int,
+        access: PublishAccess,
         scram: HttpScram | None = None,
     ) -> None:
         self._scram = scram  # None: anonymous, as the broker is
+        self._access = access
         self._store = store
         self._cache = cache
         self._topics = topics
@@ -54,18 +62,19 @@ class OffloadApi:
     def __call__(self, request: Request) -> None:
         path = unquote(request.path)
         signed_in: tuple[tuple[str, str], ...] = ()
+        user = None
         if self._scram is not None:
             verdict = self._scram.authenticate(request.headers.get("authorization"))
             if verdict.user is None:
                 problem = verdict.problem or "SCRAM exchange in progress"
                 request.respond(401, verdict.headers, body=error_body(problem, "UNAUTHORIZED"), content_type=_JSON)
                 return
-            signed_in = verdict.headers
+            signed_in, user = verdict.headers, verdict.user
         if path.startswith(_UPLOAD) and path.endswith(_OVERSIZED):
             if request.method != "POST":
                 _not_allowed(request, "POST")
             else:
-                self._spawn(self._upload(request, path[len(_UPLOAD) : -len(_OVERSIZED)], signed_in))
+                self._spawn(self._upload(request, path[len(_UPLOAD) : -len(_OVERSIZED)], user, signed_in))
         elif path.startswith(_DOWNLOAD):
             if request.method not in ("GET", "HEAD"):
                 _not_allowed(request, "GET,HEAD")
@@ -79,15 +88,21 @@ class OffloadApi:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _upload(self, request: Request, name: str, signed_in: tuple[tuple[str, str], ...]) -> None:
+    async def _upload(
+        self, request: Request, name: str, user: str | None, signed_in: tuple[tuple[str, str], ...]
+    ) -> None:
         try:
+            if user is None:
+                caller = await self._access.identify(request.headers.get("authorization"), request.client)
+                user = None if caller is None else caller.name
             topic = await self._topics.get(name)
+            self._access.check_name(topic, user)
             # a spooled document is read once, to be checked (BSON has no streaming decoder here)
             document = request.body if request.spooled is None else await asyncio.to_thread(request.spooled.read)
             upload = check_upload(document, offload_limit(topic, self._max_size))
             await asyncio.to_thread(self._store.put, topic.qualified_name, upload.message_id, (document,))
         except HermesError as exc:
-            _error(request, exc)
+            _error(request, exc, signed_in + self._access.challenge(exc))
             return
         except Exception as exc:
             log.exception("storing an offloaded message for %s failed", name)
@@ -101,7 +116,7 @@ class OffloadApi:
             chunks = self._store.read(info)
             first = await asyncio.to_thread(next, chunks, b"")  # a blob gone meanwhile is a 404, not a short body
         except HermesError as exc:
-            _error(request, exc)
+            _error(request, exc, signed_in)
             return
         except Exception as exc:
             log.exception("reading offloaded message %s failed", text)
@@ -130,9 +145,9 @@ async def _in_thread(first: bytes, chunks: Iterator[bytes]) -> AsyncIterator[byt
         yield chunk
 
 
-def _error(request: Request, exc: Exception) -> None:
+def _error(request: Request, exc: Exception, headers: tuple[tuple[str, str], ...] = ()) -> None:
     if isinstance(exc, HermesError):
-        request.respond(exc.status, body=orjson.dumps(exc.to_body()), content_type=_JSON)
+        request.respond(exc.status, headers, body=orjson.dumps(exc.to_body()), content_type=_JSON)
     else:
         request.respond(500, body=error_body("internal error", "INTERNAL_ERROR"), content_type=_JSON)
 
