@@ -1,6 +1,7 @@
 """Scenario 5, the offloaded part: one message far over its topic's maxMessageSize (100 MB by default), stored
-beside Kafka and fetched back by the consumers; publish and delivery time beside a raw POST of the same body, and
-the peak resident memory of the frontend and consumers processes while it passed, against 1.5x the message.
+beside Kafka and fetched back by the consumers for a SERIAL and a BATCH subscription at once; publish and delivery
+time beside a raw POST of the same body, and the peak resident memory of the frontend and consumers processes while
+it passed, against 1.5x the message.
 
 Run alone: ``python -m hermes.bench.offloaded [bytes]`` (starts its own broker and role processes)."""
 
@@ -28,7 +29,10 @@ _ROLES = ("frontend", "consumers")
 async def offloaded_message(system: System, sink: Sink, api: Management, size: int = SIZE) -> dict[str, Any]:
     topic = await api.topic("benchl", "offloaded")  # maxMessageSize at its default: the body is offloaded
     await api.subscription(topic, "offloaded", sink.url("offloaded"))
-    if not await warm_up(system.frontend, topic, sink, ["offloaded"]):
+    # batchVolume below the message: it goes in a batch of its own, streamed between the array's brackets
+    batch = {"batchSize": 10, "batchTime": 100, "batchVolume": 1024 * 1024, "requestTimeout": 60_000}
+    await api.batch_subscription(topic, "offloaded-batch", sink.url("offloaded-batch"), **batch)
+    if not await warm_up(system.frontend, topic, sink, ["offloaded", "offloaded-batch"]):
         return {"error": "the subscription never started receiving", "void": True}
     body = json_body(size)
     pids = {role: system.processes[role].pid for role in _ROLES}
@@ -43,6 +47,8 @@ async def offloaded_message(system: System, sink: Sink, api: Management, size: i
         published = time.monotonic() - started
         delivered = await sink.wait_for("offloaded", 1, 600)
         delivery = sink.arrivals["offloaded"][-1][1] - started if delivered else None
+        batched = await sink.wait_for("offloaded-batch", 1, 600)
+        batch_delivery = sink.arrivals["offloaded-batch"][-1][1] - started if batched else None
         after = {role: memory_kib(pid) for role, pid in pids.items()}
         started = time.monotonic()
         async with session.post(sink.url("raw"), data=body, headers=JSON_HEADERS) as r:
@@ -50,14 +56,16 @@ async def offloaded_message(system: System, sink: Sink, api: Management, size: i
         raw = time.monotonic() - started
     sink.arrivals.pop("raw", None)
     await api.remove_subscription(topic, "offloaded")
+    await api.remove_subscription(topic, "offloaded-batch")
     bound_kib = int(size * 1.5 / 1024)
     return {
         "bytes": size,
         "status": status,
         "publish_s": round(published, 2),
         "delivery_s": None if delivery is None else round(delivery, 2),
+        "batch_delivery_s": None if batch_delivery is None else round(batch_delivery, 2),
         "raw_post_s": round(raw, 2),
-        "void": not delivered,
+        "void": not (delivered and batched),
         "memory_kib": {
             role: {
                 "rss_before": before[role].get("VmRSS", 0),

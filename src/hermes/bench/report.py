@@ -138,7 +138,8 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
             lines += [
                 "",
                 f"Offloaded, {off['bytes']:,} bytes (status {off['status']}): publish {off['publish_s']} s, "
-                f"publish-to-delivery {off['delivery_s']} s, raw POST {off['raw_post_s']} s; peak RSS while it "
+                f"publish-to-delivery {off['delivery_s']} s (SERIAL), {off.get('batch_delivery_s')} s (BATCH), "
+                f"raw POST {off['raw_post_s']} s; peak RSS while it "
                 f"passed: frontend {mem['frontend']['peak'] / 1024:.0f} MiB "
                 f"(+{mem['frontend']['peak_over_before'] / 1024:.0f} over its RSS before), consumers "
                 f"{mem['consumers']['peak'] / 1024:.0f} MiB (+{mem['consumers']['peak_over_before'] / 1024:.0f}); "

@@ -180,6 +180,10 @@ class Management:
         }
         await self._call("POST", f"/topics/{topic}/subscriptions", body)
 
+    async def batch_subscription(self, topic: str, name: str, endpoint: str, **policy: Any) -> None:
+        body = {"name": name, "endpoint": endpoint, "deliveryType": "BATCH", "subscriptionPolicy": policy}
+        await self._call("POST", f"/topics/{topic}/subscriptions", body)
+
     async def state(self, topic: str, name: str, state: str) -> None:
         await self._call("PUT", f"/topics/{topic}/subscriptions/{name}/state", state)
 
