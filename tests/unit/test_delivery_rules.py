@@ -3,6 +3,7 @@ import time
 
 import pytest
 
+from hermes.consumers.batch import Batch
 from hermes.consumers.rate import AdaptiveRateLimiter, RateMode, RateSettings
 from hermes.consumers.retry import Backoff
 from hermes.consumers.sender.result import SendResult, judge
@@ -129,3 +130,14 @@ def test_waiters_queue_for_the_rate_and_each_slot_wakes_one() -> None:
     elapsed = asyncio.run(retries())
     assert elapsed >= 39 / 200 * 0.95, "the rate holds"
     assert CountingLimiter.checks < 3 * 40, f"{CountingLimiter.checks} wake-ups for 40 slots: a thundering herd"
+
+
+def test_a_batch_keeps_only_its_pending_messages_with_their_generations_bodies_and_volume() -> None:
+    batch = Batch(started=0.0)
+    for offset, body in enumerate((b'{"a":1}', b'{"bb":22}', b'{"c":3}')):
+        batch.add(Message("t", 0, offset, f"id{offset}", body, 0), offset + 10, body)
+    assert [m.message_id for m in batch.keep([True, False, True])] == ["id1"]
+    assert [m.message_id for m in batch.messages] == ["id0", "id2"]
+    assert batch.generations == [10, 12]
+    assert batch.body == b'[{"a":1},{"c":3}]'
+    assert batch.volume == len(b'{"a":1}') + len(b'{"c":3}')

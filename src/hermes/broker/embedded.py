@@ -65,6 +65,10 @@ logger.server.name = kafka.server.KafkaRaftServer
 logger.server.level = INFO
 """
 _JVM_OPTIONS = [
+    # C1 only: C2 compiled the broker's hot paths for the first minutes under load, at 20-33 µs of CPU per publish
+    # (as much as the broker's own request handling), on the same cores as Hermes; C1's code serves a single
+    # node's produce and fetch requests no slower here (see docs/benchmarks.md)
+    "-XX:TieredStopAtLevel=1",
     "-XX:+UseG1GC",
     "-XX:MaxGCPauseMillis=20",
     "-XX:InitiatingHeapOccupancyPercent=35",

@@ -2,11 +2,11 @@
 
 A batch is sent when it holds ``batchSize`` messages, its bodies reach ``batchVolume`` bytes, or ``batchTime``
 ms passed since its first message, whichever comes first. One batch is in flight at a time, so batches (and
-the messages of every partition) arrive in order. A batch is retried as a whole with the batch policy; its
-offsets are finished only when it was delivered or discarded. A single message larger than ``batchVolume``
-is sent alone rather than dropped. Messages of Avro topics are filtered as records and sent as JSON. An offloaded
-message's body is streamed into the batch from its file; when the body budget has no room for the next one, the
-batch goes as it is (its own bodies may be what fills the budget).
+the messages of every partition) arrive in order; the next one is collected meanwhile. A batch is retried as a
+whole with the batch policy; its offsets are finished only when it was delivered or discarded. A single message
+larger than ``batchVolume`` is sent alone rather than dropped. Messages of Avro topics are filtered as records
+and sent as JSON. An offloaded message's body is streamed into the batch from its file; when the body budget has
+no room for the next one, the batch goes as it is (its own bodies may be what fills the budget).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import asyncio
 import functools
 import logging
 import time
-import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -26,7 +25,7 @@ from hermes.consumers.delivery import Delivery
 from hermes.consumers.receiver import Limits, MessageReceiver
 from hermes.consumers.retry import retry_until_ttl
 from hermes.consumers.sender.result import SendResult
-from hermes.domain.message import BATCH_ID_HEADER, MESSAGE_ID_HEADER, Message
+from hermes.domain.message import BATCH_ID_HEADER, MESSAGE_ID_HEADER, Message, new_message_id
 from hermes.domain.subscription import Subscription
 from hermes.domain.trace import TraceStatus
 from hermes.http.streamed import Body, FileRegion, StreamedBody
@@ -48,7 +47,19 @@ class Batch:
         self.messages.append(message)
         self.generations.append(generation)
         self.bodies.append(body)
-        self.volume += body.size if isinstance(body, StreamedBody) else len(body)
+        self.volume += _size(body)
+
+    def keep(self, pending: list[bool]) -> list[Message]:
+        """Drops the messages that are no longer ``pending``; returns them."""
+        if all(pending):
+            return []
+        dropped = [message for message, still in zip(self.messages, pending, strict=True) if not still]
+        kept = [i for i, still in enumerate(pending) if still]
+        self.messages = [self.messages[i] for i in kept]
+        self.generations = [self.generations[i] for i in kept]
+        self.bodies = [self.bodies[i] for i in kept]
+        self.volume = sum(map(_size, self.bodies))
+        return dropped
 
     @property
     def body(self) -> Body:
@@ -72,6 +83,7 @@ class BatchConsumer:
         self._arrived: deque[tuple[Message, int]] = deque()
         self._more = asyncio.Event()  # set when messages arrive
         self._batcher: asyncio.Task[None] | None = None
+        self._delivered_at = 0.0  # when the last batch was done with (monotonic)
 
     def start(self) -> None:
         self._receiver.start(self)
@@ -108,14 +120,30 @@ class BatchConsumer:
     # --- batches ---
 
     async def _run_batches(self) -> None:
-        while True:
-            batch = await self._collect()
-            try:
+        # The next batch is collected while the previous one is sent: the per-message work of collecting
+        # overlaps the request. One batch is in flight at a time, so batches keep their order.
+        sending: asyncio.Task[None] | None = None
+        batch: Batch | None = None
+        try:
+            while True:
+                batch = await self._collect()
+                if sending is not None:
+                    await sending
+                    sending = None
+                    # what a retransmission or a revocation voided during that send is dropped, as in _collect
+                    self._delivery.finished(batch.keep(self._receiver.pending_all(batch.messages, batch.generations)))
+                    # its messageTtl counts from when it could be sent first, as if collected only then
+                    batch.started = max(batch.started, self._delivered_at)
                 if batch.messages:
                     self._delivery.traces(batch.messages, TraceStatus.INFLIGHT)
-                    await self._deliver(batch)
-            finally:
+                    sending = asyncio.create_task(self._deliver(batch), name=f"batch-{self._delivery.name}")
+                batch = None
+        finally:
+            if batch is not None:  # collected, not sent
                 self._delivery.finished(batch.messages)
+            if sending is not None:
+                sending.cancel()
+                await asyncio.wait([sending])
 
     async def _collect(self) -> Batch:
         batch = Batch(time.monotonic())
@@ -146,7 +174,7 @@ class BatchConsumer:
                 self._receiver.wake()
                 continue
             body, _, _ = delivery.context.content.body(delivery.subscription, message, schema)
-            size = body.size if isinstance(body, StreamedBody) else len(body)
+            size = _size(body)
             if batch.messages and batch.volume + size > policy.batch_volume:
                 self._arrived.appendleft((message, generation))  # starts the next batch, resolved already
                 return batch
@@ -170,10 +198,14 @@ class BatchConsumer:
         return True
 
     async def _deliver(self, batch: Batch) -> None:
-        send = functools.partial(self._send, batch, str(uuid.uuid4()))
-        await retry_until_ttl(self._delivery, batch.messages, batch.started, send, paced=False)
-        self._receiver.finish_all(batch.messages, batch.generations)
-        self._receiver.wake()
+        try:
+            send = functools.partial(self._send, batch, new_message_id())
+            await retry_until_ttl(self._delivery, batch.messages, batch.started, send, paced=False)
+            self._receiver.finish_all(batch.messages, batch.generations)
+            self._receiver.wake()
+            self._delivered_at = time.monotonic()
+        finally:
+            self._delivery.finished(batch.messages)  # its stored bodies' room is free for the next batch
 
     async def _send(
         self, batch: Batch, batch_id: str, subscription: Subscription, url: str, retries: int
@@ -185,3 +217,7 @@ class BatchConsumer:
         return await self._delivery.context.sender.send(
             subscription, url, batch.body, headers, subscription.batch_policy.request_timeout
         )
+
+
+def _size(body: Body) -> int:
+    return body.size if isinstance(body, StreamedBody) else len(body)

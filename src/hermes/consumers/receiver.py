@@ -116,6 +116,15 @@ class MessageReceiver:
                 (message.topic, message.partition), message.offset
             )
 
+    def pending_all(self, messages: list[Message], generations: list[int]) -> list[bool]:
+        """``pending`` of each message, under one lock."""
+        with self._lock:
+            current, tracker = self.generation, self._tracker
+            return [
+                generation == current and tracker.pending((message.topic, message.partition), message.offset)
+                for message, generation in zip(messages, generations, strict=True)
+            ]
+
     def finish(self, message: Message, generation: int) -> None:
         with self._lock:
             if generation == self.generation:
