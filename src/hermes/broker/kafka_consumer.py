@@ -16,7 +16,9 @@ from hermes.errors import BrokerUnavailable
 log = logging.getLogger(__name__)
 
 PartitionOffsets = Mapping[tuple[str, int], int]
-AssignmentListener = Callable[[list[tuple[str, int]]], None]
+# Called, during a poll, with the partitions about to go to another member (or lost), while offsets of theirs may
+# still be committed.
+RevocationListener = Callable[[list[tuple[str, int]]], None]
 
 
 def to_message(record: Any) -> Message:
@@ -61,8 +63,7 @@ class BrokerConsumer:
         session_timeout_ms: int = 6000,
         fetch_wait_ms: int = 500,
         auto_offset_reset: str = "earliest",  # no committed offset (a new partition, a wiped cluster): from the start
-        on_assign: AssignmentListener | None = None,
-        on_revoke: AssignmentListener | None = None,
+        on_revoke: RevocationListener | None = None,
         **overrides: Any,
     ) -> None:
         self.group_id = group_id
@@ -75,6 +76,9 @@ class BrokerConsumer:
                     "session.timeout.ms": session_timeout_ms,
                     "heartbeat.interval.ms": max(500, session_timeout_ms // 5),
                     "enable.partition.eof": False,
+                    # a member joining or leaving moves only the partitions that change hands; the others are
+                    # read on without a pause and without going back to their last commit
+                    "partition.assignment.strategy": "cooperative-sticky",
                     "fetch.wait.max.ms": fetch_wait_ms,
                     "queued.max.messages.kbytes": 8192,  # the prefetch bound per consumer (librdkafka: 64 MiB)
                     # once that bound is reached, fetching resumes this soon after the queue drains (librdkafka's
@@ -86,19 +90,14 @@ class BrokerConsumer:
                 }
             )
         )
-        self._on_assign = on_assign
         self._on_revoke = on_revoke
 
     def subscribe(self, topics: Iterable[str]) -> None:
-        def assigned(_: Any, partitions: list[TopicPartition]) -> None:
-            if self._on_assign:
-                self._on_assign([(p.topic, p.partition) for p in partitions])
-
         def revoked(_: Any, partitions: list[TopicPartition]) -> None:
             if self._on_revoke:
                 self._on_revoke([(p.topic, p.partition) for p in partitions])
 
-        self._consumer.subscribe(list(topics), on_assign=assigned, on_revoke=revoked)
+        self._consumer.subscribe(list(topics), on_revoke=revoked)
 
     def assign(self, offsets: PartitionOffsets) -> None:
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])

@@ -155,7 +155,7 @@ class BatchConsumer:
             if not self._arrived and not await self._more_for(batch):
                 return batch
             message, generation = self._arrived.popleft()
-            if not self._receiver.pending(message, generation):
+            if not self._receiver.take(message, generation):
                 delivery.finished([message])  # one put back resolved may hold a stored body
                 continue  # read before a retransmission moved the group, or its partition was revoked
             resolved = await delivery.resolve(message, wait=not batch.messages)

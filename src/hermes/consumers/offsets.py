@@ -8,7 +8,8 @@ Partition = tuple[str, int]
 
 
 class OffsetTracker:
-    """Per partition, the offsets read but not yet finished (delivered, discarded or filtered).
+    """Per partition, the offsets read but not yet finished (delivered, discarded or filtered), and of those the
+    ones whose delivery started (the rest wait in a read-ahead).
 
     The committable offset of a partition is the lowest unfinished offset, or one past the highest
     finished offset when nothing is unfinished: committing it can never skip an unfinished message.
@@ -16,6 +17,7 @@ class OffsetTracker:
 
     def __init__(self) -> None:
         self._inflight: dict[Partition, set[int]] = {}
+        self._started: dict[Partition, set[int]] = {}
         self._next: dict[Partition, int] = {}
         self._committed: dict[Partition, int] = {}
 
@@ -23,8 +25,15 @@ class OffsetTracker:
         self._inflight.setdefault(partition, set()).add(offset)
         self._next[partition] = max(self._next.get(partition, 0), offset + 1)
 
+    def start(self, partition: Partition, offset: int) -> None:
+        self._started.setdefault(partition, set()).add(offset)
+
+    def is_started(self, partition: Partition, offset: int) -> bool:
+        return offset in self._started.get(partition, ())
+
     def finish(self, partition: Partition, offset: int) -> None:
         self._inflight.get(partition, set()).discard(offset)
+        self._started.get(partition, set()).discard(offset)
 
     def pending(self, partition: Partition, offset: int) -> bool:
         """Whether ``offset`` was read and is not finished (false once its partition was forgotten)."""
@@ -32,6 +41,10 @@ class OffsetTracker:
 
     def partitions(self) -> set[Partition]:
         return set(self._next) | set(self._inflight)
+
+    def started(self, partitions: Iterable[Partition]) -> int:
+        """Deliveries under way in ``partitions``."""
+        return sum(len(self._started.get(p, ())) for p in partitions)
 
     def inflight(self) -> int:
         return sum(len(s) for s in self._inflight.values())
@@ -52,5 +65,6 @@ class OffsetTracker:
     def forget(self, partitions: Iterable[Partition]) -> None:
         for partition in partitions:
             self._inflight.pop(partition, None)
+            self._started.pop(partition, None)
             self._next.pop(partition, None)
             self._committed.pop(partition, None)

@@ -7,6 +7,10 @@ through ``Flow`` how much may be read. A message counts as unfinished from the m
 finishes it (delivered, discarded or filtered out), so no offset is committed before its message is done. A
 retransmission moves the group to new offsets and starts a new *generation*: messages read before it can no
 longer finish an offset, and the user drops them.
+
+When another member joins the group, only the partitions that move are revoked (cooperative rebalancing): no
+new delivery starts in them, the deliveries under way get a moment to finish, and what is finished is committed
+before the partitions go. The member taking over thus sends again only what was still being delivered.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ log = logging.getLogger(__name__)
 
 # Seconds a receiver may sit at its limit before its partitions are paused (see _read).
 _PAUSE_AFTER = 10.0
+# Seconds a revocation waits for the deliveries under way in the revoked partitions (the whole group's rebalance
+# waits with it; a delivery still unfinished then is sent again by the next member).
+_HANDOVER_WAIT = 3.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +80,8 @@ class MessageReceiver:
         self._on_crash = on_crash
         self._tracker = OffsetTracker()
         self._lock = threading.Lock()  # the tracker and the generation, shared by the thread and the loop
+        self._finished = threading.Condition(self._lock)  # notified when a revoked partition's delivery finishes
+        self._revoking: set[Partition] = set()  # partitions being handed over: nothing new starts in them
         self._stopping = threading.Event()  # no more reading
         self._closing = threading.Event()  # the thread commits and leaves the group
         self._woken = threading.Event()  # room was freed, a seek was asked for, or the receiver is stopping
@@ -92,6 +101,8 @@ class MessageReceiver:
         """Reads no more; what is unfinished may still be finished and is committed by ``close``."""
         self._stopping.set()
         self._woken.set()
+        with self._finished:
+            self._finished.notify_all()  # a handover does not wait for deliveries a stop cuts short
 
     async def close(self) -> None:
         """Commits what is finished and leaves the group."""
@@ -109,12 +120,19 @@ class MessageReceiver:
         self._seek_to = dict(offsets)
         self._woken.set()
 
-    def pending(self, message: Message, generation: int) -> bool:
-        """Whether ``message`` is still to be delivered: not of an older generation nor of a revoked partition."""
+    def take(self, message: Message, generation: int) -> bool:
+        """Whether to deliver ``message`` now (not of an older generation nor of a revoked partition); if so its
+        delivery counts as started."""
+        partition, offset = (message.topic, message.partition), message.offset
         with self._lock:
-            return generation == self.generation and self._tracker.pending(
-                (message.topic, message.partition), message.offset
-            )
+            if generation != self.generation or not self._tracker.pending(partition, offset):
+                return False
+            if self._tracker.is_started(partition, offset):
+                return True  # taken again (a batch's first message, put back when the batch before was full)
+            if partition in self._revoking:
+                return False
+            self._tracker.start(partition, offset)
+            return True
 
     def pending_all(self, messages: list[Message], generations: list[int]) -> list[bool]:
         """``pending`` of each message, under one lock."""
@@ -126,15 +144,15 @@ class MessageReceiver:
             ]
 
     def finish(self, message: Message, generation: int) -> None:
-        with self._lock:
-            if generation == self.generation:
-                self._tracker.finish((message.topic, message.partition), message.offset)
+        self.finish_all([message], [generation])
 
     def finish_all(self, messages: list[Message], generations: list[int]) -> None:
         with self._lock:
             for message, generation in zip(messages, generations, strict=True):
                 if generation == self.generation:
                     self._tracker.finish((message.topic, message.partition), message.offset)
+            if self._revoking:
+                self._finished.notify_all()
 
     def unfinished(self) -> int:
         with self._lock:
@@ -149,7 +167,7 @@ class MessageReceiver:
                 self._group_id,
                 session_timeout_ms=self._context.session_timeout_ms,
                 fetch_wait_ms=self._context.fetch_wait_ms,
-                on_revoke=lambda partitions: self._commit(consumer, only=partitions, forget=True),
+                on_revoke=lambda partitions: self._hand_over(consumer, partitions),
             )
         except Exception as exc:  # e.g. a TLS file that cannot be read
             self._crashed(exc)
@@ -235,6 +253,22 @@ class MessageReceiver:
         self._loop.call_soon_threadsafe(self._flow.moved, self.generation)
         log.info("retransmission of %s from %s", self._name, offsets)
 
+    def _hand_over(self, consumer: BrokerConsumer, partitions: list[Partition]) -> None:
+        """Called by librdkafka (on this thread) when ``partitions`` are revoked, before another member reads them
+        from the offsets committed here."""
+        deadline = time.monotonic() + _HANDOVER_WAIT
+        with self._finished:
+            self._revoking.update(partitions)
+            while (
+                not self._stopping.is_set()
+                and self._tracker.started(partitions)
+                and (left := deadline - time.monotonic()) > 0
+            ):
+                self._finished.wait(left)
+        self._commit(consumer, only=partitions, forget=True)
+        with self._lock:
+            self._revoking.difference_update(partitions)
+
     def _commit(self, consumer: BrokerConsumer, only: list[Partition] | None = None, forget: bool = False) -> None:
         with self._lock:
             offsets = self._tracker.committable()
@@ -244,8 +278,9 @@ class MessageReceiver:
             consumer.commit(offsets)
         except Exception:
             log.warning("committing offsets of %s failed; will retry", self._name, exc_info=True)
-            return
-        with self._lock:
-            self._tracker.mark_committed(offsets)
-            if forget and only is not None:
+        else:
+            with self._lock:
+                self._tracker.mark_committed(offsets)
+        if forget and only is not None:  # revoked: whoever reads them next starts from the last commit
+            with self._lock:
                 self._tracker.forget(only)

@@ -84,7 +84,7 @@ class SerialConsumer:
         limit = self._delivery.subscription.serial_policy.inflight_limit
         while len(self._tasks) < limit and not self._stopping and (item := self.read_ahead.take()):
             message, generation = item
-            if not self._receiver.pending(message, generation):
+            if not self._receiver.take(message, generation):
                 continue
             task = asyncio.create_task(self._deliver(message, generation))
             self._tasks[task] = generation
