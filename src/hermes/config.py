@@ -277,7 +277,9 @@ class Settings(BaseSettings):
         0.8, gt=0, description="CPU load (cores, smoothed) above which a node sheds its heaviest subscription."
     )
     cluster_load_low: float = Field(
-        0.5, gt=0, description="CPU load below which a node may take a subscription moved by load."
+        0.5,
+        gt=0,
+        description="CPU load below which a node may take a subscription moved by load (less than the high one).",
     )
     # --- pipeline: the Spark process (hermes pipeline) and offline storage ---
     pipeline: bool = Field(True, description="`hermes run` also runs the Spark pipeline, as a child process.")
@@ -344,6 +346,13 @@ class Settings(BaseSettings):
     )
 
 
+# Settings whose values must keep an order: (lower, upper, whether they may be equal).
+_ORDERED = (
+    ("cluster_load_low", "cluster_load_high", False),  # the gap between them is what stops moves oscillating
+    ("consumer_restart_backoff", "consumer_restart_backoff_max", True),
+)
+
+
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
@@ -390,10 +399,20 @@ def load_settings(overrides: dict[str, Any] | None = None, config_file: Path | N
         return f"{name} in {path}" if name in file_values else name
 
     try:
-        return _Settings(**flags)
+        settings = _Settings(**flags)
     except PydanticValidationError as exc:
         lines = dict.fromkeys(
             f"{origin(str(error['loc'][0]) if error['loc'] else 'settings')}: {problem(error, Settings.model_fields)}"
             for error in exc.errors()
         )
         raise UsageError("\n".join(lines)) from None
+    disordered = [
+        f"{origin(low)} ({getattr(settings, low):g}) must be {'at most' if equal else 'less than'} "
+        f"{origin(high)} ({getattr(settings, high):g})"
+        for low, high, equal in _ORDERED
+        if getattr(settings, low) > getattr(settings, high)
+        or (not equal and getattr(settings, low) == getattr(settings, high))
+    ]
+    if disordered:
+        raise UsageError("\n".join(disordered))
+    return settings

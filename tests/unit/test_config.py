@@ -56,3 +56,14 @@ def test_an_invalid_secret_is_not_shown() -> None:
     with pytest.raises(UsageError) as raised:
         load_settings({"kafka_sasl_password": 12345})
     assert raised.value.message == "--kafka-sasl-password: must be a string"
+
+
+def test_settings_that_bound_each_other_must_keep_their_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HERMES_CLUSTER_LOAD_HIGH", "0.5")
+    with pytest.raises(UsageError) as raised:
+        load_settings({"consumer_restart_backoff": 90})
+    assert str(raised.value).splitlines() == [
+        "cluster_load_low (0.5) must be less than HERMES_CLUSTER_LOAD_HIGH (0.5)",
+        "--consumer-restart-backoff (90) must be at most consumer_restart_backoff_max (60)",
+    ]
+    assert load_settings({"consumer_restart_backoff": 60, "cluster_load_low": 0.4}).cluster_load_low == 0.4
