@@ -214,7 +214,9 @@ class Hermes:
             if self._distributed:
                 from hermes.cluster.members import consumers_node
 
-                node = consumers_node(settings, self._cluster_store(), self.repository, self._member_address)
+                node = consumers_node(
+                    settings, self._cluster_store(), self.repository, self.cache, self._member_address
+                )
             self.consumers = Consumers(
                 settings, self.connection, self.cache, self.repository, serve_status=alone, node=node, tls=self._tls
             )

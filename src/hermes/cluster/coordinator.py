@@ -5,6 +5,9 @@ joins or leaves, when a subscription or a workload constraint changes, and at ev
 writes it when it changed, with each node's share of every subscription's rate limit (rates.py). When it dies,
 its ZooKeeper session times out, its election znode goes, and the next contender takes over from the
 assignment its predecessor left.
+
+A round reads the subscriptions from the process's metadata cache (kept by the store's change notifications)
+and the workload constraints from the store only after one of them changed, never the whole store each round.
 """
 
 from __future__ import annotations
@@ -13,14 +16,18 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from kazoo.client import KazooState
 
 from hermes.cluster import assignment as algorithm
 from hermes.cluster.rates import split_rate
 from hermes.cluster.registry import CONSUMERS, ClusterStore
+from hermes.domain.names import TopicName
+from hermes.domain.subscription import Subscription
+from hermes.metadata.cache import MetadataCache
 from hermes.metadata.documents import WORKLOAD_CONSTRAINTS
-from hermes.metadata.repository import MetadataChange, MetadataRepository
+from hermes.metadata.repository import MetadataRepository
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +42,18 @@ class CoordinatorSettings:
 
 class Coordinator:
     def __init__(
-        self, store: ClusterStore, repository: MetadataRepository, node_id: str, settings: CoordinatorSettings
+        self,
+        store: ClusterStore,
+        repository: MetadataRepository,
+        cache: MetadataCache,
+        node_id: str,
+        settings: CoordinatorSettings,
     ) -> None:
         self._store = store
         self._repository = repository
+        self._cache = cache
+        self._constraints: dict[str, dict[str, Any]] = {}
+        self._constraints_stale = True  # a workload constraint changed since they were read
         self._node_id = node_id
         self._settings = settings
         self._stop = threading.Event()
@@ -47,6 +62,9 @@ class Coordinator:
         self._thread = threading.Thread(target=self._contend, name="cluster-coordinator", daemon=True)
         self._last_move = 0.0
         self.leading = False
+        # called on the loop once the cache holds the change
+        cache.on_subscription_change(self._on_subscription_change)
+        cache.on_document_change(WORKLOAD_CONSTRAINTS, self._on_constraint_change)
 
     def start(self) -> None:
         self._thread.start()
@@ -73,7 +91,7 @@ class Coordinator:
         log.info("this node (%s) is the consumers' coordinator", self._node_id)
         self.leading = True
         self._last_move = time.monotonic()  # no move by load before the loads were seen for a while
-        unwatch = self._repository.watch(self._on_metadata_change)
+        self._constraints_stale = True
         self._store.watch_members(CONSUMERS, self._wake_up)
         try:
             while not self._stop.is_set() and self._store.client.state == KazooState.CONNECTED:
@@ -85,20 +103,26 @@ class Coordinator:
                 self._wake.clear()
         finally:
             self.leading = False
-            unwatch()
             log.info("this node (%s) is no longer the coordinator", self._node_id)
 
-    def _on_metadata_change(self, change: MetadataChange) -> None:
+    async def _on_subscription_change(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
+        self._wake.set()
+
+    async def _on_constraint_change(self, key: str) -> None:
+        self._constraints_stale = True
         self._wake.set()
 
     def _round(self) -> None:
         members = self._store.members(CONSUMERS)
         loads = {node: float(doc.get("load", {}).get("cpu", 0.0)) for node, doc in members.items()}
         # PENDING ones too: a consumer starting one makes it ACTIVE
-        active = [s for s in self._repository.list_subscriptions() if s.runs]
+        active = [s for s in list(self._cache.subscriptions.values()) if s.runs]
         names = [s.qualified_name.qualified for s in active]
         limits = {s.qualified_name.qualified: float(s.serial_policy.rate) for s in active if not s.is_batch}
-        constraints = self._repository.list_documents(WORKLOAD_CONSTRAINTS)
+        if self._constraints_stale:
+            self._constraints_stale = False  # before reading: a change meanwhile is read at the next round
+            self._constraints = self._repository.list_documents(WORKLOAD_CONSTRAINTS)
+        constraints = self._constraints
         wanted = algorithm.wanted_consumers(names, constraints, self._settings.limits.consumers_per_subscription)
         current, version = self._store.read_assignment()
         new = algorithm.assign(wanted, loads, current, self._settings.limits)

@@ -15,6 +15,7 @@ from hermes.cluster.load import LoadMeter
 from hermes.cluster.node import ConsumersNode
 from hermes.cluster.registry import FRONTENDS, ClusterStore
 from hermes.config import Settings
+from hermes.metadata.cache import MetadataCache
 from hermes.metadata.repository import MetadataRepository
 from hermes.tasks import cancel
 
@@ -26,7 +27,11 @@ def open_store(settings: Settings) -> ClusterStore:
 
 
 def consumers_node(
-    settings: Settings, store: ClusterStore, repository: MetadataRepository, address: Callable[[], str]
+    settings: Settings,
+    store: ClusterStore,
+    repository: MetadataRepository,
+    cache: MetadataCache,
+    address: Callable[[], str],
 ) -> ConsumersNode:
     """``address``: where the node answers health and metrics, once its servers listen."""
     s = settings
@@ -36,7 +41,7 @@ def consumers_node(
         interval=s.cluster_report_interval,
         move_interval=s.cluster_move_interval,
     )
-    return ConsumersNode(store, repository, s.node_id, address, coordination, s.cluster_standby_timeout)
+    return ConsumersNode(store, repository, cache, s.node_id, address, coordination, s.cluster_standby_timeout)
 
 
 class FrontendMember:

@@ -21,6 +21,7 @@ from hermes.cluster.coordinator import Coordinator, CoordinatorSettings
 from hermes.cluster.load import LoadMeter
 from hermes.cluster.registry import CONSUMERS, ClusterStore
 from hermes.consumers.supervisor import ConsumersSupervisor
+from hermes.metadata.cache import MetadataCache
 from hermes.metadata.documents import ATTEMPT_OUTCOMES
 from hermes.metadata.repository import MetadataRepository
 from hermes.tasks import cancel
@@ -33,6 +34,7 @@ class ConsumersNode:
         self,
         store: ClusterStore,
         repository: MetadataRepository,
+        cache: MetadataCache,
         node_id: str,
         address: Callable[[], str],
         coordination: CoordinatorSettings,
@@ -43,7 +45,7 @@ class ConsumersNode:
         self._address = address
         self._interval = coordination.interval
         self._standby_step = standby_step
-        self._coordinator = Coordinator(store, repository, node_id, coordination)
+        self._coordinator = Coordinator(store, repository, cache, node_id, coordination)
         self._meter = LoadMeter()
         self._assignment = Assignment()
         self._assigned: frozenset[str] = frozenset()
