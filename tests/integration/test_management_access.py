@@ -31,6 +31,7 @@ from hermes.security.setup import Security
 from hermes.security.throttle import FailedLogins
 from hermes.security.users import ADMIN, User, UserStore
 from tests.support.hermes import InProcessHermes, hermes_settings, unique
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -317,6 +318,21 @@ def test_bearer_tokens_of_the_issuer_are_accepted_across_key_rotation(
     authenticator.tokens.refetch_interval = 0  # the test rotates keys sooner than a real issuer
     issuer.rotate()
     assert api.get("/roles", headers=bearer(issuer.token("svc-a"))).status_code == 200
+
+
+def test_a_verified_bearer_token_is_known_without_verifying_again_until_it_expires(
+    issuer: Issuer, secured: InProcessHermes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    authenticator = secured.hermes.security.authenticator  # type: ignore[union-attr]
+    assert authenticator is not None
+    header = f"Bearer {issuer.token('svc-a', expires_in=2)}"
+    assert authenticator.known(header) is None  # never verified: the publish path must verify it
+    verified = secured.call(authenticator.authenticate(header, "127.0.0.1"))
+    monkeypatch.setattr(jwt, "decode", lambda *_a, **_k: pytest.fail("verified again"))
+    for _ in range(2):  # publishing, then management
+        assert authenticator.known(header) == verified and verified.owners == {"team-a"}
+    assert secured.call(authenticator.authenticate(header, "127.0.0.1")) == verified
+    wait_until(lambda: authenticator.known(header) is None, timeout=5)  # expired: verified anew, then refused
 
 
 def test_failed_logins_are_braked_per_client(api: httpx.Client, secured: InProcessHermes) -> None:

@@ -42,9 +42,10 @@ class Authenticator:
         self.tokens = tokens
         self.failures = failures
         self._verified = VerifiedCache()
-        # Authorization headers verified a moment ago, by their keyed digest: the caller and the user entry it was
-        # made from (a reload of the users file makes new entries, so changed roles or passwords miss)
-        self._callers: dict[bytes, tuple[Principal, User, float]] = {}
+        # Authorization headers verified a moment ago, by their keyed digest: the caller, the user entry it was
+        # made from (a reload of the users file makes new entries, so changed roles or passwords miss) and until
+        # when it holds (a bearer token: its expiry at the latest)
+        self._callers: dict[bytes, tuple[Principal, User | None, float]] = {}
         self._hashing = asyncio.Semaphore(2)  # scrypt takes 128 MiB and a core: bound what a flood can take
         self._dummy: str | None = None
 
@@ -61,7 +62,7 @@ class Authenticator:
             if scheme.lower() == "basic":
                 return await self._basic(credentials.strip())
             if scheme.lower() == "bearer" and self.tokens is not None:
-                return self._principal(await self.tokens.subject(credentials.strip()))
+                return self.known(authorization) or await self._bearer(authorization, credentials.strip())
             raise Unauthorized(f"unsupported authorization scheme; use {' or '.join(self.methods)}")
         except Unauthorized:
             if authorization is not None:  # asking without credentials first is how HTTP clients work
@@ -69,8 +70,9 @@ class Authenticator:
             raise
 
     def known(self, authorization: str) -> Principal | None:
-        """The caller, when its Basic credentials were verified a moment ago: answered without waiting (a digest and
-        a look-up, no scrypt). None: ``authenticate`` must check them."""
+        """The caller, when its Basic credentials were verified a moment ago or its bearer token was verified and
+        has not expired: answered without waiting (a digest and a look-up, no scrypt, no signature check). None:
+        ``authenticate`` must check them."""
         key = self._verified.digest(authorization)
         hit = self._callers.get(key)
         if hit is not None:
@@ -88,11 +90,24 @@ class Authenticator:
         user = self.users.get(name)
         if user is None or user.password_hash is None or not self._verified.known(name, user.password_hash, password):
             return None
-        caller = Principal(name, user.roles, user.owners)
+        caller = _principal(name, user)
+        self._remember(key, caller, user, time.monotonic() + self._verified.ttl)
+        return caller
+
+    async def _bearer(self, authorization: str, token: str) -> Principal:
+        assert self.tokens is not None
+        name, expires = await self.tokens.verify(token)
+        user = self.users.get(name)
+        caller = _principal(name, user)
+        ttl = min(expires - time.time(), self._verified.ttl)  # no longer than a Basic credential either
+        if ttl > 0:
+            self._remember(self._verified.digest(authorization), caller, user, time.monotonic() + ttl)
+        return caller
+
+    def _remember(self, key: bytes, caller: Principal, made_from: User | None, expires: float) -> None:
         if len(self._callers) >= self._verified.size:
             self._callers.clear()  # a flood of distinct credentials: start again rather than grow
-        self._callers[key] = (caller, user, time.monotonic() + self._verified.ttl)
-        return caller
+        self._callers[key] = (caller, made_from, expires)
 
     async def _basic(self, credentials: str) -> Principal:
         name, password = _basic_credentials(credentials)
@@ -114,8 +129,11 @@ class Authenticator:
         return self._principal(name)
 
     def _principal(self, name: str) -> Principal:
-        user = self.users.get(name)
-        return Principal(name) if user is None else Principal(name, user.roles, user.owners)
+        return _principal(name, self.users.get(name))
+
+
+def _principal(name: str, user: User | None) -> Principal:
+    return Principal(name) if user is None else Principal(name, user.roles, user.owners)
 
 
 def _basic_credentials(credentials: str) -> tuple[str, str]:

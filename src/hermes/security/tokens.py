@@ -41,8 +41,9 @@ class TokenVerifier:
         self._fetched = float("-inf")
         self._lock = asyncio.Lock()
 
-    async def subject(self, token: str) -> str:
-        """The subject of a valid token; ``Unauthorized`` for any other."""
+    async def verify(self, token: str) -> tuple[str, float]:
+        """The subject of a valid token and its expiry (``exp``, seconds since the epoch); ``Unauthorized`` for any
+        other token."""
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError:
@@ -63,7 +64,7 @@ class TokenVerifier:
             )
         except jwt.PyJWTError as exc:
             raise Unauthorized(f"the bearer token is not valid: {exc}") from None
-        return str(claims[self.subject_claim])
+        return str(claims[self.subject_claim]), float(claims["exp"])
 
     async def _key(self, kid: str) -> jwt.PyJWK:
         async with self._lock:
