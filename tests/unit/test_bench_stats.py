@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from hermes.bench.report import _publish_auth
 from hermes.bench.stats import (
     achieved_rate,
     edge_windows,
@@ -103,3 +104,25 @@ def test_a_missing_message_voids_the_sustained_run_and_the_kafka_alone_ceiling()
         "sustained: missing messages",
         "startup: `hermes run --no-pipeline` was not ready within 180 s",
     ]
+
+
+def test_the_report_renders_the_publish_with_authentication_scenario() -> None:
+    def run(rate: float, cpu: float) -> dict[str, object]:
+        return {
+            "throughput": {"median": rate, "min": rate - 100, "max": rate + 100},
+            "server_cpu_us": {"median": cpu, "min": cpu, "max": cpu},
+            "non_2xx": 0,
+        }
+
+    scenario = {
+        "seconds": 4.0,
+        "concurrency": 32,
+        "without_auth": run(10_000, 43.0),
+        "with_basic": run(8_500, 50.7),
+        "cpu_ratio": 1.18,
+        "throughput_ratio": 0.85,
+    }
+    text = "\n".join(_publish_auth(scenario))
+    assert "| msg/s | **10,000** (9,900-10,100) | **8,500** (8,400-8,600) | **0.85** | ≥ 0.9: **not met** |" in text
+    assert "| server CPU µs per publish | **43.0** (43.0-43.0) | **50.7** (50.7-50.7) | **1.18** | |" in text
+    assert "Not measured." in "\n".join(_publish_auth(None))

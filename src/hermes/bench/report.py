@@ -22,6 +22,8 @@ SUSTAINED_P99_GROWTH = 1.2
 PUBLISH_RATIO_TARGET = 0.5
 PUBLISH_CPU_TARGET_US = 45.0
 PUBLISH_P99_TARGET_MS = 5.0
+# The target of the issue "Security": publishing with (cached) authentication within 10% of without.
+PUBLISH_AUTH_THROUGHPUT_TARGET = 0.9
 
 
 def _mmm(summary: dict[str, float], digits: int = 0) -> str:
@@ -46,6 +48,7 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         "",
     ]
     lines += _publish(s["publish"])
+    lines += _publish_auth(s.get("publish_auth"))
     raw_post = s["raw_post"]["throughput"]
     lines += [
         "### 2. SERIAL delivery (1 KB; inflightSize 100)",
@@ -262,6 +265,29 @@ def _publish(p: dict[str, Any]) -> list[str]:
             f"| {_mmm(run['latency_ms.p99'], 1)} | {_mmm(run['latency_ms.p999'], 1)} | {target} |"
         )
     return [*lines, ""]
+
+
+def _publish_auth(p: dict[str, Any] | None) -> list[str]:
+    lines = ["### 1b. Publish with publisher authentication (1 KB JSON, one frontend process)", ""]
+    if not p:
+        return [*lines, "Not measured.", ""]
+    without, basic = p["without_auth"], p["with_basic"]
+    met = p["throughput_ratio"] >= PUBLISH_AUTH_THROUGHPUT_TARGET
+    return [
+        *lines,
+        f"wrk, {p['concurrency']} connections, {p['seconds']} s a run: without credentials to a topic anyone may "
+        "publish to, then with Basic credentials (verified once, then remembered) to a topic whose `auth` names "
+        "the publisher.",
+        "",
+        "| | without authentication | Basic | ratio | target |",
+        "|---|---|---|---|---|",
+        f"| msg/s | {_mmm(without['throughput'])} | {_mmm(basic['throughput'])} | **{p['throughput_ratio']}** "
+        f"| ≥ {PUBLISH_AUTH_THROUGHPUT_TARGET:g}: **{_met(met)}** |",
+        f"| server CPU µs per publish | {_mmm(without['server_cpu_us'], 1)} | {_mmm(basic['server_cpu_us'], 1)} "
+        f"| **{p['cpu_ratio']}** | |",
+        f"| non-2xx answers | {without['non_2xx']} | {basic['non_2xx']} | | |",
+        "",
+    ]
 
 
 def _met(ok: bool) -> str:
