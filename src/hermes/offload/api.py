@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import orjson
@@ -39,6 +39,8 @@ BSON = "application/bson"
 # An upload's document holds the message plus its headers, key and BSON framing.
 UPLOAD_HEADROOM = 1024 * 1024
 _JSON = "application/json"
+T = TypeVar("T")
+Headers = tuple[tuple[str, str], ...]
 
 
 class OffloadApi:
@@ -91,38 +93,41 @@ class OffloadApi:
     async def _upload(
         self, request: Request, name: str, user: str | None, signed_in: tuple[tuple[str, str], ...]
     ) -> None:
-        try:
-            if user is None:
-                caller = await self._access.identify(request.headers.get("authorization"), request.client)
-                user = None if caller is None else caller.name
-            topic = await self._topics.get(name)
-            self._access.check_name(topic, user)
-            # a spooled document is read once, to be checked (BSON has no streaming decoder here)
-            document = request.body if request.spooled is None else await asyncio.to_thread(request.spooled.read)
-            upload = check_upload(document, offload_limit(topic, self._max_size))
-            await asyncio.to_thread(self._store.put, topic.qualified_name, upload.message_id, (document,))
-        except HermesError as exc:
-            _error(request, exc, signed_in + self._access.challenge(exc))
-            return
-        except Exception as exc:
-            log.exception("storing an offloaded message for %s failed", name)
-            _error(request, exc)
-            return
-        request.respond(201, (("Location", f"{_DOWNLOAD}{upload.message_id}"), *signed_in))
+        stored = await _answering_failures(
+            request,
+            f"storing an offloaded message for {name}",
+            self._store_upload(request, name, user),
+            lambda exc: signed_in + self._access.challenge(exc),
+        )
+        if stored is not None:
+            request.respond(201, (("Location", f"{_DOWNLOAD}{stored}"), *signed_in))
+
+    async def _store_upload(self, request: Request, name: str, user: str | None) -> str:
+        """The id of the message stored."""
+        if user is None:
+            caller = await self._access.identify(request.headers.get("authorization"), request.client)
+            user = None if caller is None else caller.name
+        topic = await self._topics.get(name)
+        self._access.check_name(topic, user)
+        # a spooled document is read once, to be checked (BSON has no streaming decoder here)
+        document = request.body if request.spooled is None else await asyncio.to_thread(request.spooled.read)
+        upload = check_upload(document, offload_limit(topic, self._max_size))
+        await asyncio.to_thread(self._store.put, topic.qualified_name, upload.message_id, (document,))
+        return upload.message_id
 
     async def _download(self, request: Request, text: str, signed_in: tuple[tuple[str, str], ...]) -> None:
-        try:
-            info = await self._find(text)
-            chunks = self._store.read(info)
-            first = await asyncio.to_thread(next, chunks, b"")  # a blob gone meanwhile is a 404, not a short body
-        except HermesError as exc:
-            _error(request, exc, signed_in)
-            return
-        except Exception as exc:
-            log.exception("reading offloaded message %s failed", text)
-            _error(request, exc)
-            return
-        await request.stream(200, signed_in, info.size, _in_thread(first, chunks), content_type=BSON)
+        opened = await _answering_failures(
+            request, f"reading offloaded message {text}", self._open(text), lambda _: signed_in
+        )
+        if opened is not None:
+            info, first, chunks = opened
+            await request.stream(200, signed_in, info.size, _in_thread(first, chunks), content_type=BSON)
+
+    async def _open(self, text: str) -> tuple[BlobInfo, bytes, Iterator[bytes]]:
+        """The blob, its first chunk and the rest: a blob gone meanwhile is a 404, not a short body."""
+        info = await self._find(text)
+        chunks = self._store.read(info)
+        return info, await asyncio.to_thread(next, chunks, b""), chunks
 
     async def _find(self, text: str) -> BlobInfo:
         """The blob of that id, unless it expired with its topic's retention (then deleted now)."""
@@ -145,7 +150,22 @@ async def _in_thread(first: bytes, chunks: Iterator[bytes]) -> AsyncIterator[byt
         yield chunk
 
 
-def _error(request: Request, exc: Exception, headers: tuple[tuple[str, str], ...] = ()) -> None:
+async def _answering_failures(
+    request: Request, doing: str, work: Awaitable[T], headers: Callable[[HermesError], Headers]
+) -> T | None:
+    """What ``work`` returns; None when it failed, and then the request was answered with the error (with
+    ``headers(error)``), or with a 500 for a bug, logged."""
+    try:
+        return await work
+    except HermesError as exc:
+        _error(request, exc, headers(exc))
+    except Exception as exc:
+        log.exception("%s failed", doing)
+        _error(request, exc)
+    return None
+
+
+def _error(request: Request, exc: Exception, headers: Headers = ()) -> None:
     if isinstance(exc, HermesError):
         request.respond(exc.status, headers, body=orjson.dumps(exc.to_body()), content_type=_JSON)
     else:
