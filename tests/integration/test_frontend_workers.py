@@ -122,6 +122,16 @@ def test_one_scrape_counts_every_workers_requests_and_a_killed_worker_loses_noth
     # both workers served some: each writes its counters to a file of its own within a second
     wait_until(lambda: len(list(workers.metrics_dir.glob("counter_*.db"))) == 2, timeout=10)
     wait_until(lambda: all(workers.scrape(topic) == 32.0 for _ in range(4)), timeout=20, interval=0.2)
+    # each live worker's own process figures, whichever worker answers the scrape
+    text = httpx.get(f"{url}/status/prometheus", timeout=10).text
+    for figure in (
+        "process_resident_memory_bytes",
+        "process_cpu_seconds_total",
+        'python_gc_collections_total{generation="0",',
+    ):
+        pids = {int(pid) for pid in re.findall(rf'^{re.escape(figure)}.*pid="(\d+)"}} \S+$', text, re.M)}
+        assert pids == workers.pids(), figure
+    assert "python_info{" in text
     # and both report their publish rates to the management API, which sums them
     repository = workers.management.hermes.repository
     assert repository is not None

@@ -4,7 +4,9 @@
 The workers of ``hermes frontend --workers N`` answer scrapes together: their master gives them one directory
 (``PROMETHEUS_MULTIPROC_DIR``, prometheus_client's multiprocess mode) in which each worker's counters, histogram and
 gauges live in files of its own; a scrape of any worker sums them all, the counters of workers that died included
-(so a total never goes back when a worker is restarted)."""
+(so a total never goes back when a worker is restarted). prometheus_client's own process metrics read only the
+scraping process's /proc, so each worker writes its ``process_*`` and ``python_gc_*`` figures there too, and a
+scrape shows every live worker's with its ``pid`` label."""
 
 from __future__ import annotations
 
@@ -15,9 +17,11 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import PLATFORM_COLLECTOR, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.gc_collector import GCCollector
 from prometheus_client.metrics_core import Metric
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import REGISTRY, Collector
 
 MULTIPROCESS_DIR_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
@@ -106,6 +110,11 @@ class SharedMetrics:
 
     def __init__(self, journal: _Journal) -> None:
         self._journal = journal
+        self._own = (
+            ProcessCollector(registry=None),
+            GCCollector(registry=CollectorRegistry()),
+        )  # process_*, python_gc_*
+        self._process_gauges: dict[str, Gauge] = {}
 
     @staticmethod
     def enabled() -> bool:
@@ -115,12 +124,27 @@ class SharedMetrics:
         PUBLISH_REQUESTS.flush()
         JOURNAL_MESSAGES.set(self._journal.depth)
         JOURNAL_BYTES.set(self._journal.pending_bytes)
+        for collector in self._own:
+            for metric in collector.collect():
+                for sample in metric.samples:
+                    gauge = self._process_gauges.get(sample.name)
+                    if gauge is None:  # liveall: one series per live worker (pid label); a dead one's go with it
+                        gauge = Gauge(
+                            sample.name,
+                            metric.documentation,
+                            tuple(sample.labels),
+                            registry=None,
+                            multiprocess_mode="liveall",
+                        )
+                        self._process_gauges[sample.name] = gauge
+                    (gauge.labels(**sample.labels) if sample.labels else gauge).set(sample.value)
 
     def exposition(self) -> bytes:
         """Every worker's metrics, this one's up to date, the others' as they wrote them last."""
         self.write()
         registry = CollectorRegistry()
         MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        registry.register(PLATFORM_COLLECTOR)  # python_info: the same in every worker
         return generate_latest(registry)
 
     async def run(self) -> None:
