@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any, TypeVar
 
 from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
@@ -18,6 +19,8 @@ from hermes.errors import NotFoundError
 from hermes.metadata.repository import ChangeAction, ChangeKind, MetadataChange, MetadataRepository, Unwatch
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 SubscriptionListener = Callable[[TopicName, str, Subscription | None], Awaitable[None]]
 DocumentListener = Callable[[str], Awaitable[None]]
@@ -113,41 +116,36 @@ class MetadataCache:
                 log.exception("applying metadata change %s failed", change)
 
     async def _reload_topic(self, qualified_name: str) -> None:
-        name = TopicName.parse(qualified_name)
-        try:
-            topic: Topic | None = await asyncio.to_thread(self._repository.get_topic, name)
-        except NotFoundError:
-            topic = None
-        if topic is None:
-            self.topics.pop(qualified_name, None)
-        else:
-            self.topics[qualified_name] = topic
+        topic = await _read(self._repository.get_topic, TopicName.parse(qualified_name))
+        _keep(self.topics, qualified_name, topic)
         for listener in self._topic_listeners:
             listener(qualified_name, topic)
 
     async def _reload_provider(self, name: str) -> None:
-        try:
-            provider: OAuthProvider | None = await asyncio.to_thread(self._repository.get_oauth_provider, name)
-        except NotFoundError:
-            provider = None
-        if provider is None:
-            self.oauth_providers.pop(name, None)
-        else:
-            self.oauth_providers[name] = provider
+        _keep(self.oauth_providers, name, await _read(self._repository.get_oauth_provider, name))
         for listener in self._provider_listeners:
             listener(name)
 
     async def _reload_subscription(self, topic: str, name: str, action: ChangeAction) -> None:
         topic_name = TopicName.parse(topic)
-        sub: Subscription | None = None
+        sub = None
         if action is not ChangeAction.DELETED:
-            try:
-                sub = await asyncio.to_thread(self._repository.get_subscription, topic_name, name)
-            except NotFoundError:
-                sub = None
-        if sub is None:
-            self.subscriptions.pop((topic, name), None)
-        else:
-            self.subscriptions[(topic, name)] = sub
+            sub = await _read(self._repository.get_subscription, topic_name, name)
+        _keep(self.subscriptions, (topic, name), sub)
         for listener in self._subscription_listeners:
             await listener(topic_name, name, sub)
+
+
+async def _read(read: Callable[..., T], *key: Any) -> T | None:
+    """What the store holds now; None when it is gone."""
+    try:
+        return await asyncio.to_thread(read, *key)
+    except NotFoundError:
+        return None
+
+
+def _keep(cached: dict[K, T], key: K, value: T | None) -> None:
+    if value is None:
+        cached.pop(key, None)
+    else:
+        cached[key] = value
