@@ -51,3 +51,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/spark/" in str(item.fspath).replace("\\", "/"):
             item.add_marker(pytest.mark.spark)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that ran ``hermes pipeline`` shows the end of its log (and of the Spark Connect server's):
+    CI prints nothing else of them."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if not report.failed:
+        return
+    funcargs = getattr(item, "funcargs", {})
+    pipeline = funcargs.get("pipeline")
+    process = getattr(pipeline, "process", None)
+    if process is not None:
+        report.sections.append(("hermes pipeline log (end)", "\n".join(process.log().splitlines()[-80:])))
+    server = funcargs.get("spark_connect")
+    if isinstance(server, SparkConnectServer) and server.log_path.exists():
+        lines = server.log_path.read_text(errors="replace").splitlines()[-40:]
+        report.sections.append(("Spark Connect server log (end)", "\n".join(lines)))

@@ -25,7 +25,8 @@ from tests.support.pipeline import PipelineCommand, archive, archive_context, la
 
 @pytest.fixture
 def pipeline(hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path) -> Iterator[PipelineCommand]:
-    with pipeline_beside(hermes, kafka, tmp_path) as running:
+    # VACUUM keeps unreferenced files 18 s: longer than any micro-batch here takes to commit the files it writes
+    with pipeline_beside(hermes, kafka, tmp_path, "--pipeline-vacuum-retention-hours", "0.005") as running:
         yield running
 
 
@@ -88,7 +89,7 @@ def test_a_killed_pipeline_archives_each_message_exactly_once(
     ids = [r.message_id for r in read_lake(spark, lake, topic).collect()]
     assert len(ids) == len(set(ids)) == 105, "each message exactly once"
     assert expired[0] not in ids
-    wait_until(lambda: not any(expired_hour.glob("*.parquet")), timeout=150)  # VACUUM keeps files 72 s here
+    wait_until(lambda: not any(expired_hour.glob("*.parquet")), timeout=90)
     assert pipeline.process is not None
     status = f"http://127.0.0.1:{pipeline.process.pipeline_port}/status"
     assert httpx.get(f"{status}/health", timeout=10).status_code == 200

@@ -6,13 +6,16 @@ import re
 import signal
 from pathlib import Path
 
+from hermes.broker.embedded import EmbeddedBroker
 from tests.conftest import wait_until
 from tests.support.hermes import HermesProcess
 from tests.support.pipeline import alive, children
 
 
-def test_hermes_run_starts_the_pipeline_as_a_child_that_dies_with_it(tmp_path: Path) -> None:
-    hermes = HermesProcess(tmp_path, "--pipeline-jobs", "archive", "--spark-master", "local[1]", pipeline=True)
+def test_hermes_run_starts_the_pipeline_as_a_child_that_dies_with_it(kafka: EmbeddedBroker, tmp_path: Path) -> None:
+    # on the session's broker: an embedded one of its own would only add its start-up to the test's time
+    broker = ("--kafka-bootstrap-servers", kafka.bootstrap_servers)
+    hermes = HermesProcess(tmp_path, *broker, "--pipeline-jobs", "archive", "--spark-master", "local[1]", pipeline=True)
     hermes.start()
     try:
         wait_until(lambda: re.search(r"pipeline started \(pid (\d+)\)", hermes.log()), timeout=30)

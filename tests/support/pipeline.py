@@ -204,5 +204,13 @@ def retransmit_offline(
         listed: list[dict[str, Any]] = client.management.get(RETRANSMISSION_TASKS).json()
         return next(t for t in listed if t["taskId"] == task_id)
 
-    wait_until(lambda: task()["status"] == "DONE", timeout, 0.5)
+    def done() -> bool:
+        current = task()
+        assert current["status"] != "FAILED", current  # no point waiting out the timeout: show the reason
+        return bool(current["status"] == "DONE")
+
+    try:
+        wait_until(done, timeout, 0.5)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; the task: {task()}") from None
     return task()

@@ -64,8 +64,8 @@ class SparkStandaloneCluster:
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.ui_port}/json/", timeout=2) as reply:
                 return int(json.load(reply)["aliveworkers"])
-        except OSError:
-            return 0  # the master is still starting
+        except (OSError, ValueError):
+            return 0  # the master is still starting: no answer yet, or an empty or partial page
 
     def start(self, timeout: float = 120.0) -> SparkStandaloneCluster:
         self._spawn("master", MASTER_CLASS, "--host", "127.0.0.1", "--port", str(self.port),
