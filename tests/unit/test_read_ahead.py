@@ -48,3 +48,14 @@ def test_dropping_older_generations_and_clearing_release_their_bytes() -> None:
     assert len(buffer) == 1 and buffer.byte_budget() == 900
     buffer.clear()
     assert len(buffer) == 0 and buffer.byte_budget() == 1000 and buffer.take() is None
+
+
+def test_revoked_partitions_are_dropped_with_their_bytes() -> None:
+    buffer = ReadAhead(messages=4, max_bytes=1000)
+    read = [message(0), Message("t", 1, 0, "other", b"x" * 100, 0), message(1)]
+    buffer.count(read)
+    buffer.add(read, generation=0)
+    buffer.drop_partitions({("t", 0)})
+    assert len(buffer) == 1 and buffer.byte_budget() == 900
+    taken = buffer.take()
+    assert taken is not None and taken[0].message_id == "other"

@@ -22,6 +22,7 @@ from itertools import repeat
 from hermes.consumers.content import JSON
 from hermes.consumers.context import CrashListener
 from hermes.consumers.delivery import Delivery
+from hermes.consumers.offsets import Partition
 from hermes.consumers.receiver import Limits, MessageReceiver
 from hermes.consumers.retry import retry_until_ttl
 from hermes.consumers.sender.result import SendResult
@@ -116,6 +117,15 @@ class BatchConsumer:
 
     def moved(self, generation: int) -> None:
         """Nothing to cancel: queued messages of older generations are dropped as they are collected."""
+
+    def revoked(self, partitions: set[Partition]) -> None:
+        """Queued messages of those partitions are dropped; a batch collected or sent goes on."""
+        void = [item for item in self._arrived if (item[0].topic, item[0].partition) in partitions]
+        if void:
+            self._arrived = deque(
+                item for item in self._arrived if (item[0].topic, item[0].partition) not in partitions
+            )
+            self._delivery.finished(message for message, _ in void)
 
     # --- batches ---
 

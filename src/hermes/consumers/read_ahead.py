@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable
 
 from hermes.domain.message import Message
 
@@ -63,8 +63,15 @@ class ReadAhead:
 
     def drop_older_than(self, generation: int) -> None:
         """Drops what was read before a retransmission moved the group."""
-        self.uncount(m for m, g in self._queue if g < generation)
-        self._queue = deque(item for item in self._queue if item[1] >= generation)
+        self._drop(lambda message, g: g < generation)
+
+    def drop_partitions(self, partitions: Container[tuple[str, int]]) -> None:
+        """Drops what was read of partitions revoked from this consumer."""
+        self._drop(lambda message, _: (message.topic, message.partition) in partitions)
+
+    def _drop(self, void: Callable[[Message, int], bool]) -> None:
+        self.uncount(m for m, g in self._queue if void(m, g))
+        self._queue = deque(item for item in self._queue if not void(*item))
 
     def clear(self) -> None:
         self.uncount(m for m, _ in self._queue)

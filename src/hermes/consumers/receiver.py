@@ -70,6 +70,11 @@ class Flow(Protocol):
         """Called on the loop when a retransmission started ``generation``: older messages are void."""
         ...
 
+    def revoked(self, partitions: set[Partition]) -> None:
+        """Called on the loop when ``partitions`` went to another member: what was read of them and waits is void
+        (and must be gone before they may come back, read again)."""
+        ...
+
 
 class MessageReceiver:
     def __init__(self, name: str, topic: str, group_id: str, context: ConsumerContext, on_crash: CrashListener) -> None:
@@ -268,6 +273,9 @@ class MessageReceiver:
         self._commit(consumer, only=partitions, forget=True)
         with self._lock:
             self._revoking.difference_update(partitions)
+        assert self._flow is not None and self._loop is not None
+        # after every hand-over of what was read before: the loop runs them in order
+        self._loop.call_soon_threadsafe(self._flow.revoked, set(partitions))
 
     def _commit(self, consumer: BrokerConsumer, only: list[Partition] | None = None, forget: bool = False) -> None:
         with self._lock:
@@ -277,7 +285,7 @@ class MessageReceiver:
         try:
             consumer.commit(offsets)
         except Exception:
-            log.warning("committing offsets of %s failed; will retry", self._name, exc_info=True)
+            log.warning("committing offsets of %s failed", self._name, exc_info=True)  # the next one tries again
         else:
             with self._lock:
                 self._tracker.mark_committed(offsets)

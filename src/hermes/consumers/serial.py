@@ -15,6 +15,7 @@ import time
 
 from hermes.consumers.context import CrashListener
 from hermes.consumers.delivery import Delivery
+from hermes.consumers.offsets import Partition
 from hermes.consumers.read_ahead import ReadAhead
 from hermes.consumers.receiver import Limits, MessageReceiver
 from hermes.consumers.retry import retry_until_ttl
@@ -75,6 +76,10 @@ class SerialConsumer:
             if task_generation < generation:
                 task.cancel()
         self.read_ahead.drop_older_than(generation)
+
+    def revoked(self, partitions: set[Partition]) -> None:
+        """Deliveries under way finish (the hand-over waited for them or gave up); what waits is dropped."""
+        self.read_ahead.drop_partitions(partitions)
 
     # --- deliveries ---
 
