@@ -15,14 +15,17 @@ import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 
+from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.domain.trace import TRACKING_TOPIC, TraceEvent, TraceStatus
+from hermes.pipeline.connector import kafka_options
 from hermes.pipeline.traces import TRACES, TrackingStore, table_files, tracking_root
 from hermes.pipeline.tracking_job import (
     STATISTICS_APP_ID,
     TrackingJob,
     maintain_traces,
     optimize_traces,
+    start_tracking,
     write_statistics,
 )
 from hermes.pipeline.tracking_migration import migrate_tracking
@@ -142,6 +145,17 @@ def test_a_replayed_statistics_batch_is_not_counted_twice(spark: Any, tmp_path: 
         write_statistics(events, batch_id, tmp_path / "delivery-statistics")
     (minute,) = store.statistics("g.t", "s", 0)
     assert (minute["delivered"], minute["failedAttempts"]) == (2, 2), "batches 0 and 1, each once"
+
+
+def test_a_failed_start_leaves_no_query_behind(spark: Any, kafka: EmbeddedBroker, tmp_path: Path) -> None:
+    # the statistics query cannot make its checkpoint directory: a file is in the way
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "statistics").write_text("")
+    options = kafka_options(KafkaConnection(kafka.bootstrap_servers), [TRACKING_TOPIC], None)
+    with pytest.raises(Exception, match="statistics"):
+        start_tracking(spark, options, tmp_path / "tables", str(tmp_path / "ckpt"))
+    # the traces query started first was stopped again: nothing holds its name, so the next start can succeed
+    assert "hermes-tracking-traces" not in [q.name for q in spark.streams.active]
 
 
 def test_optimize_keeps_every_event_in_fewer_files(spark: Any, tracking_job: Path, client: HermesClient) -> None:

@@ -88,14 +88,19 @@ def start_tracking(
         .trigger(processingTime=trace_trigger)
         .start(str(root / TRACES))
     )
-    statistics = (
-        trace_events(spark, source_options)
-        .writeStream.queryName("hermes-tracking-statistics")
-        .option("checkpointLocation", f"{checkpoints.rstrip('/')}/statistics")
-        .foreachBatch(lambda batch, batch_id: write_statistics(batch, batch_id, root / STATISTICS))
-        .trigger(processingTime=statistics_trigger)
-        .start()
-    )
+    try:
+        statistics = (
+            trace_events(spark, source_options)
+            .writeStream.queryName("hermes-tracking-statistics")
+            .option("checkpointLocation", f"{checkpoints.rstrip('/')}/statistics")
+            .foreachBatch(lambda batch, batch_id: write_statistics(batch, batch_id, root / STATISTICS))
+            .trigger(processingTime=statistics_trigger)
+            .start()
+        )
+    except BaseException:
+        # left running, the traces query would keep its name taken: every later start would fail on it
+        traces.stop()
+        raise
     return [traces, statistics]
 
 
