@@ -11,6 +11,8 @@ import httpx
 import orjson
 import pytest
 
+from hermes.broker.admin import BrokerAdmin
+from hermes.broker.topics import KAFKA_MAX_BODY, RECORD_HEADROOM
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import SubscriberServer
 from tests.support.waiting import wait_until
@@ -119,6 +121,48 @@ def test_a_large_avro_message_is_validated_encoded_and_offloaded(
     stored = bson.decode(httpx.get(f"{hermes.frontend_url}/offload/msg/{message_id}", timeout=60).content)
     assert stored["message"] == avro.body  # Kafka clients find the Avro binary, with its schema version header
     assert dict(map(tuple, stored["headers"]))["hermes-schema-version"] == b"1"
+
+
+def _offloaded(hermes: InProcessHermes, message_id: str) -> bool:
+    return httpx.get(f"{hermes.frontend_url}/offload/msg/{message_id}", timeout=30).status_code == 200
+
+
+def test_a_body_within_a_large_maxmessagesize_goes_to_kafka_or_beside_it(
+    client: HermesClient, hermes: InProcessHermes, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic(maxMessageSize=64 * 1024 * 1024)
+    client.create_subscription(topic, subscriber.url + "within")
+    direct, beside = _json_body(3 * 1024 * 1024), _json_body(KAFKA_MAX_BODY + 1024)
+    published = [client.publish(topic, body) for body in (direct, beside)]
+    assert [r.status_code for r in published] == [201, 201], [r.text for r in published]
+    ids = [r.headers["Hermes-Message-Id"] for r in published]
+    assert [_offloaded(hermes, i) for i in ids] == [False, True]  # over Kafka's record limit: beside it
+    received = {r.message_id: r.body for r in subscriber.wait_for(2, timeout=60)}
+    assert received == dict(zip(ids, (direct, beside), strict=True))
+
+
+def test_raising_maxmessagesize_raises_the_kafka_topics_limit(
+    client: HermesClient, hermes: InProcessHermes, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic()  # maxMessageSize 50 KB
+    admin = BrokerAdmin(hermes.hermes.connection)
+    updated = client.management.put(f"/topics/{topic}", json={"maxMessageSize": 4 * 1024 * 1024})
+    assert updated.status_code == 200, updated.text
+    assert admin.topic_config(topic)["max.message.bytes"] == str(4 * 1024 * 1024 + RECORD_HEADROOM)
+    client.create_subscription(topic, subscriber.url + "raised")
+    body = _json_body(2 * 1024 * 1024)
+    direct: list[str] = []
+
+    def goes_to_kafka() -> bool:  # once the frontend knows the new size (until then, the body is offloaded)
+        published = client.publish(topic, body)
+        assert published.status_code == 201, published.text
+        if _offloaded(hermes, published.headers["Hermes-Message-Id"]):
+            return False
+        direct.append(published.headers["Hermes-Message-Id"])
+        return True
+
+    wait_until(goes_to_kafka)
+    wait_until(lambda: any(r.message_id == direct[0] and r.body == body for r in subscriber.received), timeout=60)
 
 
 def test_a_body_over_the_offload_limit_is_413(client: HermesClient) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from hermes.broker.connection import KafkaConnection
+from hermes.broker.topics import PRODUCER_MAX_BYTES
 from hermes.domain.topic import Ack
 from hermes.errors import BrokerError, BrokerUnavailable, PayloadTooLarge, ServiceUnavailable
 
@@ -115,6 +116,7 @@ class BrokerProducer:
             "enable.idempotence": False,
             "message.timeout.ms": 300_000,
             "queue.buffering.max.kbytes": 262_144,
+            "message.max.bytes": PRODUCER_MAX_BYTES,  # librdkafka's default (1,000,000) refused larger bodies
             **overrides,
         }
         self._producers = {

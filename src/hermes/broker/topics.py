@@ -14,14 +14,23 @@ from hermes.tasks import cancel
 
 log = logging.getLogger(__name__)
 
+# The largest body that goes to Kafka as a record: a larger one, even within its topic's maxMessageSize, is offloaded
+# beside Kafka. Records far larger strain the broker (its socket.request.max.bytes is 100 MiB by default) and every
+# fetch; the producer's message.max.bytes and each topic's max.message.bytes are set to match it.
+KAFKA_MAX_BODY = 8 * 1024 * 1024
 # Kafka's max.message.bytes counts a whole record batch: Hermes' headers (message id, timestamp, propagated
-# headers) and the batch's framing come on top of a body of maxMessageSize, which the frontend checks itself.
+# headers) and the batch's framing come on top of the body, which the frontend checks itself.
 RECORD_HEADROOM = 64 * 1024
-_INT32_MAX = 2**31 - 1
+PRODUCER_MAX_BYTES = KAFKA_MAX_BODY + RECORD_HEADROOM
+
+
+def kafka_body_limit(topic: Topic) -> int:
+    """The largest body of ``topic`` produced to Kafka itself; larger ones are offloaded."""
+    return min(topic.max_message_size, KAFKA_MAX_BODY)
 
 
 def max_message_bytes(topic: Topic) -> int:
-    return min(topic.max_message_size + RECORD_HEADROOM, _INT32_MAX)
+    return kafka_body_limit(topic) + RECORD_HEADROOM
 
 
 class KafkaTopics:

@@ -18,6 +18,7 @@ from typing import NamedTuple
 import orjson
 
 from hermes.broker.producer import BrokerProducer
+from hermes.broker.topics import KAFKA_MAX_BODY, kafka_body_limit
 from hermes.domain.avro import avro_json_to_avro, check_avro, json_to_avro
 from hermes.domain.message import (
     PARTITION_KEY_HEADER,
@@ -115,7 +116,7 @@ class Publisher:
         ``headers`` are the request's, keyed by lower-case name. A spooled body is read into memory only when it
         goes to Kafka itself (or must be validated, or is Avro)."""
         size = body.size if isinstance(body, SpooledBody) else len(body)
-        if size > topic.max_message_size:
+        if size > kafka_body_limit(topic):
             self._offload_limit(topic, size)
             if topic.content_type is ContentType.JSON:
                 self._publish_large(topic, message_id, body, headers, answer)
@@ -154,7 +155,7 @@ class Publisher:
                 raise ValidationError("must be a schema version number", field)
             version, schema = await self._schemas.get(topic.name, int(requested) if requested else None, field)
             value = _AVRO_ENCODERS[body_as](schema, body)
-            if len(value) > topic.max_message_size:  # offloaded as encoded, Avro binary like any Avro message
+            if len(value) > kafka_body_limit(topic):  # offloaded as encoded, Avro binary like any Avro message
                 self._offload_limit(topic, len(value))
                 await self._offload(topic, message_id, value, version, headers, answer)
                 return
@@ -164,10 +165,15 @@ class Publisher:
         self._produce(topic, message_id, value, version, headers, answer)
 
     def _offload_limit(self, topic: Topic, size: int) -> None:
-        """Raises 413 for a body over the topic's maxMessageSize that cannot be offloaded either."""
+        """Raises 413 for a body too large for Kafka that cannot be offloaded either."""
         limit = 0 if self._offloader is None else self._offloader.limit_of(topic)
         if size > limit:
             beyond = f" and the offload limit {limit}" if self._offloader is not None else ""
+            if size <= topic.max_message_size:  # within the topic's limit, beyond what goes to Kafka itself
+                raise PayloadTooLarge(
+                    f"Message size {size} exceeds {KAFKA_MAX_BODY}, the largest body sent to Kafka itself, and "
+                    + (f"the offload limit {limit}" if self._offloader is not None else "offloading is off")
+                )
             raise PayloadTooLarge(
                 f"Message size {size} exceeds the topic's maxMessageSize {topic.max_message_size}{beyond}"
             )
@@ -175,7 +181,8 @@ class Publisher:
     def _publish_large(
         self, topic: Topic, message_id: str, body: bytes | SpooledBody, headers: Mapping[str, str], answer: Answer
     ) -> None:
-        """A JSON body over the topic's maxMessageSize and within the offload limit: offloaded."""
+        """A JSON body too large for Kafka (over the topic's maxMessageSize or KAFKA_MAX_BODY) and within the offload
+        limit: offloaded."""
         if topic.json_validation_enabled:  # validation needs the body whole: a spooled one is read once for it
             _check_json(topic, body.read() if isinstance(body, SpooledBody) else body, headers.get("content-type", ""))
         task = asyncio.get_running_loop().create_task(self._offload(topic, message_id, body, None, headers, answer))
