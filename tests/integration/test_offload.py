@@ -5,6 +5,7 @@ message. Then what the service refuses, expiry with the topic's retention and de
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -161,10 +162,17 @@ def test_headers_may_be_a_document_and_the_id_its_text_form(client: HermesClient
     ],
     ids=["not-bson", "no-message", "text-message", "int-key", "text-headers", "pair", "text-value", "bad-id", "413"],
 )
+@pytest.mark.parametrize("padding", [0, 1536 * 1024], ids=["small", "spooled"])  # a spooled one is checked in its file
 def test_a_bad_upload_is_refused_naming_what_is_wrong(
-    client: HermesClient, hermes: InProcessHermes, document: bytes, status: int, says: str
+    client: HermesClient, hermes: InProcessHermes, document: bytes, status: int, says: str, padding: int
 ) -> None:
     topic = _module_topic(client)
+    if padding and document.startswith(b"not"):
+        document += b" " * padding
+    elif padding:  # a field before the others, pushing the body over the spooling threshold
+        fields = bson.encode({"pad": b"p" * padding})
+        inner = fields[4:-1] + document[4:]
+        document = struct.pack("<i", 4 + len(inner)) + inner
     response = httpx.post(f"{hermes.frontend_url}/offload/topic/{topic}+oversized", content=document)
     assert response.status_code == status, response.text
     assert says in response.json()["message"]

@@ -1,7 +1,8 @@
 """Scenario 5, the offloaded part: one message far over its topic's maxMessageSize (100 MB by default), stored
 beside Kafka and fetched back by the consumers for a SERIAL and a BATCH subscription at once; publish and delivery
 time beside a raw POST of the same body, and the peak resident memory of the frontend and consumers processes while
-it passed, against 1.5x the message.
+it passed, against 1.5x the message; then a Kafka client's upload of the same body to the offload service, and the
+frontend's peak memory while it is checked and stored.
 
 Run alone: ``python -m hermes.bench.offloaded [bytes]`` (starts its own broker and role processes)."""
 
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import bson
 
 from hermes.bench.load import JSON_HEADERS, Sink, json_body
 from hermes.bench.system import Management, System, memory_kib, warm_up
@@ -54,6 +56,7 @@ async def offloaded_message(system: System, sink: Sink, api: Management, size: i
         async with session.post(sink.url("raw"), data=body, headers=JSON_HEADERS) as r:
             await r.read()
         raw = time.monotonic() - started
+        upload = await _upload(session, system, topic, body)
     sink.arrivals.pop("raw", None)
     await api.remove_subscription(topic, "offloaded")
     await api.remove_subscription(topic, "offloaded-batch")
@@ -65,7 +68,8 @@ async def offloaded_message(system: System, sink: Sink, api: Management, size: i
         "delivery_s": None if delivery is None else round(delivery, 2),
         "batch_delivery_s": None if batch_delivery is None else round(batch_delivery, 2),
         "raw_post_s": round(raw, 2),
-        "void": not (delivered and batched),
+        "void": not (delivered and batched) or upload["status"] != 201,
+        "upload": upload,
         "memory_kib": {
             role: {
                 "rss_before": before[role].get("VmRSS", 0),
@@ -75,6 +79,28 @@ async def offloaded_message(system: System, sink: Sink, api: Management, size: i
             }
             for role in _ROLES
         },
+    }
+
+
+async def _upload(session: aiohttp.ClientSession, system: System, topic: str, body: bytes) -> dict[str, Any]:
+    """A Kafka client's upload of the same body to the offload service (a BSON document): its time and the
+    frontend's peak memory while it is checked and stored."""
+    document = bson.encode({"message": body, "headers": [["origin", b"bench"]]})
+    pid = system.processes["frontend"].pid
+    before = memory_kib(pid)
+    _reset_peaks([pid])
+    started = time.monotonic()
+    async with session.post(f"{system.frontend}/offload/topic/{topic}+oversized", data=document) as r:
+        await r.read()
+        status = r.status
+    took = time.monotonic() - started
+    peak = memory_kib(pid).get("VmHWM", 0)
+    return {
+        "status": status,
+        "upload_s": round(took, 2),
+        "frontend_rss_before": before.get("VmRSS", 0),
+        "frontend_peak": peak,
+        "frontend_peak_over_before": peak - before.get("VmRSS", 0),
     }
 
 

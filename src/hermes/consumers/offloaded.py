@@ -13,15 +13,14 @@ import asyncio
 import base64
 import dataclasses
 import functools
-import struct
 import tempfile
 from collections.abc import Callable
-from typing import IO
 
 import aiohttp
 from scramp import ScramClient, ScramException
 
 from hermes.consumers.body_budget import BodyBudget
+from hermes.domain.bson_document import find_message
 from hermes.domain.message import Message
 from hermes.errors import HermesError, OffloadedMessageNotFound, ServiceUnavailable
 from hermes.http.streamed import FileRegion
@@ -141,74 +140,3 @@ async def _message_of(response: aiohttp.ClientResponse, url: str, release: Calla
         spool.close()
         raise
     return FileRegion(spool, offset, size, release)
-
-
-def find_message(source: IO[bytes]) -> tuple[int, int]:
-    """Where the ``message`` binary of the BSON document in ``source`` is (offset, size), found without reading
-    the document whole: the top-level fields before it are skipped by their sizes."""
-    end = source.seek(0, 2)
-    source.seek(0)
-    total = _int32(source)
-    while source.tell() < total - 1:
-        kind = source.read(1)
-        name = _cstring(source)
-        if kind == b"\x05":  # binary: length, subtype, bytes (subtype 2 repeats the length inside)
-            length, subtype = _int32(source), source.read(1)
-            if subtype == b"\x02":
-                length = _int32(source)
-            if name == b"message":
-                if source.tell() + length > end:
-                    raise HermesError("the document ends inside its message")
-                return source.tell(), length
-            source.seek(length, 1)
-        elif name == b"message":
-            raise HermesError("its message is not a BSON binary")
-        elif kind in _FIXED_SIZES:
-            source.seek(_FIXED_SIZES[kind], 1)
-        elif kind in (b"\x02", b"\x0d", b"\x0e"):  # string, code, symbol: length, then bytes
-            source.seek(_int32(source), 1)
-        elif kind in (b"\x03", b"\x04", b"\x0f"):  # document, array, code with scope: total size, itself included
-            source.seek(_int32(source) - 4, 1)
-        elif kind == b"\x0b":  # regex: two C strings
-            _cstring(source)
-            _cstring(source)
-        elif kind == b"\x0c":  # DBPointer: string, then 12 bytes
-            source.seek(_int32(source) + 12, 1)
-        else:
-            raise HermesError(f"unknown BSON element type {kind!r}")
-    raise HermesError("it has no message field")
-
-
-_FIXED_SIZES = {
-    b"\x01": 8,
-    b"\x06": 0,
-    b"\x07": 12,
-    b"\x08": 1,
-    b"\x09": 8,
-    b"\x0a": 0,
-    b"\x10": 4,
-    b"\x11": 8,
-    b"\x12": 8,
-    b"\x13": 16,
-    b"\xff": 0,
-    b"\x7f": 0,
-}
-
-
-def _int32(source: IO[bytes]) -> int:
-    raw = source.read(4)
-    if len(raw) != 4:
-        raise HermesError("the document is cut short")
-    value: int = struct.unpack("<i", raw)[0]
-    if value < 0:
-        raise HermesError("a length in the document is negative")
-    return value
-
-
-def _cstring(source: IO[bytes]) -> bytes:
-    name = bytearray()
-    while (char := source.read(1)) != b"\x00":
-        if not char:
-            raise HermesError("the document is cut short")
-        name += char
-    return bytes(name)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import unquote
 
@@ -21,11 +21,11 @@ import orjson
 from hermes.errors import HermesError, OffloadedMessageNotFound
 from hermes.frontend.access import PublishAccess
 from hermes.frontend.app import TopicLookup
-from hermes.http.lean import Request, error_body
+from hermes.http.lean import Request, SpooledBody, error_body
 from hermes.metadata.cache import MetadataCache
 from hermes.offload import OFFLOAD_PREFIX
 from hermes.offload.blobs import BlobInfo, BlobStore
-from hermes.offload.documents import canonical_id, check_upload
+from hermes.offload.documents import Upload, canonical_id, check_stored_upload, check_upload
 from hermes.offload.offloader import offload_limit
 from hermes.offload.scram import HttpScram
 
@@ -109,10 +109,15 @@ class OffloadApi:
             user = None if caller is None else caller.name
         topic = await self._topics.get(name)
         self._access.check_name(topic, user)
-        # a spooled document is read once, to be checked (BSON has no streaming decoder here)
-        document = request.body if request.spooled is None else await asyncio.to_thread(request.spooled.read)
-        upload = check_upload(document, offload_limit(topic, self._max_size))
-        await asyncio.to_thread(self._store.put, topic.qualified_name, upload.message_id, (document,))
+        limit = offload_limit(topic, self._max_size)
+        spooled = request.spooled
+        if spooled is None:
+            upload = check_upload(request.body, limit)
+            chunks: Iterable[bytes] = (request.body,)
+        else:  # checked in its file without reading the message, and stored from there in chunks
+            upload = await asyncio.to_thread(_check_spooled, spooled, limit)
+            chunks = spooled.chunks()
+        await asyncio.to_thread(self._store.put, topic.qualified_name, upload.message_id, chunks)
         return upload.message_id
 
     async def _download(self, request: Request, text: str, signed_in: tuple[tuple[str, str], ...]) -> None:
@@ -140,6 +145,11 @@ class OffloadApi:
             await asyncio.to_thread(self._store.delete, info)
             raise OffloadedMessageNotFound(f"offloaded message {text} expired with its topic's retention")
         return info
+
+
+def _check_spooled(spooled: SpooledBody, limit: int) -> Upload:
+    with spooled.path.open("rb") as source:
+        return check_stored_upload(source, limit)
 
 
 async def _in_thread(first: bytes, chunks: Iterator[bytes]) -> AsyncIterator[bytes]:

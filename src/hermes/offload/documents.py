@@ -11,12 +11,13 @@ import struct
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any
 
 import bson
 from bson.errors import BSONError
 
-from hermes.errors import PayloadTooLarge, ValidationError
+from hermes.domain.bson_document import message_element
+from hermes.errors import HermesError, PayloadTooLarge, ValidationError
 
 ID_HEADER = "_id"
 
@@ -29,23 +30,55 @@ class Upload:
 
 def check_upload(document: bytes, max_size: int) -> Upload:
     """Raises what is wrong with the document; a message without an ``_id`` header gets a new id."""
-    try:
-        fields = bson.decode(document)
-    except (BSONError, ValueError, TypeError) as exc:  # bson raises all three on malformed input
-        raise ValidationError(f"the body is not a BSON document: {exc}") from None
+    fields = _decoded(document)
     message = fields.get("message")
     if message is None:
         raise ValidationError("is required", "message")
     if not isinstance(message, bytes):
         raise ValidationError(f"must be a BSON binary, not {_bson_type(message)}", "message")
-    if len(message) > max_size:
-        raise PayloadTooLarge(f"Message size {len(message)} exceeds the offload limit {max_size}")
+    return _checked(fields, len(message), max_size)
+
+
+def check_stored_upload(source: IO[bytes], max_size: int) -> Upload:
+    """``check_upload`` for a document in a file: the message is found by skipping the fields before it and never
+    read; the document without it (headers, key, any other field) is decoded and checked as a whole one is."""
+    try:
+        start, offset, size = message_element(source)
+        source.seek(0)
+        total = struct.unpack("<i", source.read(4))[0]
+    except ValidationError:
+        raise
+    except HermesError as exc:
+        raise ValidationError(f"the body is not a BSON document: {exc.message}") from None
+    end = source.seek(0, 2)
+    if total != end:
+        raise ValidationError(f"the body is not a BSON document: its length says {total} bytes, it has {end}")
+    if size > max_size:  # before the rest is read
+        raise PayloadTooLarge(f"Message size {size} exceeds the offload limit {max_size}")
+    source.seek(4)
+    before = source.read(start - 4)
+    source.seek(offset + size)
+    after = source.read()
+    rest = struct.pack("<i", 4 + len(before) + len(after)) + before + after
+    return _checked(_decoded(rest), size, max_size)
+
+
+def _decoded(document: bytes) -> dict[str, Any]:
+    try:
+        return bson.decode(document)
+    except (BSONError, ValueError, TypeError) as exc:  # bson raises all three on malformed input
+        raise ValidationError(f"the body is not a BSON document: {exc}") from None
+
+
+def _checked(fields: Mapping[str, Any], size: int, max_size: int) -> Upload:
+    if size > max_size:
+        raise PayloadTooLarge(f"Message size {size} exceeds the offload limit {max_size}")
     key = fields.get("key")
     if key is not None and not isinstance(key, bytes):
         raise ValidationError(f"must be a BSON binary, not {_bson_type(key)}", "key")
     headers = _headers(fields.get("headers"))
     message_id = _message_id(headers[ID_HEADER]) if ID_HEADER in headers else str(uuid.uuid4())
-    return Upload(message_id, len(message))
+    return Upload(message_id, size)
 
 
 def document_chunks(
