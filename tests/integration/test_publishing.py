@@ -158,6 +158,26 @@ def test_not_ready_while_the_broker_is_unreachable() -> None:
         producer.close(0)
 
 
+def test_a_backlog_of_small_messages_is_not_refused_as_too_large(hermes: InProcessHermes, client: HermesClient) -> None:
+    """Messages queued together (a burst, a broker pause, a journal's replay) go out in record batches that must
+    fit the topic's max.message.bytes (here maxMessageSize 50 KiB plus headroom): librdkafka's default batch of
+    up to 1 MB was refused whole, and every message in it answered 413."""
+    topic = client.create_topic()
+    assert hermes.hermes.connection is not None
+    producer = BrokerProducer(hermes.hermes.connection)
+
+    async def burst() -> list[Any]:
+        sends = [producer.send(topic, b'{"pad": "' + b"x" * 1000 + b'"}') for _ in range(400)]
+        return await asyncio.gather(*sends, return_exceptions=True)
+
+    try:
+        outcomes = asyncio.run(burst())
+    finally:
+        producer.close(5)
+    assert [o for o in outcomes if isinstance(o, Exception)] == []
+    assert len(read_topic(hermes, topic, 400)) == 400
+
+
 def test_metadata_travels_in_kafka(hermes: InProcessHermes, client: HermesClient) -> None:
     topic = client.create_topic()
     response = client.publish(

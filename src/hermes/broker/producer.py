@@ -14,7 +14,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from hermes.broker.connection import KafkaConnection
-from hermes.broker.topics import PRODUCER_MAX_BYTES
+from hermes.broker.topics import PRODUCER_MAX_BYTES, RECORD_HEADROOM
 from hermes.domain.topic import Ack
 from hermes.errors import BrokerError, BrokerUnavailable, PayloadTooLarge, ServiceUnavailable
 
@@ -113,6 +113,10 @@ class BrokerProducer:
     def __init__(self, connection: KafkaConnection, **overrides: Any) -> None:
         base = {
             "linger.ms": 1,
+            # A record batch must fit any topic's max.message.bytes (maxMessageSize, 1 KiB at least, plus
+            # RECORD_HEADROOM): librdkafka's default of 1 MB had the broker refuse a batch of queued small
+            # messages whole (413 for each). A message larger than this still goes, in a batch of its own.
+            "batch.size": RECORD_HEADROOM,
             "enable.idempotence": False,
             "message.timeout.ms": 300_000,
             "queue.buffering.max.kbytes": 262_144,
