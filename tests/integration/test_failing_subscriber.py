@@ -151,3 +151,33 @@ def test_failed_attempts_are_logged_once_per_interval_without_credentials(
     gaps = [b - a for (a, _), (b, _) in itertools.pairwise(logged)]
     assert min(gaps) >= 0.95, f"more than one line per interval: {gaps}"
     assert "s3cret" not in caplog.text and "alice" not in caplog.text
+
+
+def test_failing_subscribers_do_not_hold_back_a_healthy_one(
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer, scripted: list[SubscriberServer]
+) -> None:
+    """Beside two subscriptions of its topic that time out and answer 500, a healthy one gets every message at
+    once while their limiters keep them to the slow rate. How much they cost its latency: `hermes bench`'s
+    scenario 4b (hermes.bench.isolation)."""
+    timing_out = serve(scripted, lambda _n, _r: Reply(delay=1.0))  # past its requestTimeout
+    answering_500 = serve(scripted, always(500))
+    topic = client.create_topic()
+    healthy = client.create_subscription(topic, subscriber.url)
+    failing = {
+        endpoint: hermes.consumer(
+            topic, client.create_subscription(topic, endpoint.url, subscriptionPolicy={"requestTimeout": timeout})
+        )
+        for endpoint, timeout in ((timing_out, 200), (answering_500, 1000))
+    }
+    hermes.consumer(topic, healthy)
+    publish(client, topic, 10)
+    subscriber.wait_for(10, timeout=20)
+    wait_until(lambda: all(c.rate.mode is not RateMode.NORMAL for c in failing.values()), timeout=15)
+    attempts = [len(endpoint.received) for endpoint in failing]
+    began = time.monotonic()
+    publish(client, topic, 50)
+    received = subscriber.wait_for(60, timeout=10)  # about a second unloaded
+    took = time.monotonic() - began
+    assert len({r.message_id for r in received}) == 60
+    extra = [len(endpoint.received) - n for endpoint, n in zip(failing, attempts, strict=True)]
+    assert max(extra) <= took + 2, f"{extra} attempts in {took:.1f} s: a failing subscription was not slowed down"

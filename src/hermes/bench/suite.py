@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from hermes.bench import delivery, integrations, publish
+from hermes.bench import delivery, integrations, isolation, publish
 from hermes.bench.cluster import cluster
 from hermes.bench.kafka_alone import produce_consume
 from hermes.bench.load import Sink
@@ -48,6 +48,9 @@ class Plan:
     delivery_rate: float = 1000.0  # deliveries/s of the latency runs (publish rate x subscriptions)
     slow_rate: float = 500.0
     slow_delay: float = 0.25
+    isolation_rate: float = isolation.RATE
+    isolation_seconds: float = isolation.SECONDS
+    isolation_pairs: int = isolation.PAIRS  # of phases, beside the failing subscriptions then alone
     large_sizes: list[int] = field(default_factory=lambda: [1024, 64 * 1024, 256 * 1024, 900_000, 4 * 1024**2])
     large_count: int = 8
     offloaded_size: int = 100_000_000  # over its topic's maxMessageSize: stored beside Kafka
@@ -67,6 +70,7 @@ QUICK = Plan(
     fanouts=[1, 10],
     deliveries_per_burst=1500,
     slow_rate=300.0,
+    isolation_pairs=2,
     large_sizes=[1024, 256 * 1024, 900_000],
     large_count=3,
     raw_kafka_messages=5000,
@@ -147,6 +151,10 @@ async def _scenarios(system: System, plan: Plan, log: Any) -> dict[str, Any]:
             log("a slow subscription beside a fast one")
             out["slow_beside_fast"] = await delivery.slow_beside_fast(
                 system, sink, api, plan.slow_rate, plan.seconds, plan.reps, plan.slow_delay
+            )
+            log("failing subscriptions beside a healthy one")
+            out["failing_beside_healthy"] = await isolation.failing_beside_healthy(
+                system, sink, api, plan.isolation_rate, plan.isolation_seconds, plan.isolation_pairs
             )
             log("a new subscription's first delivery")
             out["subscription_start"] = await delivery.subscription_start(system, sink, api, plan.reps)
@@ -231,7 +239,16 @@ def void_reasons(scenarios: dict[str, Any]) -> list[str]:
             reasons.append(
                 f"Kafka alone x{fanout.get('subscriptions')} latency: {kafka.get('error') or 'missing messages'}"
             )
-    for name in ("slow_beside_fast", "subscription_start", "sustained", "startup", "large", "batch", "cluster"):
+    for name in (
+        "slow_beside_fast",
+        "failing_beside_healthy",
+        "subscription_start",
+        "sustained",
+        "startup",
+        "large",
+        "batch",
+        "cluster",
+    ):
         scenario = scenarios.get(name, {})
         if scenario.get("void"):
             reasons.append(f"{name}: {scenario.get('error') or 'missing messages'}")

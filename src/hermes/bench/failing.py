@@ -1,7 +1,7 @@
 """A subscriber endpoint that fails every request, in a child process of its own, so that its work does not share
-the interpreter (and its lock) with what a test measures. ``GET /received`` answers how many requests it got.
+an interpreter (and its lock) with what is measured. ``GET /received`` answers how many requests it got.
 
-Run as ``python -m tests.support.failing STATUS DELAY``: it prints its port, then answers every other request
+Run as ``python -m hermes.bench.failing STATUS DELAY``: it prints its port, then answers every other request
 with STATUS after DELAY seconds.
 """
 
@@ -10,9 +10,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from pathlib import Path
 
-import httpx
+import aiohttp
 from aiohttp import web
 
 
@@ -43,9 +42,7 @@ async def _serve(status: int, delay: float) -> None:
 class FailingEndpoint:
     def __init__(self, status: int, delay: float = 0.0) -> None:
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.failing", str(status), str(delay)],
-            stdout=subprocess.PIPE,
-            cwd=Path(__file__).parents[2],
+            [sys.executable, "-m", "hermes.bench.failing", str(status), str(delay)], stdout=subprocess.PIPE
         )
         assert self._process.stdout is not None
         self.port = int(self._process.stdout.readline())
@@ -54,8 +51,9 @@ class FailingEndpoint:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/"
 
-    def received(self) -> int:
-        return int(httpx.get(f"{self.url}received", timeout=10).json())
+    async def received(self, session: aiohttp.ClientSession) -> int:
+        async with session.get(f"{self.url}received") as response:
+            return int(await response.json())
 
     def stop(self) -> None:
         self._process.terminate()
