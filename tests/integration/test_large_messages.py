@@ -13,6 +13,7 @@ import pytest
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.topics import KAFKA_MAX_BODY, RECORD_HEADROOM
+from hermes.errors import BrokerError
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import SubscriberServer
 from tests.support.waiting import wait_until
@@ -148,7 +149,14 @@ def test_raising_maxmessagesize_raises_the_kafka_topics_limit(
     admin = BrokerAdmin(hermes.hermes.connection)
     updated = client.management.put(f"/topics/{topic}", json={"maxMessageSize": 4 * 1024 * 1024})
     assert updated.status_code == 200, updated.text
-    assert admin.topic_config(topic)["max.message.bytes"] == str(4 * 1024 * 1024 + RECORD_HEADROOM)
+
+    def raised() -> bool:  # the broker learns of the topic and its altered config shortly after
+        try:
+            return admin.topic_config(topic)["max.message.bytes"] == str(4 * 1024 * 1024 + RECORD_HEADROOM)
+        except BrokerError:
+            return False
+
+    wait_until(raised)
     client.create_subscription(topic, subscriber.url + "raised")
     body = _json_body(2 * 1024 * 1024)
     direct: list[str] = []

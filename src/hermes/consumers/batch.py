@@ -178,7 +178,7 @@ class BatchConsumer:
                 return batch
             message = resolved
             schema = None if message.schema_version is None else await delivery.schema(message)
-            if not delivery.passes(message, schema):
+            if not await delivery.passes(message, schema):
                 delivery.finished([message])
                 self._receiver.finish(message, generation)
                 self._receiver.wake()

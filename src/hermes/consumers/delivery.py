@@ -114,12 +114,18 @@ class Delivery:
             if message.stored is not None:
                 message.stored.close()
 
-    def passes(self, message: Message, schema: str | None) -> bool:
+    async def passes(self, message: Message, schema: str | None) -> bool:
         """Whether the message passes the filters (Avro ones read as records); one that does not is counted."""
-        if not self._filters or self._filters.passes(message, lambda m: self.context.content.document(m, schema)):
+        if not self._filters:
             return True
-        self.metrics.count("filtered")
-        return False
+        filters, content = self._filters, self.context.content
+        if message.stored is None:
+            passed = filters.passes(message, lambda m: content.document(m, schema))
+        else:  # a stored body is read and parsed whole: in a thread, so other subscriptions' deliveries go on
+            passed = await asyncio.to_thread(filters.passes, message, lambda m: content.document(m, schema))
+        if not passed:
+            self.metrics.count("filtered")
+        return passed
 
     async def slot(self, within: float) -> bool:
         """Waits for a sending slot; False when ``within`` seconds (the message's TTL) end first."""

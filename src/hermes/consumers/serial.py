@@ -122,7 +122,7 @@ class SerialConsumer:
     async def _deliver_resolved(self, message: Message, started: float) -> None:
         delivery = self._delivery
         schema = await delivery.schema(message)
-        if delivery.passes(message, schema):
+        if await delivery.passes(message, schema):
             delivery.trace(message, TraceStatus.INFLIGHT)
             if delay := delivery.subscription.serial_policy.sending_delay / 1000:
                 # counted from publishing, so a backlog of older messages goes at once; never longer than the
