@@ -5,12 +5,18 @@ broker (a private embedded Kafka). The archive reads Kafka with Spark's connecto
 - throughput: a backlog of ``messages`` records archived by an ``availableNow`` query, ``WARM_RUNS`` + 1
   times: the first (cold) run pays for the first query's start (class loading), the next ones for the JVM's
   JIT compiling the write path (the second run was about half as fast as the fourth), the last measures the
-  archive itself, as it runs in a long-lived pipeline;
-  then the plain consumer reads the same number of records into the same layout; the table's file count
-  before and after Delta's OPTIMIZE (one topic, one or two hours) is reported beside;
-- lag: ``rate`` messages/s for ``seconds`` while the archive runs with its usual trigger; a message's lag is
-  from its publish timestamp to the commit of the micro-batch that archived it (from the query's progress).
-  The plain consumer's lag is from publish to the end of the Parquet write that holds it.
+  archive itself, as it runs in a long-lived pipeline: wall time from the query's start to its end, and the
+  CPU time of Spark's JVM (driver and executors: local mode) meanwhile; then the plain consumer reads the same
+  number of records into the same layout (wall time, and this process's CPU time). The table's file count
+  before and after Delta's OPTIMIZE is reported beside;
+- lag: ``rate`` messages/s for ``seconds`` while the archive runs with its usual trigger (1 s); a message's
+  lag is from its publish timestamp to the commit of the micro-batch that archived it (from the query's
+  progress). The plain consumer's lag is from publish to the end of the Parquet write that holds it;
+- burst: ``messages`` produced as fast as the producer goes while the archive runs with its usual trigger;
+  each message's lag as above, and how long after the burst's last publish its last message was archived;
+- offline retransmission of the measured backlog run's ``messages`` (:mod:`hermes.bench.lake_retransmission`);
+- the file count of one topic-hour after a simulated hour of steady traffic and OPTIMIZE
+  (:mod:`hermes.bench.lake_hour`).
 
 Call ``archive_throughput()``; it returns a JSON-ready dict.
 """
@@ -31,6 +37,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from hermes.bench.lake_hour import simulated_hour
+from hermes.bench.lake_retransmission import RETRANSMISSION_TOPICS, retransmission
+from hermes.bench.system import cpu_seconds
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker
@@ -171,8 +180,39 @@ def _batch_commits(query: Any) -> list[tuple[dict[str, int], float]]:
 WARM_RUNS = 2  # backlog runs after the cold one, before the measured one
 
 
+def _lag(query: Any, published: dict[tuple[int, int], int], deadline: float = 180) -> list[float]:
+    """Waits until ``query`` archived every message of ``published``; each one's lag (ms)."""
+    expected: dict[int, int] = {}  # partition -> its next offset after the last published
+    for partition, offset in published:
+        expected[partition] = max(expected.get(partition, 0), offset + 1)
+    end = time.monotonic() + deadline
+    while time.monotonic() < end:
+        commits = _batch_commits(query)
+        if commits and all(commits[-1][0].get(str(p), 0) >= o for p, o in expected.items()):
+            break
+        time.sleep(0.2)
+    commits = _batch_commits(query)
+    return [
+        next(t for ends, t in commits if ends.get(str(partition), 0) > offset) - published_ms
+        for (partition, offset), published_ms in published.items()
+    ]
+
+
+def _plain_lag(connection: KafkaConnection, topic: str, root: Path, count: int, rate: float | None) -> list[float]:
+    archiver = _PlainArchiver(connection, topic, [0, 1], root)
+    worker = threading.Thread(target=archiver.run, args=(count,), kwargs={"flush_every": 1000})
+    worker.start()
+    published = _produce(connection, topic, count, rate)
+    worker.join(180)
+    return [archiver.written[k] - v for k, v in published.items() if k in archiver.written]
+
+
 def archive_throughput(
-    messages: int = 100_000, rate: float = 500, seconds: float = 10, master: str = "local[2]"
+    messages: int = 100_000,
+    rate: float = 500,
+    seconds: float = 10,
+    master: str = "local[2]",
+    hour_rate: float = 100,
 ) -> dict[str, Any]:
     root = Path(tempfile.mkdtemp(prefix="hermes-archive-bench-"))
     broker = EmbeddedBroker(root / "kafka")
@@ -180,20 +220,21 @@ def archive_throughput(
     try:
         connection = KafkaConnection(broker.start())
         admin = BrokerAdmin(connection)
-        for topic in ("bench.backlog", "bench.live", "bench.plain"):
+        for topic in ("bench.backlog", "bench.live", "bench.plain", "bench.burst", *RETRANSMISSION_TOPICS):
             admin.create_topic(topic, 2)
         _produce(connection, "bench.backlog", messages)
         spark = build_session(master=master, local_dir=root / "spark")
+        jvm = int(spark._jvm.java.lang.ProcessHandle.current().pid())
 
         backlog = _context(spark, connection, root, "backlog")
         started = time.monotonic()
         start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
         cold_seconds = time.monotonic() - started  # includes the first query's start
         for _ in range(WARM_RUNS + 1):  # the last run is measured
-            _produce(connection, "bench.backlog", messages)
-            started = time.monotonic()
+            measured = _produce(connection, "bench.backlog", messages)
+            cpu, started = cpu_seconds(jvm), time.monotonic()
             start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
-            spark_seconds = time.monotonic() - started
+            spark_seconds, spark_cpu = time.monotonic() - started, cpu_seconds(jvm) - cpu
         files_before = _files(backlog.lake)
         started = time.monotonic()
         optimize(spark, backlog.lake)
@@ -201,45 +242,37 @@ def archive_throughput(
         files_after = _files(backlog.lake)
 
         plain = _PlainArchiver(connection, "bench.backlog", [0, 1], root / "plain-backlog")
-        started = time.monotonic()
+        cpu, started = time.process_time(), time.monotonic()
         plain.run(messages)
-        plain_seconds = time.monotonic() - started
+        plain_seconds, plain_cpu = time.monotonic() - started, time.process_time() - cpu
 
         live = start_archive(_context(spark, connection, root, "live"), ["bench.live"])
         _produce(connection, "bench.live", 20)  # warm-up: a query's first batch is slow
         while not _batch_commits(live):
             time.sleep(0.2)
         count = int(rate * seconds)
-        published = _produce(connection, "bench.live", count, rate)
-        expected = {p: max(o for (pp, o) in published if pp == p) + 1 for p, _ in published}
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            commits = _batch_commits(live)
-            if commits and all(commits[-1][0].get(str(p), 0) >= o for p, o in expected.items()):
-                break
-            time.sleep(0.5)
+        spark_lag = _lag(live, _produce(connection, "bench.live", count, rate))
+        started = time.monotonic()
+        burst = _produce(connection, "bench.live", messages)
+        burst_seconds = time.monotonic() - started
+        burst_lag = _lag(live, burst)
+        burst_end = max(p + lag for p, lag in zip(burst.values(), burst_lag, strict=True))  # last commit (ms)
         live.stop()
-        commits = _batch_commits(live)
-        spark_lag = []
-        for (partition, offset), published_ms in published.items():
-            committed = next(t for ends, t in commits if ends.get(str(partition), 0) > offset)
-            spark_lag.append(committed - published_ms)
+        plain_lag = _plain_lag(connection, "bench.plain", root / "plain-live", count, rate)
+        plain_burst_lag = _plain_lag(connection, "bench.burst", root / "plain-burst", messages, None)
 
-        plain_live = _PlainArchiver(connection, "bench.plain", [0, 1], root / "plain-live")
-        worker = threading.Thread(target=plain_live.run, args=(count,), kwargs={"flush_every": 1000})
-        worker.start()
-        plain_published = _produce(connection, "bench.plain", count, rate)
-        worker.join(180)
-        plain_lag = [plain_live.written[k] - v for k, v in plain_published.items() if k in plain_live.written]
-
+        retransmitted = retransmission(spark, jvm, connection, backlog.lake, "bench.backlog", measured, BODY)
+        hour = simulated_hour(spark, backlog.lake, "bench.hour", hour_rate, BODY, backlog.trigger_interval)
         return {
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
             "message_bytes": len(BODY),
             "throughput": {
                 "messages": messages,
                 "spark_archive_per_s": round(messages / spark_seconds),
+                "spark_archive_cpu_us_per_message": round(spark_cpu / messages * 1e6, 1),
                 "spark_archive_cold_run_s": round(cold_seconds, 1),
                 "plain_consumer_pyarrow_per_s": round(messages / plain_seconds),
+                "plain_cpu_us_per_message": round(plain_cpu / messages * 1e6, 1),
             },
             "compaction": {
                 "messages": (WARM_RUNS + 2) * messages,
@@ -253,6 +286,15 @@ def archive_throughput(
                 "spark_archive": _percentiles(spark_lag),
                 "plain_consumer_pyarrow": _percentiles(plain_lag),
             },
+            "burst": {
+                "messages": messages,
+                "produced_in_s": round(burst_seconds, 1),
+                "spark_archive": _percentiles(burst_lag),
+                "spark_archived_after_last_publish_s": round((burst_end - max(burst.values())) / 1000, 1),
+                "plain_consumer_pyarrow": _percentiles(plain_burst_lag),
+            },
+            "retransmission": retransmitted,
+            "hour": hour,
         }
     finally:
         if spark is not None:

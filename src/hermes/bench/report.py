@@ -27,6 +27,60 @@ PUBLISH_P99_TARGET_MS = 5.0
 PUBLISH_AUTH_THROUGHPUT_TARGET = 0.9
 
 
+def _archive(archive: dict[str, Any]) -> list[str]:
+    through, lag = archive["throughput"], archive["lag"]
+    spark, plain = through["spark_archive_per_s"], through["plain_consumer_pyarrow_per_s"]
+    lines = [
+        f"| pipeline | records/s ({through['messages']:,} backlog) | CPU µs per record "
+        f"| lag p50 / p99 ms at {lag['rate_per_s']:,} msg/s |",
+        "|---|---|---|---|",
+        f"| Spark archive (Spark's Kafka connector, Delta Lake sink) | **{spark:,}** "
+        f"| {through.get('spark_archive_cpu_us_per_message', '')} "
+        f"| **{lag['spark_archive']['p50_ms']:,.0f}** / **{lag['spark_archive']['p99_ms']:,.0f}** |",
+        f"| plain confluent-kafka consumer + pyarrow writer (ceiling) | {plain:,} "
+        f"| {through.get('plain_cpu_us_per_message', '')} "
+        f"| {lag['plain_consumer_pyarrow']['p50_ms']:,.0f} / {lag['plain_consumer_pyarrow']['p99_ms']:,.0f} |",
+        "",
+        f"Ratio: **{spark / max(plain, 1):.2f}**. Spark's first batch after start: "
+        f"{through['spark_archive_cold_run_s']} s.",
+    ]
+    if through.get("spark_archive_cpu_us_per_message"):
+        cpu_ratio = through["plain_cpu_us_per_message"] / through["spark_archive_cpu_us_per_message"]
+        lines[-1] += f" By CPU per record (plain's over Spark's): {cpu_ratio:.2f}."
+    if "compaction" in archive:
+        packed = archive["compaction"]
+        lines.append(
+            f"Files of the {packed['messages']:,} archived messages: {packed['files_before']} before OPTIMIZE, "
+            f"{packed['files_after_optimize']} after ({packed['optimize_s']} s)."
+        )
+    if "burst" in archive:
+        burst = archive["burst"]
+        lines.append(
+            f"A burst of {burst['messages']:,} messages (produced in {burst['produced_in_s']} s): lag p50 / p99 "
+            f"{burst['spark_archive']['p50_ms']:,.0f} / {burst['spark_archive']['p99_ms']:,.0f} ms, all archived "
+            f"{burst['spark_archived_after_last_publish_s']} s after the last publish (plain consumer: "
+            f"{burst['plain_consumer_pyarrow']['p50_ms']:,.0f} / {burst['plain_consumer_pyarrow']['p99_ms']:,.0f} ms)."
+        )
+    if "retransmission" in archive:
+        again = archive["retransmission"]
+        lines.append(
+            f"Offline retransmission of {again['messages']:,} archived messages to a topic: "
+            f"**{again['spark_task_per_s']:,}** msg/s ({again['spark_task_cpu_us_per_message']} CPU µs each, JVM and "
+            f"Python workers); without Spark (deltalake + one producer) {again['plain_deltalake_producer_per_s']:,} "
+            f"msg/s ({again['plain_cpu_us_per_message']} µs); the raw POST loop of as many: "
+            f"{again['raw_post_loop_per_s']:,} msg/s."
+        )
+    if "hour" in archive:
+        hour = archive["hour"]
+        lines.append(
+            f"One topic-hour after a simulated hour ({hour['micro_batches']:,} micro-batches of "
+            f"{hour['trigger_interval_s']} s, {hour['rate_per_s']:,} msg/s, {hour['messages']:,} messages, "
+            f"{hour['megabytes']} MB): **{hour['files_before']:,}** files, **{hour['files_after_optimize']}** after "
+            f"OPTIMIZE ({hour['optimize_s']} s)."
+        )
+    return lines
+
+
 def _mmm(summary: dict[str, float], digits: int = 0) -> str:
     fmt = f"{{:,.{digits}f}}"
     return f"**{fmt.format(summary['median'])}** ({fmt.format(summary['min'])}-{fmt.format(summary['max'])})"
@@ -168,25 +222,7 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
     archive = s.get("archive", {})
     pq = results["raw_parquet"]
     if "throughput" in archive:
-        through, lag = archive["throughput"], archive["lag"]
-        spark, plain = through["spark_archive_per_s"], through["plain_consumer_pyarrow_per_s"]
-        lines += [
-            "| pipeline | records/s | lag p50 / p99 ms at " + f"{lag['rate_per_s']:,} msg/s |",
-            "|---|---|---|",
-            f"| Spark archive (Spark's Kafka connector, Delta Lake sink) | **{spark:,}** "
-            f"| **{lag['spark_archive']['p50_ms']:,.0f}** / **{lag['spark_archive']['p99_ms']:,.0f}** |",
-            f"| plain confluent-kafka consumer + pyarrow writer (ceiling) | {plain:,} "
-            f"| {lag['plain_consumer_pyarrow']['p50_ms']:,.0f} / {lag['plain_consumer_pyarrow']['p99_ms']:,.0f} |",
-            "",
-            f"Ratio: **{spark / max(plain, 1):.2f}**. Spark's first batch after start: "
-            f"{through['spark_archive_cold_run_s']} s.",
-        ]
-        if "compaction" in archive:
-            packed = archive["compaction"]
-            lines.append(
-                f"Files of the {packed['messages']:,} archived messages: {packed['files_before']} before OPTIMIZE, "
-                f"{packed['files_after_optimize']} after ({packed['optimize_s']} s)."
-            )
+        lines += _archive(archive)
     else:
         lines.append(f"Not measured: `{json.dumps(archive)}`")
     if pq.get("available"):
