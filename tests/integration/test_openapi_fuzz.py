@@ -102,7 +102,7 @@ def test_every_operation_keeps_its_document(hermes: InProcessHermes, operation: 
         response = case.call(base_url=hermes.management_url, headers=SIGNED_IN)
         # ignored_auth would repeat each request with made-up credentials (a scrypt each): the test below does it
         excluded = [ignored_auth]
-        if mode is GenerationMode.POSITIVE and _explained(response):
+        if _explained(response):  # negative generation too may draw a schema-valid request
             excluded.append(positive_data_acceptance)
         case.validate_response(response, excluded_checks=excluded)
 
