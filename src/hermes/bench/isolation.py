@@ -21,10 +21,8 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -32,7 +30,7 @@ import aiohttp
 from hermes.bench.delivery import BODY, delivered
 from hermes.bench.failing import FailingEndpoint
 from hermes.bench.load import Sent, Sink, open_loop
-from hermes.bench.system import Management, System, warm_up
+from hermes.bench.system import Management, System, run_alone, warm_up
 
 TARGET = 0.10  # beside / alone may exceed 1 by this much (p50, p90) or fall short of it (rate)
 RATE = 160.0  # messages per second: 400 a 2.5 s phase, so that a phase's p50 varies by ~3 %, not ~6 %
@@ -218,16 +216,7 @@ def markdown(result: dict[str, Any]) -> list[str]:
 
 
 async def _alone(pairs: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="hermes-bench-") as data, System(Path(data)) as system:
-        sink = Sink()
-        await sink.start()
-        try:
-            async with aiohttp.ClientSession() as session:
-                return await failing_beside_healthy(
-                    system, sink, Management(session, system.management), RATE, SECONDS, pairs
-                )
-        finally:
-            await sink.stop()
+    return await run_alone(lambda system, sink, api: failing_beside_healthy(system, sink, api, RATE, SECONDS, pairs))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import sys
-import tempfile
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,7 +21,7 @@ import aiohttp
 import bson
 
 from hermes.bench.load import JSON_HEADERS, Sink, json_body
-from hermes.bench.system import Management, System, memory_kib, warm_up
+from hermes.bench.system import Management, System, memory_kib, run_alone, warm_up
 
 SIZE = 100_000_000
 _ROLES = ("frontend", "consumers")
@@ -112,14 +111,7 @@ def _reset_peaks(pids: Iterable[int]) -> None:
 
 
 async def _alone(size: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="hermes-bench-") as data, System(Path(data)) as system:
-        sink = Sink()
-        await sink.start()
-        try:
-            async with aiohttp.ClientSession() as session:
-                return await offloaded_message(system, sink, Management(session, system.management), size)
-        finally:
-            await sink.stop()
+    return await run_alone(lambda system, sink, api: offloaded_message(system, sink, api, size))
 
 
 if __name__ == "__main__":

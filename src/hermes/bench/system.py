@@ -9,14 +9,18 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
+from hermes.bench.load import Sink
 from hermes.broker.embedded import EmbeddedBroker, free_port
+
+_T = TypeVar("_T")
 
 
 def wait_for_port(port: int, process: subprocess.Popen[bytes] | None = None, timeout: float = 90.0) -> None:
@@ -208,3 +212,16 @@ async def warm_up(frontend: str, topic: str, sink: Any, names: list[str], within
                 return True
             await asyncio.sleep(0.5)
     return False
+
+
+async def run_alone(scenario: Callable[[System, Sink, Management], Awaitable[_T]]) -> _T:
+    """One scenario on a system of its own (``python -m hermes.bench.<module>``): a fresh data directory, a sink
+    for its subscriptions and a management client, all stopped afterwards."""
+    with tempfile.TemporaryDirectory(prefix="hermes-bench-") as data, System(Path(data)) as system:
+        sink = Sink()
+        await sink.start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                return await scenario(system, sink, Management(session, system.management))
+        finally:
+            await sink.stop()
