@@ -115,8 +115,12 @@ def test_lifetime_counters_survive_a_consumers_restart(split: SplitHermes) -> No
     wait_until(lambda: client.management.get(metrics_path).json()["delivered"] == 8, 10)
     topic_metrics = client.management.get(f"/topics/{topic}/metrics").json()
     assert topic_metrics["published"] == 8 and topic_metrics["delivered"] == 8
-    snapshots = split.repository.list_documents("topic-metrics")
-    assert sum(v["published"] for k, v in snapshots.items() if k.startswith(f"{topic}/")) == 8
+
+    def published_snapshots() -> int:  # the frontend writes its snapshot every consumer_metrics_interval
+        snapshots = split.repository.list_documents("topic-metrics")
+        return sum(v["published"] for k, v in snapshots.items() if k.startswith(f"{topic}/"))
+
+    wait_until(lambda: published_snapshots() == 8, 10)
 
 
 def test_metrics_are_aggregated_over_consumer_nodes(split: SplitHermes) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
@@ -156,7 +156,8 @@ class BrokerAdmin:
             raise _to_error(exc, "reading the newest records' timestamps") from exc
         return newest
 
-    # --- offsets (through a short-lived consumer: the admin client has no watermark call) ---
+    # --- offsets (the admin client's ListOffsets and OffsetFetch; a short-lived consumer for look-ups by time and
+    # commits from outside a group, which the admin client does not do) ---
 
     def _offset_consumer(self, group_id: str = "hermes-offsets") -> Any:
         return Consumer(self._connection.config(**{"group.id": group_id, "enable.auto.commit": False}))
@@ -207,10 +208,27 @@ class BrokerAdmin:
             consumer.close()
 
     def end_offsets(self, topic: str) -> dict[int, int]:
-        return {p: high for p, (_, high) in self._watermarks(topic).items()}
+        return self._listed_offsets(topic, OffsetSpec.latest())  # type: ignore[no-untyped-call]
 
     def beginning_offsets(self, topic: str) -> dict[int, int]:
-        return {p: low for p, (low, _) in self._watermarks(topic).items()}
+        return self._listed_offsets(topic, OffsetSpec.earliest())  # type: ignore[no-untyped-call]
+
+    def _listed_offsets(self, topic: str, spec: Any) -> dict[int, int]:
+        """One ListOffsets request for every partition of the topic (a short-lived consumer per look-up cost
+        tens to hundreds of ms: a metrics query over every subscription took seconds). A topic created a moment
+        ago may not have its leaders yet: asked again until the request timeout."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            wanted = {TopicPartition(topic, p): spec for p in self.partitions(topic)}
+            if not wanted:
+                return {}
+            try:
+                futures = self._admin.list_offsets(wanted, request_timeout=self._timeout)
+                return {tp.partition: future.result().offset for tp, future in futures.items()}
+            except KafkaException as exc:
+                if exc.args[0].code() not in _NO_LEADER_YET or time.monotonic() > deadline:
+                    raise _to_error(exc, f"reading the offsets of {topic}") from exc
+                time.sleep(0.05)
 
     def offsets_for_time(self, topic: str, timestamp_ms: int) -> dict[int, int]:
         """Per partition, the first offset whose timestamp is at or after ``timestamp_ms`` (the end offset when
@@ -226,14 +244,17 @@ class BrokerAdmin:
             consumer.close()
 
     def committed_offsets(self, group_id: str, topic: str) -> dict[int, int]:
-        consumer = self._offset_consumer(group_id)
+        """The group's committed offset of each partition of the topic that has one (one OffsetFetch request)."""
+        partitions = [TopicPartition(topic, p) for p in self.partitions(topic)]
+        if not partitions:
+            return {}
+        request = [ConsumerGroupTopicPartitions(group_id, partitions)]
         try:
-            result = consumer.committed(
-                [TopicPartition(topic, p) for p in self.partitions(topic)], timeout=self._timeout
-            )
-            return {tp.partition: tp.offset for tp in result if tp.offset >= 0}
-        finally:
-            consumer.close()
+            futures = self._admin.list_consumer_group_offsets(request, request_timeout=self._timeout)
+            result = futures[group_id].result(timeout=self._timeout)
+        except KafkaException as exc:
+            raise _to_error(exc, f"reading the committed offsets of {group_id}") from exc
+        return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
 
     def commit_offsets(self, group_id: str, topic: str, offsets: Mapping[int, int]) -> None:
         """Sets a group's committed offsets from outside the group (e.g. a new or suspended subscription)."""
