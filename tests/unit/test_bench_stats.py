@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes.bench.report import _publish_auth
+from hermes.bench.report import _publish, _publish_auth
 from hermes.bench.stats import (
     achieved_rate,
     edge_windows,
@@ -126,3 +126,55 @@ def test_the_report_renders_the_publish_with_authentication_scenario() -> None:
     assert "| msg/s | **10,000** (9,900-10,100) | **8,500** (8,400-8,600) | **0.85** | ≥ 0.9: **not met** |" in text
     assert "| server CPU µs per publish | **43.0** (43.0-43.0) | **50.7** (50.7-50.7) | **1.18** | |" in text
     assert "Not measured." in "\n".join(_publish_auth(None))
+
+
+def test_the_publish_report_judges_the_maximum_and_shows_the_32_connection_one_beside_it() -> None:
+    def closed(rate: float, cpu: float) -> dict[str, object]:
+        return {
+            "throughput": {"median": rate, "min": rate, "max": rate},
+            "server_cpu_us": {"median": cpu, "min": cpu, "max": cpu},
+            "non_2xx": 0,
+        }
+
+    def opened(rate: float, p99: float) -> dict[str, object]:
+        latency = {"median": p99, "min": p99, "max": p99}
+        throughput = {"median": rate, "min": rate, "max": rate}
+        return {
+            "rate": rate,
+            "throughput": throughput,
+            "latency_ms.p50": latency,
+            "latency_ms.p99": latency,
+            "latency_ms.p999": latency,
+        }
+
+    scenario = {
+        "generator": "wrk -t1 -c128",
+        "concurrency": 128,
+        "closed": closed(30_000, 35.0),
+        "two_workers": closed(36_000, 70.0),
+        "noop": {"granian": closed(50_000, 23.0)},
+        "fastest_noop": "granian",
+        "ratio_to_noop": 0.6,
+        "cpu_ratio_to_noop": 0.66,
+        "half_max_rate": 15_000.0,
+        "open": [opened(5_500.0, 5.5), opened(15_000.0, 30.0)],
+        "also": {
+            "concurrency": 32,
+            "closed": closed(11_000, 41.0),
+            "half_max_rate": 5_500.0,
+            "noop": {"uvicorn": closed(36_000, 27.0)},
+            "fastest_noop": "uvicorn",
+            "ratio_to_noop": 0.306,
+        },
+    }
+    text = "\n".join(_publish(scenario))
+    assert "| closed loop, 128 connections: msg/s | **30,000** (30,000-30,000) | **50,000** (50,000-50,000) " in text
+    assert "| **0.6** | ≥ 0.5: **met** |" in text
+    assert (
+        "| closed loop, 32 connections: msg/s | **11,000** (11,000-11,000) | **36,000** (36,000-36,000) (uvicorn) "
+        in text
+    )
+    assert "| 5,500 (5,500) |" in text and "| half the maximum at 32 connections |" in text
+    assert "| 15,000 (15,000) |" in text and "p99 < 5 ms at half the maximum: **not met**" in text
+    del scenario["also"]  # a result from before the maxima were taken at two concurrencies
+    assert "32 connections" not in "\n".join(_publish(scenario))

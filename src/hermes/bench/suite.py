@@ -41,7 +41,7 @@ class Plan:
     name: str
     reps: int = 3
     seconds: float = 4.0
-    concurrency: int = 32
+    concurrency: int = 128  # wrk's connections for the publish maxima (publish.ALSO_CONCURRENCY too)
     rates: list[float] = field(default_factory=lambda: [250.0, 500.0, 1000.0, 2000.0])
     fanouts: list[int] = field(default_factory=lambda: [1, 10, 100])
     deliveries_per_burst: int = 6000  # divided among the messages: 6,000 x 1, 600 x 10, 60 x 100
