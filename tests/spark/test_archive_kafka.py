@@ -114,18 +114,21 @@ def test_lake_columns_come_from_the_frontends_kafka_headers(spark: Any, kafka: E
     producer.produce(topic, value=b"foreign", partition=0)  # not from a Hermes frontend: no headers
     placeholder = b'{"url": "http://127.0.0.1/offload/msg/m"}'  # of an offloaded large message: archived as it is
     producer.produce(topic, value=placeholder, partition=0, headers=[(KAFKA_MESSAGE_ID, "m"), ("_format", "external")])
+    # a header given twice: the last counts, as for hermes.domain.message.parse_kafka_headers
+    producer.produce(topic, value=b"twice", partition=0, headers=[(KAFKA_MESSAGE_ID, "t-1"), (KAFKA_MESSAGE_ID, "t-2")])
     assert producer.flush(30) == 0
     lake = Lake(str(tmp_path / "lake"))
 
-    archive(spark, kafka, lake, tmp_path / "ckpt", [topic], 4)
+    archive(spark, kafka, lake, tmp_path / "ckpt", [topic], 5)
 
-    first, avro, foreign, offloaded = sorted(read_lake(spark, lake).collect(), key=lambda r: r.offset)
+    first, avro, foreign, offloaded, twice = sorted(read_lake(spark, lake).collect(), key=lambda r: r.offset)
     assert (offloaded.body, offloaded.headers) == (placeholder, {"_format": "external"})
+    assert (twice.message_id, twice.headers) == ("t-2", {})
     assert (first.message_id, first.publish_timestamp.replace(tzinfo=UTC)) == (
         hermes_id,
         published.replace(microsecond=published.microsecond // 1000 * 1000),
     )
-    assert first.hour == published.strftime("%Y-%m-%d-%H")
+    assert (first.hour, first.headers) == (published.strftime("%Y-%m-%d-%H"), {})
     assert (avro.message_id, avro.key, avro.schema_version, avro.headers, avro.body) == (
         "avro-1",
         b"key-1",

@@ -4,11 +4,12 @@ broker (a private embedded Kafka). The archive reads Kafka with Spark's connecto
 
 - throughput: a backlog of ``messages`` records archived by an ``availableNow`` query, ``WARM_RUNS`` + 1
   times: the first (cold) run pays for the first query's start (class loading), the next ones for the JVM's
-  JIT compiling the write path (the second run was about half as fast as the fourth), the last measures the
-  archive itself, as it runs in a long-lived pipeline: wall time from the query's start to its end, and the
-  CPU time of Spark's JVM (driver and executors: local mode) meanwhile; then the plain consumer reads the same
-  number of records into the same layout (wall time, and this process's CPU time). The table's file count
-  before and after Delta's OPTIMIZE is reported beside;
+  JIT compiling Spark's and Delta's code (its compiler threads still took a third of the JVM's CPU in the
+  third run, and settle slowly: a long-lived pipeline runs thousands of batches), the last measures the
+  archive itself: wall time from the query's start to its end, and the CPU time of Spark's JVM (driver and
+  executors: local mode) meanwhile, also by thread (Spark's tasks, the JIT compiler, the garbage collector,
+  the rest); then the plain consumer reads the same number of records into the same layout (wall time, and
+  this process's CPU time). The table's file count before and after Delta's OPTIMIZE is reported beside;
 - lag: ``rate`` messages/s for ``seconds`` while the archive runs with its usual trigger (1 s); a message's
   lag is from its publish timestamp to the commit of the micro-batch that archived it (from the query's
   progress). The plain consumer's lag is from publish to the end of the Parquet write that holds it;
@@ -39,7 +40,7 @@ from typing import Any
 
 from hermes.bench.lake_hour import simulated_hour
 from hermes.bench.lake_retransmission import RETRANSMISSION_TOPICS, retransmission
-from hermes.bench.system import cpu_seconds
+from hermes.bench.system import cpu_seconds, thread_cpu_seconds
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker
@@ -177,7 +178,21 @@ def _batch_commits(query: Any) -> list[tuple[dict[str, int], float]]:
     return out
 
 
-WARM_RUNS = 2  # backlog runs after the cold one, before the measured one
+WARM_RUNS = 5  # backlog runs after the cold one, before the measured one
+
+# Parts of the JVM's thread names (digits read as N: "C2 CompilerThread0" is "CN CompilerThreN")
+_THREADS = {"Executor task": "tasks", "CompilerThre": "jit", "GC Thread": "gc", "GN ": "gc"}
+
+
+def _by_thread(before: dict[str, float], after: dict[str, float], total: float) -> dict[str, float]:
+    """The JVM's CPU seconds between two ``thread_cpu_seconds``, by kind of thread; ``total``: all of it, so the
+    rest (threads that ended meanwhile included) is "other"."""
+    out = dict.fromkeys(("tasks", "jit", "gc"), 0.0)
+    for name, seconds in after.items():
+        kind = next((k for part, k in _THREADS.items() if part in name), None)
+        if kind is not None:
+            out[kind] += seconds - before.get(name, 0.0)
+    return {**out, "other": total - sum(out.values())}
 
 
 def _lag(query: Any, published: dict[tuple[int, int], int], deadline: float = 180) -> list[float]:
@@ -232,9 +247,10 @@ def archive_throughput(
         cold_seconds = time.monotonic() - started  # includes the first query's start
         for _ in range(WARM_RUNS + 1):  # the last run is measured
             measured = _produce(connection, "bench.backlog", messages)
-            cpu, started = cpu_seconds(jvm), time.monotonic()
+            threads, cpu, started = thread_cpu_seconds(jvm), cpu_seconds(jvm), time.monotonic()
             start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
             spark_seconds, spark_cpu = time.monotonic() - started, cpu_seconds(jvm) - cpu
+            spark_threads = _by_thread(threads, thread_cpu_seconds(jvm), spark_cpu)
         files_before = _files(backlog.lake)
         started = time.monotonic()
         optimize(spark, backlog.lake)
@@ -270,6 +286,9 @@ def archive_throughput(
                 "messages": messages,
                 "spark_archive_per_s": round(messages / spark_seconds),
                 "spark_archive_cpu_us_per_message": round(spark_cpu / messages * 1e6, 1),
+                "spark_archive_cpu_us_per_message_by_thread": {
+                    kind: round(seconds / messages * 1e6, 1) for kind, seconds in spark_threads.items()
+                },
                 "spark_archive_cold_run_s": round(cold_seconds, 1),
                 "plain_consumer_pyarrow_per_s": round(messages / plain_seconds),
                 "plain_cpu_us_per_message": round(plain_cpu / messages * 1e6, 1),

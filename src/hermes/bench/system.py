@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -72,6 +73,19 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """``cpu_seconds`` of a process by thread name (Linux; a name's digits read as N, so a pool's threads add up)."""
+    out: dict[str, float] = {}
+    with contextlib.suppress(OSError):
+        for thread in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{thread}/stat") as stat:
+                text = stat.read()
+                name = re.sub(r"[0-9]+", "N", text[text.index("(") + 1 : text.rindex(")")])
+                fields = text.rsplit(")", 1)[1].split()
+                out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
 
 
 def tree_cpu_seconds(pid: int) -> float:

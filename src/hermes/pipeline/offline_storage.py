@@ -58,12 +58,19 @@ _RETRY_DELAY = 5.0  # seconds before a failed archive query is started again
 _COMMIT_TIMEOUT = 120.0  # seconds for committing a pending batch before topics are dropped
 
 
+_HEADER_MAP = "hermes_headers"  # the record's headers by name (of a header given twice, the last: mapKeyDedupPolicy)
+_KNOWN_HEADERS = (KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAFKA_SCHEMA_VERSION)
+
+
 def _header(name: str) -> str:
-    return f"get(filter(headers, h -> h.key = '{name}'), 0).value"
+    return f"{_HEADER_MAP}['{name}']"
 
 
 # The frontend's Kafka headers (hermes.frontend.publishing, read by hermes.broker.kafka_consumer.to_message) as lake
-# columns, in Spark SQL so no row leaves the JVM.
+# columns, in Spark SQL so no row leaves the JVM. Spark compiles these expressions to Java code, except lambdas
+# (filter, transform), which it interprets row by row at about a fifth of the archive's CPU: the named headers
+# are looked up in a map instead, and the propagated headers' lambdas run only for a record that has headers
+# besides the named ones (a record from the frontend without propagated headers has none).
 _LAKE_COLUMNS = {
     "message_id": (
         f"coalesce(cast({_header(KAFKA_MESSAGE_ID)} as string), concat_ws('-', topic, `partition`, `offset`))"
@@ -78,10 +85,13 @@ _LAKE_COLUMNS = {
     # The propagated headers by name, and an offloaded message's placeholder marker as it is (retransmission
     # restores it, so the placeholder is resolved again). The connector gives no array for a record without headers.
     "headers": (
-        "coalesce(map_from_entries(transform(filter(headers, h -> "
+        f"if(coalesce(size(headers), 0) = "
+        f"{' + '.join(f'cast(isnotnull({_header(name)}) as int)' for name in _KNOWN_HEADERS)}, "
+        "cast(map() as map<string, string>), "
+        "map_from_entries(transform(filter(headers, h -> "
         f"startswith(h.key, '{KAFKA_PROPAGATED_PREFIX}') or h.key = '{PLACEHOLDER_FORMAT[0]}'), "
         f"h -> struct(if(h.key = '{PLACEHOLDER_FORMAT[0]}', h.key, substr(h.key, {len(KAFKA_PROPAGATED_PREFIX) + 1})) "
-        "as key, cast(h.value as string) as value))), cast(map() as map<string, string>))"
+        "as key, cast(h.value as string) as value))))"
     ),
     "body": "coalesce(value, X'')",
     "topic": "topic",
@@ -112,6 +122,7 @@ def lake_rows(context: PipelineContext, topics: list[str], kept: Mapping[str, Ke
     condition = unarchived(kept or {})
     if condition is not None:
         raw = raw.where(condition)
+    raw = raw.selectExpr("*", f"map_from_entries(headers) as {_HEADER_MAP}")
     rows = raw.selectExpr(*(f"{sql} as `{name}`" for name, sql in _LAKE_COLUMNS.items()))
     return rows.selectExpr("*", f"date_format(publish_timestamp, '{HOUR_PATTERN_SPARK}') as hour")
 
