@@ -12,7 +12,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from hermes.domain.message import (
     KAFKA_MESSAGE_ID,
     KAFKA_PUBLISH_TIMESTAMP,
-    KafkaHeaders,
     kafka_headers,
     new_message_id,
     parse_kafka_headers,
@@ -87,7 +86,7 @@ def test_request_metrics_are_prometheus_counters_and_a_histogram() -> None:
 
 def test_kafka_headers_read_back_as_written() -> None:
     written = kafka_headers("id-1", 1_763_877_600_123, 3, {"Trace-Id": "t-1"})
-    assert parse_kafka_headers(written) == KafkaHeaders("id-1", 1_763_877_600_123, 3, {"Trace-Id": "t-1"})
-    assert parse_kafka_headers(kafka_headers("id-2", 5)) == KafkaHeaders("id-2", 5, None, {})
+    assert parse_kafka_headers(written) == ("id-1", 1_763_877_600_123, 3, {"Trace-Id": "t-1"})
+    assert parse_kafka_headers(kafka_headers("id-2", 5)) == ("id-2", 5, None, {})
     unreadable = [(KAFKA_PUBLISH_TIMESTAMP, b"yesterday"), (KAFKA_MESSAGE_ID, b"\xff\n"), ("other", None)]
-    assert parse_kafka_headers(unreadable) == KafkaHeaders(None, None, None, {}), "another producer's: ignored"
+    assert parse_kafka_headers(unreadable) == (None, None, None, {}), "another producer's: ignored"

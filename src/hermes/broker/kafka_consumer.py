@@ -28,21 +28,23 @@ def to_message(record: Any) -> Message:
     headers = record.headers() or ()
     message_id, published, schema_version, propagated = parse_kafka_headers(headers)
     topic, partition, offset = record.topic(), record.partition(), record.offset()
+    value = record.value() or b""
+    # positional: keywords cost twice as much, and this runs for every message read
     return Message(
-        topic=topic,
-        partition=partition,
-        offset=offset,
-        message_id=message_id or f"{topic}-{partition}-{offset}",
-        body=record.value() or b"",
-        publish_timestamp=published if published is not None else record.timestamp()[1],
-        key=record.key(),
-        schema_version=schema_version,
-        propagated_headers=propagated,
-        external_url=_external_url(record.value()) if PLACEHOLDER_FORMAT in headers else None,
+        topic,
+        partition,
+        offset,
+        message_id or f"{topic}-{partition}-{offset}",
+        value,
+        published if published is not None else record.timestamp()[1],
+        record.key(),
+        schema_version,
+        propagated,
+        _external_url(value) if PLACEHOLDER_FORMAT in headers else None,
     )
 
 
-def _external_url(value: bytes | None) -> str:
+def _external_url(value: bytes) -> str:
     """The URL of an offloaded message's placeholder; an unreadable one is an empty URL, which cannot be fetched
     (the message is then undelivered, with that reason)."""
     try:

@@ -12,10 +12,14 @@ no room for the next one, the batch goes as it is (its own bodies may be what fi
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
+import itertools
 import logging
+import operator
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
@@ -43,12 +47,17 @@ class Batch:
     generations: list[int] = field(default_factory=list)  # the generation each message was read in
     bodies: list[Body] = field(default_factory=list)  # as the subscriber gets them
     volume: int = 0
+    streamed: bool = False  # some body is streamed from a file
 
     def add(self, message: Message, generation: int, body: Body) -> None:
-        self.messages.append(message)
-        self.generations.append(generation)
-        self.bodies.append(body)
-        self.volume += _size(body)
+        self.add_all([message], generation, [body], _size(body))
+
+    def add_all(self, messages: list[Message], generation: int, bodies: Sequence[Body], volume: int) -> None:
+        self.messages += messages
+        self.generations += repeat(generation, len(messages))
+        self.bodies += bodies
+        self.volume += volume
+        self.streamed = self.streamed or not all(isinstance(body, bytes) for body in bodies)
 
     def keep(self, pending: list[bool]) -> list[Message]:
         """Drops the messages that are no longer ``pending``; returns them."""
@@ -64,7 +73,7 @@ class Batch:
 
     @property
     def body(self) -> Body:
-        if all(isinstance(body, bytes) for body in self.bodies):
+        if not self.streamed:
             return b"[" + b",".join(self.bodies) + b"]"  # type: ignore[arg-type]
         parts: list[bytes | FileRegion] = [b"["]
         for body in self.bodies:
@@ -80,8 +89,9 @@ class BatchConsumer:
         self._delivery = delivery
         self._receiver = receiver
         self._on_crash = on_crash
-        # what was read, with its generation, in order; taken without awaiting while anything is there
-        self._arrived: deque[tuple[Message, int]] = deque()
+        # what was read, in the receiver's reads with their generation, in order; taken without awaiting while
+        # anything is there
+        self._arrived: deque[tuple[list[Message], int]] = deque()
         self._more = asyncio.Event()  # set when messages arrive
         self._batcher: asyncio.Task[None] | None = None
         self._delivered_at = 0.0  # when the last batch was done with (monotonic)
@@ -105,14 +115,16 @@ class BatchConsumer:
     # --- the receiver's flow ---
 
     def limits(self) -> Limits:
-        # bounded by twice the batch size, and each batch by batchVolume: no byte budget
-        return Limits(capacity=2 * self._delivery.subscription.batch_policy.batch_size, refill_at=1)
+        # bounded by twice the batch size, and each batch by batchVolume: no byte budget. Read again only when a
+        # whole batch fits: fewer, larger reads (each read is a hand-over between the Kafka thread and the loop)
+        size = self._delivery.subscription.batch_policy.batch_size
+        return Limits(capacity=2 * size, refill_at=size)
 
     def read(self, messages: list[Message]) -> None:
         """Nothing to count: the capacity bounds what waits in the queue."""
 
     def receive(self, messages: list[Message], generation: int) -> None:
-        self._arrived.extend(zip(messages, repeat(generation)))
+        self._arrived.append((messages, generation))
         self._more.set()
 
     def moved(self, generation: int) -> None:
@@ -120,12 +132,13 @@ class BatchConsumer:
 
     def revoked(self, partitions: set[Partition]) -> None:
         """Queued messages of those partitions are dropped; a batch collected or sent goes on."""
-        void = [item for item in self._arrived if (item[0].topic, item[0].partition) in partitions]
-        if void:
-            self._arrived = deque(
-                item for item in self._arrived if (item[0].topic, item[0].partition) not in partitions
-            )
-            self._delivery.finished(message for message, _ in void)
+        arrived: deque[tuple[list[Message], int]] = deque()
+        for messages, generation in self._arrived:
+            kept = [message for message in messages if (message.topic, message.partition) not in partitions]
+            self._delivery.finished(message for message in messages if (message.topic, message.partition) in partitions)
+            if kept:
+                arrived.append((kept, generation))
+        self._arrived = arrived
 
     # --- batches ---
 
@@ -160,35 +173,57 @@ class BatchConsumer:
         delivery = self._delivery
         while True:
             policy = delivery.subscription.batch_policy
-            if len(batch.messages) >= policy.batch_size or batch.volume >= policy.batch_volume:
+            room = policy.batch_size - len(batch.messages)
+            if room <= 0 or batch.volume >= policy.batch_volume:
                 return batch
             if not self._arrived and not await self._more_for(batch):
                 return batch
-            message, generation = self._arrived.popleft()
-            if not self._receiver.take(message, generation):
-                delivery.finished([message])  # one put back resolved may hold a stored body
-                continue  # read before a retransmission moved the group, or its partition was revoked
-            resolved = await delivery.resolve(message, wait=not batch.messages)
-            if resolved is None:
-                self._receiver.finish(message, generation)
-                self._receiver.wake()
+            messages, generation = self._arrived.popleft()
+            if len(messages) > room:
+                self._arrived.appendleft((messages[room:], generation))
+                messages = messages[:room]
+            taken = self._receiver.take_all(messages, generation)
+            if all(taken) and delivery.plain(messages):  # in bulk: as published, no filter to pass
+                bodies = [message.body for message in messages]
+                sizes = list(itertools.accumulate(map(len, bodies), initial=batch.volume))
+                # the first message always goes in (one larger than batchVolume is sent alone)
+                fit = max(bisect.bisect_right(sizes, policy.batch_volume) - 1, 0 if batch.messages else 1)
+                batch.add_all(messages[:fit], generation, bodies[:fit], sizes[fit] - batch.volume)
+                if fit < len(messages):  # they start the next batch, taken already
+                    self._arrived.appendleft((messages[fit:], generation))
+                    return batch
                 continue
-            if resolved.external_url is not None:  # no room for its body: this batch goes first
-                self._arrived.appendleft((message, generation))
-                return batch
-            message = resolved
-            schema = None if message.schema_version is None else await delivery.schema(message)
-            if not await delivery.passes(message, schema):
-                delivery.finished([message])
-                self._receiver.finish(message, generation)
-                self._receiver.wake()
-                continue
-            body, _, _ = delivery.context.content.body(delivery.subscription, message, schema)
-            size = _size(body)
-            if batch.messages and batch.volume + size > policy.batch_volume:
-                self._arrived.appendleft((message, generation))  # starts the next batch, resolved already
-                return batch
-            batch.add(message, generation, body)
+            for i, (message, take) in enumerate(zip(messages, taken, strict=True)):
+                if not take:
+                    delivery.finished([message])  # one put back resolved may hold a stored body
+                    continue  # read before a retransmission moved the group, or its partition was revoked
+                if (first := await self._add(batch, message, generation)) is not None:
+                    self._arrived.appendleft(([first, *messages[i + 1 :]], generation))  # taken again
+                    return batch
+
+    async def _add(self, batch: Batch, message: Message, generation: int) -> Message | None:
+        """Adds ``message`` to ``batch`` unless it is discarded or filtered out. When it starts the next batch
+        instead, returns it (resolved if it could be)."""
+        delivery = self._delivery
+        resolved = await delivery.resolve(message, wait=not batch.messages)
+        if resolved is None:
+            self._receiver.finish(message, generation)
+            self._receiver.wake()
+            return None
+        if resolved.external_url is not None:  # no room for its body: this batch goes first
+            return message
+        message = resolved
+        schema = None if message.schema_version is None else await delivery.schema(message)
+        if not await delivery.passes(message, schema):
+            delivery.finished([message])
+            self._receiver.finish(message, generation)
+            self._receiver.wake()
+            return None
+        body, _, _ = delivery.context.content.body(delivery.subscription, message, schema)
+        if batch.messages and batch.volume + _size(body) > delivery.subscription.batch_policy.batch_volume:
+            return message  # starts the next batch, resolved already
+        batch.add(message, generation, body)
+        return None
 
     async def _more_for(self, batch: Batch) -> bool:
         """Waits for messages; False when the batchTime of ``batch`` (counted from its first message) ends."""
@@ -222,11 +257,14 @@ class BatchConsumer:
     ) -> SendResult:
         headers = self._delivery.context.sender.headers(subscription, batch.messages[0], retries, JSON)
         headers[BATCH_ID_HEADER] = batch_id
-        headers[MESSAGE_IDS_HEADER] = ",".join(m.message_id for m in batch.messages)
+        headers[MESSAGE_IDS_HEADER] = ",".join(map(_message_id, batch.messages))
         del headers[MESSAGE_ID_HEADER]
         return await self._delivery.context.sender.send(
             subscription, url, batch.body, headers, subscription.batch_policy.request_timeout
         )
+
+
+_message_id = operator.attrgetter("message_id")
 
 
 def _size(body: Body) -> int:

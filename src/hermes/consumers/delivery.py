@@ -114,6 +114,12 @@ class Delivery:
             if message.stored is not None:
                 message.stored.close()
 
+    def plain(self, messages: list[Message]) -> bool:
+        """Whether ``messages`` go as they are: JSON held in Kafka (neither Avro nor offloaded), and no filter."""
+        return not self._filters and not any(
+            message.external_url is not None or message.schema_version is not None for message in messages
+        )
+
     async def passes(self, message: Message, schema: str | None) -> bool:
         """Whether the message passes the filters (Avro ones read as records); one that does not is counted."""
         if not self._filters:

@@ -1,4 +1,7 @@
-"""Which offsets may be committed: only those below the lowest message still in flight."""
+"""Which offsets may be committed: only those below the lowest message still in flight.
+
+Offsets come in lists of one partition's (what one read or one batch holds of it): a set operation per list,
+not a Python call per message."""
 
 from __future__ import annotations
 
@@ -21,23 +24,31 @@ class OffsetTracker:
         self._next: dict[Partition, int] = {}
         self._committed: dict[Partition, int] = {}
 
-    def read(self, partition: Partition, offset: int) -> None:
-        self._inflight.setdefault(partition, set()).add(offset)
-        self._next[partition] = max(self._next.get(partition, 0), offset + 1)
+    def read(self, partition: Partition, offsets: list[int]) -> None:
+        """``offsets`` (not empty) were read."""
+        self._inflight.setdefault(partition, set()).update(offsets)
+        self._next[partition] = max(self._next.get(partition, 0), max(offsets) + 1)
 
-    def start(self, partition: Partition, offset: int) -> None:
-        self._started.setdefault(partition, set()).add(offset)
-
-    def is_started(self, partition: Partition, offset: int) -> bool:
-        return offset in self._started.get(partition, ())
-
-    def finish(self, partition: Partition, offset: int) -> None:
-        self._inflight.get(partition, set()).discard(offset)
-        self._started.get(partition, set()).discard(offset)
+    def finish(self, partition: Partition, offsets: list[int]) -> None:
+        self._inflight.get(partition, set()).difference_update(offsets)
+        self._started.get(partition, set()).difference_update(offsets)
 
     def pending(self, partition: Partition, offset: int) -> bool:
         """Whether ``offset`` was read and is not finished (false once its partition was forgotten)."""
         return offset in self._inflight.get(partition, ())
+
+    def all_pending(self, partition: Partition, offsets: list[int]) -> bool:
+        return self._inflight.get(partition, set()).issuperset(offsets)
+
+    def take(self, partition: Partition, offsets: list[int], revoking: bool) -> list[bool]:
+        """Of ``offsets``, which to deliver now: pending, and started already or (unless the partition is being
+        revoked) started now."""
+        pending = self._inflight.get(partition, set())
+        started = self._started.setdefault(partition, set())
+        taken = [offset in pending and (not revoking or offset in started) for offset in offsets]
+        if not revoking:
+            started.update(offset for offset, take in zip(offsets, taken, strict=True) if take)
+        return taken
 
     def partitions(self) -> set[Partition]:
         return set(self._next) | set(self._inflight)

@@ -16,10 +16,12 @@ before the partitions go. The member taking over thus sends again only what was 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import operator
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -128,21 +130,28 @@ class MessageReceiver:
     def take(self, message: Message, generation: int) -> bool:
         """Whether to deliver ``message`` now (not of an older generation nor of a revoked partition); if so its
         delivery counts as started."""
-        partition, offset = (message.topic, message.partition), message.offset
+        return self.take_all([message], generation)[0]
+
+    def take_all(self, messages: list[Message], generation: int) -> list[bool]:
+        """``take`` of each of ``messages`` (read in ``generation``), under one lock. One taken before (a batch's
+        messages put back when the batch before was full) is taken again."""
         with self._lock:
-            if generation != self.generation or not self._tracker.pending(partition, offset):
-                return False
-            if self._tracker.is_started(partition, offset):
-                return True  # taken again (a batch's first message, put back when the batch before was full)
-            if partition in self._revoking:
-                return False
-            self._tracker.start(partition, offset)
-            return True
+            if generation != self.generation:
+                return [False] * len(messages)
+            taken: list[bool] = []
+            for partition, offsets in _by_partition(messages):
+                taken += self._tracker.take(partition, offsets, partition in self._revoking)
+            return taken
 
     def pending_all(self, messages: list[Message], generations: list[int]) -> list[bool]:
-        """``pending`` of each message, under one lock."""
+        """Of each message, whether it is still to be finished: of the current generation and not finished nor
+        forgotten (revoked). Under one lock."""
         with self._lock:
             current, tracker = self.generation, self._tracker
+            if generations.count(current) == len(generations) and all(
+                tracker.all_pending(partition, offsets) for partition, offsets in _by_partition(messages)
+            ):
+                return [True] * len(messages)
             return [
                 generation == current and tracker.pending((message.topic, message.partition), message.offset)
                 for message, generation in zip(messages, generations, strict=True)
@@ -153,9 +162,11 @@ class MessageReceiver:
 
     def finish_all(self, messages: list[Message], generations: list[int]) -> None:
         with self._lock:
-            for message, generation in zip(messages, generations, strict=True):
-                if generation == self.generation:
-                    self._tracker.finish((message.topic, message.partition), message.offset)
+            current = self.generation
+            if generations.count(current) != len(generations):
+                messages = [m for m, generation in zip(messages, generations, strict=True) if generation == current]
+            for partition, offsets in _by_partition(messages):
+                self._tracker.finish(partition, offsets)
             if self._revoking:
                 self._finished.notify_all()
 
@@ -228,8 +239,8 @@ class MessageReceiver:
                 with self._lock:
                     if generation != self.generation:
                         continue  # read before a retransmission moved the group: dropped
-                    for message in messages:
-                        self._tracker.read((message.topic, message.partition), message.offset)
+                    for partition, offsets in _by_partition(messages):
+                        self._tracker.read(partition, offsets)
                 self._flow.read(messages)
                 self._loop.call_soon_threadsafe(self._flow.receive, messages, generation)
             if time.monotonic() - last_commit >= self._context.commit_interval:
@@ -292,3 +303,13 @@ class MessageReceiver:
         if forget and only is not None:  # revoked: whoever reads them next starts from the last commit
             with self._lock:
                 self._tracker.forget(only)
+
+
+_partition_of = operator.attrgetter("topic", "partition")
+_offset_of = operator.attrgetter("offset")
+
+
+def _by_partition(messages: list[Message]) -> Iterator[tuple[Partition, list[int]]]:
+    """The offsets of ``messages``, in runs of one partition each (a partition may come again in a later run)."""
+    for partition, run in itertools.groupby(messages, _partition_of):
+        yield partition, list(map(_offset_of, run))

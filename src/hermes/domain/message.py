@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 # HTTP headers (publisher-facing and subscriber-facing), as in Hermes.
 MESSAGE_ID_HEADER = "Hermes-Message-Id"
@@ -114,13 +114,10 @@ def kafka_headers(
     return headers
 
 
-class KafkaHeaders(NamedTuple):
-    """What ``parse_kafka_headers`` read; None where a header is missing or unreadable."""
-
-    message_id: str | None
-    publish_timestamp: int | None
-    schema_version: int | None
-    propagated: dict[str, str]
+# What ``parse_kafka_headers`` read: the message id, the publish timestamp, the schema version (None where a header
+# is missing or unreadable) and the propagated headers. A plain tuple: a NamedTuple's construction, a Python call,
+# cost a third of the parsing, which runs for every message read.
+KafkaHeaders = tuple[str | None, int | None, int | None, dict[str, str]]
 
 
 _PREFIX_LENGTH = len(KAFKA_PROPAGATED_PREFIX)
@@ -144,7 +141,7 @@ def parse_kafka_headers(headers: Iterable[tuple[str, bytes | None]]) -> KafkaHea
             schema_version = _int_header(value)
         elif name.startswith(KAFKA_PROPAGATED_PREFIX):
             propagated[name[_PREFIX_LENGTH:]] = value.decode("utf-8", "replace")
-    return KafkaHeaders(message_id, published, schema_version, propagated)
+    return message_id, published, schema_version, propagated
 
 
 def _int_header(value: bytes | None) -> int | None:
