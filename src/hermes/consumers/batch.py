@@ -6,7 +6,9 @@ the messages of every partition) arrive in order; the next one is collected mean
 whole with the batch policy; its offsets are finished only when it was delivered or discarded. A single message
 larger than ``batchVolume`` is sent alone rather than dropped. Messages of Avro topics are filtered as records
 and sent as JSON. An offloaded message's body is streamed into the batch from its file; when the body budget has
-no room for the next one, the batch goes as it is (its own bodies may be what fills the budget).
+no room for the next one, the batch goes as it is (its own bodies may be what fills the budget). Messages are
+taken as the receiver read them, a read at a time: one of JSON held in Kafka for a subscription without filters
+is taken and added in bulk (one lock, set operations per partition), any other one message at a time.
 """
 
 from __future__ import annotations
@@ -115,10 +117,11 @@ class BatchConsumer:
     # --- the receiver's flow ---
 
     def limits(self) -> Limits:
-        # bounded by twice the batch size, and each batch by batchVolume: no byte budget. Read again only when a
-        # whole batch fits: fewer, larger reads (each read is a hand-over between the Kafka thread and the loop)
+        # bounded by three batch sizes (one batch sent, one collected, one waiting to be collected; a batch itself
+        # stops at batchVolume): no byte budget. Read again only when a whole batch fits: fewer, larger reads (each
+        # is a hand-over between the Kafka thread and the loop), and the next batch is there to collect at once.
         size = self._delivery.subscription.batch_policy.batch_size
-        return Limits(capacity=2 * size, refill_at=size)
+        return Limits(capacity=3 * size, refill_at=size)
 
     def read(self, messages: list[Message]) -> None:
         """Nothing to count: the capacity bounds what waits in the queue."""
