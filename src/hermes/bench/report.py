@@ -150,6 +150,19 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         ]
     lines += _beside_kafka(s["serial"])
     sf = s["slow_beside_fast"]
+    lines += ["", "### 3. BATCH delivery (batchSize 100, 1 KB, a backlog drained)", ""]
+    batch = s.get("batch", {})
+    if "throughput" in batch:
+        lines += [
+            "| messages | batches | deliveries/s | one POST loop of the same batches (ceiling) | ratio "
+            "| consumers' CPU µs per message | missing | duplicates |",
+            "|---|---|---|---|---|---|---|---|",
+            f"| {batch['published']:,} | {batch['batches']:,} | **{batch['throughput']:,.0f}** "
+            f"| {batch.get('raw_batch_post_loop', 0):,.0f} | {batch.get('vs_raw_batch_post', '')} "
+            f"| {batch.get('consumer_cpu_us', '')} | {batch['missing']} | {batch['duplicates']} |",
+        ]
+    else:
+        lines.append(f"Not measured: `{json.dumps(batch)}`")
     lines += ["", "### 4. A slow subscription beside a fast one", ""]
     if "error" in sf:
         lines.append(sf["error"])
@@ -205,19 +218,6 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
                 f"{mem['consumers']['peak'] / 1024:.0f} MiB (+{mem['consumers']['peak_over_before'] / 1024:.0f}); "
                 f"1.5x the message: {mem['frontend']['bound_1_5x'] / 1024:.0f} MiB.",
             ]
-    lines += ["", "### 3. BATCH delivery (batchSize 100, 1 KB, a backlog drained)", ""]
-    batch = s.get("batch", {})
-    if "throughput" in batch:
-        lines += [
-            "| messages | batches | deliveries/s | one POST loop of the same batches (ceiling) | ratio "
-            "| consumers' CPU µs per message | missing | duplicates |",
-            "|---|---|---|---|---|---|---|---|",
-            f"| {batch['published']:,} | {batch['batches']:,} | **{batch['throughput']:,.0f}** "
-            f"| {batch.get('raw_batch_post_loop', 0):,.0f} | {batch.get('vs_raw_batch_post', '')} "
-            f"| {batch.get('consumer_cpu_us', '')} | {batch['missing']} | {batch['duplicates']} |",
-        ]
-    else:
-        lines.append(f"Not measured: `{json.dumps(batch)}`")
     lines += ["", "### 6. Spark archive (1 KB, local[2])", ""]
     archive = s.get("archive", {})
     pq = results["raw_parquet"]
@@ -388,7 +388,7 @@ def _beside_kafka(fanouts: list[dict[str, Any]]) -> list[str]:
 
 
 def _sustained(sustained: dict[str, Any], plan: dict[str, Any]) -> list[str]:
-    lines = ["", "### 7. Sustained delivery (one SERIAL subscription, 1 KB)", ""]
+    lines = ["", "### 8. Sustained delivery (one SERIAL subscription, 1 KB)", ""]
     if plan["name"] == "quick":
         lines += [
             f"The quick plan's short version: {plan['sustained_seconds']:.0f} s, first against last "
@@ -428,7 +428,7 @@ def _sustained(sustained: dict[str, Any], plan: dict[str, Any]) -> list[str]:
 
 
 def _startup_and_memory(s: dict[str, Any]) -> list[str]:
-    lines = ["", "### 8. Start-up and the embedded broker's memory", ""]
+    lines = ["", "### 9. Start-up and the embedded broker's memory", ""]
     start = s["startup"]
     if "error" in start:
         lines.append(f"`{start['command']}`: {start['error']}")
