@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything Hermes needs on a fresh Debian machine: the Debian packages (ZooKeeper for the
-# ZooKeeper metadata repository and its tests, Java for Kafka, ZooKeeper and Spark, Maven to fetch jars, wrk for
-# the benchmark), a
-# virtualenv in .venv with the package and its extras, and the pinned jars of jars/*.pom.xml (the embedded
+# ZooKeeper metadata repository and its tests, Java for Kafka, ZooKeeper and Spark, Maven to fetch jars, wrk and a
+# C compiler for the benchmark), a virtualenv in .venv with the package and its extras, the benchmark's open-loop
+# generator (bench/openloop/openloop.c) built into .venv/bin, and the pinned jars of jars/*.pom.xml (the embedded
 # Apache Kafka broker, Spark's Kafka connector) in .venv/share/hermes/jars. Safe to run again: every step is
 # idempotent, and nothing is downloaded at run time.
 set -euo pipefail
@@ -13,6 +13,8 @@ need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # the load generator of hermes bench's publish maxima
+command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)  # builds hermes-openloop, hermes bench's fixed-rate generator
+[ -f /usr/include/stdio.h ] || need_apt+=(libc6-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -31,6 +33,15 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/pip install -q -e ".[$extras]"
   rm -f .venv/.installed-*
   touch "$stamp"
+fi
+
+# hermes-openloop, rebuilt only when its source changes.
+openloop_stamp=".venv/.openloop-$(sha1sum bench/openloop/openloop.c | cut -c1-12)"
+if [ ! -f "$openloop_stamp" ] || [ ! -x .venv/bin/hermes-openloop ]; then
+  echo "setup: building hermes-openloop"
+  gcc -O2 -Wall -Wextra -o .venv/bin/hermes-openloop bench/openloop/openloop.c
+  rm -f .venv/.openloop-*
+  touch "$openloop_stamp"
 fi
 
 # Each jars/NAME.pom.xml becomes .venv/share/hermes/jars/NAME/*.jar, through a Maven cache inside .venv.

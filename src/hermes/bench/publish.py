@@ -1,6 +1,6 @@
 """Publishing: the closed-loop maximum (wrk) of one frontend process and of two workers beside the fastest Python
-no-op server, CPU per publish, and open-loop latency at fixed rates; and large messages, publish and delivery
-time with the processes' memory."""
+no-op server, CPU per publish, and open-loop latency at fixed rates (hermes-openloop); and large messages, publish
+and delivery time with the processes' memory."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 
 import aiohttp
 
-from hermes.bench import noop, wrk
-from hermes.bench.load import JSON_HEADERS, Sink, json_body, open_loop
+from hermes.bench import noop, openloop, wrk
+from hermes.bench.load import JSON_HEADERS, Sink, json_body
 from hermes.bench.stats import ratio, summarize, summarize_runs
 from hermes.bench.system import Management, System, child, warm_up
 from hermes.broker.embedded import free_port
@@ -21,7 +21,7 @@ BODY = json_body(1024)
 # The closed-loop maxima also at this many connections, the benchmark's earlier setting: a publish waits about 3 ms
 # for the broker's ack, so 32 in flight cap Hermes near 32 / 3 ms (Little's law), well below its CPU's limit.
 ALSO_CONCURRENCY = 32
-_KEYS = ["throughput", "latency_ms.p50", "latency_ms.p99", "latency_ms.p999"]
+_KEYS = ["throughput", "latency_ms.p50", "latency_ms.p99", "latency_ms.p999", "cpu_us_per_request"]
 
 
 def closed(
@@ -37,13 +37,15 @@ def closed(
     }
 
 
-async def _open(url: str, rate: float, seconds: float, reps: int) -> dict[str, Any]:
-    runs = [await open_loop(url, BODY, rate, seconds) for _ in range(reps)]
+def opened(url: str, rate: float, seconds: float, connections: int, reps: int) -> dict[str, Any]:
+    """hermes-openloop runs at ``rate``: latency from each scheduled send, and the generator's own CPU per request."""
+    openloop.run(url, BODY, rate, 1.0, connections, JSON_HEADERS)  # warm-up: connections, the server's caches
+    runs = [openloop.run(url, BODY, rate, seconds, connections, JSON_HEADERS) for _ in range(reps)]
     return {
         "rate": rate,
         **summarize_runs(runs, _KEYS),
         "codes": runs[-1]["codes"],
-        "errors": sum(r["errors"] for r in runs),
+        "errors": sum(r["errors"] + r["unanswered"] for r in runs),  # unanswered: never sent, or no answer
     }
 
 
@@ -67,8 +69,9 @@ async def publish(
     system: System, api: Management, seconds: float, concurrency: int, rates: list[float], reps: int
 ) -> dict[str, Any]:
     """Scenario 1: the maximum of one frontend process (at ``concurrency`` and ``ALSO_CONCURRENCY`` connections)
-    and of two workers (wrk), beside the fastest no-op at the same concurrency; then latency at fixed rates (the
-    open-loop generator): ``rates``, half the one-process maximum and half the maximum at ``ALSO_CONCURRENCY``."""
+    and of two workers (wrk), beside the fastest no-op at the same concurrency; then latency at fixed rates
+    (hermes-openloop, ``concurrency`` connections): ``rates``, half the one-process maximum and half the maximum at
+    ``ALSO_CONCURRENCY``."""
     topic = await api.topic("benchp", "publish")
     url = f"{system.frontend}/topics/{topic}"
     pid = system.processes["frontend"].pid
@@ -78,7 +81,7 @@ async def publish(
         two_workers = closed(url, seconds, concurrency, reps, master.pid)
     half = round(maximum["throughput"]["median"] / 2, -1)
     half_also = round(also["throughput"]["median"] / 2, -1)
-    opened = [await _open(url, rate, seconds, reps) for rate in sorted({*rates, half, half_also})]
+    fixed = [opened(url, rate, seconds, concurrency, reps) for rate in sorted({*rates, half, half_also})]
     noops, noops_also = _noops(seconds, concurrency, reps)
     fastest, fastest_also = _fastest(noops), _fastest(noops_also)
     return {
@@ -88,7 +91,8 @@ async def publish(
         "generator": wrk.command(concurrency),
         "closed": maximum,
         "two_workers": two_workers,
-        "open": opened,
+        "open_generator": openloop.command(concurrency),
+        "open": fixed,
         "half_max_rate": half,
         "noop": noops,
         "fastest_noop": fastest,

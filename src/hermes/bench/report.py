@@ -300,10 +300,11 @@ def _publish(p: dict[str, Any]) -> list[str]:
         "broker and the workers share the cores: two workers cannot double the figure here.",
         "",
         "Latency at fixed rates (open loop, from each request's scheduled time: corrected for coordinated omission; "
-        "the generator is the benchmark's Python one, on the same cores):",
+        + (f"`{p['open_generator']}`" if "open_generator" in p else "the benchmark's Python generator")
+        + ", on the same cores):",
         "",
-        "| msg/s (achieved) | p50 ms | p99 ms | p99.9 ms | target |",
-        "|---|---|---|---|---|",
+        "| msg/s (achieved) | p50 ms | p99 ms | p99.9 ms | generator CPU µs/request | target |",
+        "|---|---|---|---|---|---|",
     ]
     for run in p["open"]:
         target = ""
@@ -314,7 +315,8 @@ def _publish(p: dict[str, Any]) -> list[str]:
             target = f"half the maximum at {also['concurrency']} connections"
         lines.append(
             f"| {run['rate']:,.0f} ({run['throughput']['median']:,.0f}) | {_mmm(run['latency_ms.p50'], 1)} "
-            f"| {_mmm(run['latency_ms.p99'], 1)} | {_mmm(run['latency_ms.p999'], 1)} | {target} |"
+            f"| {_mmm(run['latency_ms.p99'], 1)} | {_mmm(run['latency_ms.p999'], 1)} "
+            f"| {_mmm(run['cpu_us_per_request'], 1) if 'cpu_us_per_request' in run else ''} | {target} |"
         )
     return [*lines, ""]
 
