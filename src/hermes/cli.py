@@ -78,7 +78,7 @@ def _pipeline(settings: Settings, _: argparse.Namespace) -> int:
 def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("benchmark")
     group.add_argument(
-        "--quick", action="store_true", help="the short plan (about 4 minutes) instead of the full one (about 18)"
+        "--quick", action="store_true", help="the short plan (about 4 minutes) instead of the full one (about 21)"
     )
     group.add_argument("--output", type=Path, default=Path("bench-results"), help="directory for results.json, plots")
     group.add_argument("--docs", type=Path, default=None, help="Markdown file whose generated block to update")
