@@ -1,9 +1,9 @@
 """Fixed-rate publish latency from ``hermes-openloop``, the benchmark's open-loop generator in C
 (bench/openloop/openloop.c; ``make setup`` builds it into the virtualenv). A constant rate from the start time
 over a fixed pool of keep-alive connections, each latency from the request's scheduled send time (corrected
-for coordinated omission, as wrk2). Its own CPU is 26-39 µs per request at 2,000-20,000 requests/s (mostly
-the kernel's socket calls), a third of the benchmark's Python generator, which topped out near 15,000
-requests/s and then measured its own queueing."""
+for coordinated omission, as wrk2). Its own CPU is 26-39 µs per request at 2,000-20,000 requests/s, a third
+of the benchmark's Python generator, which topped out near 15,000 requests/s and then measured its own
+queueing."""
 
 from __future__ import annotations
 
