@@ -71,7 +71,7 @@ async def _post(client: HttpClient, url: str, body: bytes, scheduled: float, sen
 async def open_loop(url: str, body: bytes, rate: float, seconds: float, sent: Sent, connections: int = 64) -> None:
     """Publishes at a fixed ``rate`` whatever the answers take, recording each accepted message id in ``sent``
     with its scheduled time (for the delivery scenarios' reconciliation; publish latency alone comes from
-    hermes-openloop, in C, at a tenth of this one's CPU per request). At most ``connections`` requests are in
+    hermes-openloop, in C, at a third of this one's CPU per request). At most ``connections`` requests are in
     flight (as wrk2 keeps a fixed set of connections): the rest wait in the generator, and that wait counts in
     their latency. Without the bound a stall would make the generator open hundreds of connections and measure
     its own connection storm."""

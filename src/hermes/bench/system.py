@@ -69,9 +69,14 @@ def cpu_seconds(pid: int) -> float:
     throughput on a machine shared with other work: it does not depend on how much CPU the process got."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
+            return _stat_cpu_seconds(stat.read())
     except OSError:
         return 0.0
+
+
+def _stat_cpu_seconds(stat: str) -> float:
+    """User plus system time from the text of a /proc ``stat`` file (of a process or of one of its threads)."""
+    fields = stat.rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -83,8 +88,7 @@ def thread_cpu_seconds(pid: int) -> dict[str, float]:
             with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{thread}/stat") as stat:
                 text = stat.read()
                 name = re.sub(r"[0-9]+", "N", text[text.index("(") + 1 : text.rindex(")")])
-                fields = text.rsplit(")", 1)[1].split()
-                out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                out[name] = out.get(name, 0.0) + _stat_cpu_seconds(text)
     return out
 
 
