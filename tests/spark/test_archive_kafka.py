@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewPartitions
@@ -138,6 +139,14 @@ def test_lake_columns_come_from_the_frontends_kafka_headers(spark: Any, kafka: E
     )
     assert (foreign.message_id, foreign.schema_version, foreign.headers) == (f"{topic}-0-2", None, {})
     assert abs(foreign.publish_timestamp.replace(tzinfo=UTC) - datetime.now(UTC)) < timedelta(minutes=5)
+    for file in Path(lake.root).rglob("*.parquet"):  # body without a dictionary or min/max (pipeline.session)
+        chunks = pq.ParquetFile(file).metadata.row_group(0)
+        body, message_id = (
+            next(chunks.column(i) for i in range(chunks.num_columns) if chunks.column(i).path_in_schema == name)
+            for name in ("body", "message_id")
+        )
+        assert not body.has_dictionary_page and not (body.statistics and body.statistics.has_min_max)
+        assert message_id.statistics.has_min_max
 
 
 def test_the_sasl_password_stays_out_of_query_plans(

@@ -24,10 +24,11 @@ HOUR_PATTERN_SPARK = "yyyy-MM-dd-HH"
 HOUR_PATTERN = "%Y-%m-%d-%H"
 PARTITION_COLUMNS = ("topic", "hour")
 DELTA_LOG = "_delta_log"
+BODY_COLUMN = "body"  # written without a dictionary or statistics (hermes.pipeline.session)
 
 LAKE_COLUMNS_DDL = (
     "message_id STRING, publish_timestamp TIMESTAMP, `partition` INT, `offset` BIGINT, `key` BINARY, "
-    "schema_version INT, headers MAP<STRING, STRING>, body BINARY, topic STRING, hour STRING"
+    f"schema_version INT, headers MAP<STRING, STRING>, {BODY_COLUMN} BINARY, topic STRING, hour STRING"
 )
 
 
