@@ -2,14 +2,16 @@
 plain Kafka consumer that writes the same rows to Parquet with pyarrow, in the same run and on the same
 broker (a private embedded Kafka). The archive reads Kafka with Spark's connector, all in Spark's JVM.
 
-- throughput: a backlog of ``messages`` records archived by an ``availableNow`` query, ``WARM_RUNS`` + 1
-  times: the first (cold) run pays for the first query's start (class loading), the next ones for the JVM's
-  JIT compiling Spark's and Delta's code (its compiler threads still took a third of the JVM's CPU in the
-  third run, and settle slowly: a long-lived pipeline runs thousands of batches), the last measures the
-  archive itself: wall time from the query's start to its end, and the CPU time of Spark's JVM (driver and
-  executors: local mode) meanwhile, also by thread (Spark's tasks, the JIT compiler, the garbage collector,
-  the rest); then the plain consumer reads the same number of records into the same layout (wall time, and
-  this process's CPU time). The table's file count before and after Delta's OPTIMIZE is reported beside;
+- throughput: a backlog of ``messages`` records archived by an ``availableNow`` query. A cold run pays for the
+  first query's start (class loading); ``SMALL_WARM_RUNS`` runs of ``SMALL_WARM_MESSAGES`` and ``WARM_RUNS``
+  backlog runs warm the JVM's JIT up on Spark's and Delta's code, which settles slowly (a long-lived pipeline runs
+  thousands of batches; after these runs the compiler still takes a sixth to a third of the JVM's CPU). Then
+  ``MEASURED_RUNS`` backlog runs alternate with as many runs of the plain consumer reading the same number of
+  records into the same layout, and the run of median wall time of each is reported: for the archive, wall time
+  from the query's start to its end and the CPU time of Spark's JVM (driver and executors: local mode)
+  meanwhile, also by thread (Spark's tasks, the JIT compiler, the garbage collector, the rest); for the plain
+  consumer, wall time and this process's CPU time. The table's file count before and after Delta's OPTIMIZE is
+  reported beside;
 - lag: ``rate`` messages/s for ``seconds`` while the archive runs with its usual trigger (1 s); a message's
   lag is from its publish timestamp to the commit of the micro-batch that archived it (from the query's
   progress). The plain consumer's lag is from publish to the end of the Parquet write that holds it;
@@ -36,7 +38,7 @@ import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hermes.bench.lake_hour import simulated_hour
 from hermes.bench.lake_retransmission import RETRANSMISSION_TOPICS, retransmission
@@ -178,7 +180,19 @@ def _batch_commits(query: Any) -> list[tuple[dict[str, int], float]]:
     return out
 
 
-WARM_RUNS = 5  # backlog runs after the cold one, before the measured one
+# Warm-up after the cold run: small runs for the code that runs once per batch (planning, Delta's commit), then
+# backlog runs for the code that runs per record, before the measured one
+SMALL_WARM_RUNS, SMALL_WARM_MESSAGES = 30, 2000
+WARM_RUNS = 5
+MEASURED_RUNS = 3  # each of the archive and the plain consumer; the run of median wall time is reported
+
+_Run = TypeVar("_Run", bound=tuple[Any, ...])
+
+
+def _median_run(runs: list[_Run]) -> _Run:
+    """The run of median wall time (its first field) of an odd number of runs."""
+    return sorted(runs, key=lambda run: run[0])[len(runs) // 2]
+
 
 # Parts of the JVM's thread names (digits read as N: "C2 CompilerThread0" is "CN CompilerThreN")
 _THREADS = {"Executor task": "tasks", "CompilerThre": "jit", "GC Thread": "gc", "GN ": "gc"}
@@ -245,22 +259,30 @@ def archive_throughput(
         started = time.monotonic()
         start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
         cold_seconds = time.monotonic() - started  # includes the first query's start
-        for _ in range(WARM_RUNS + 1):  # the last run is measured
+        for _ in range(SMALL_WARM_RUNS):
+            _produce(connection, "bench.backlog", SMALL_WARM_MESSAGES)
+            start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
+        for _ in range(WARM_RUNS):
+            _produce(connection, "bench.backlog", messages)
+            start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
+        spark_runs, plain_runs = [], []
+        for run in range(MEASURED_RUNS):  # alternating, so that both see the same conditions
             measured = _produce(connection, "bench.backlog", messages)
             threads, cpu, started = thread_cpu_seconds(jvm), cpu_seconds(jvm), time.monotonic()
             start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
             spark_seconds, spark_cpu = time.monotonic() - started, cpu_seconds(jvm) - cpu
-            spark_threads = _by_thread(threads, thread_cpu_seconds(jvm), spark_cpu)
+            spark_runs.append((spark_seconds, spark_cpu, _by_thread(threads, thread_cpu_seconds(jvm), spark_cpu)))
+            plain = _PlainArchiver(connection, "bench.backlog", [0, 1], root / f"plain-backlog-{run}")
+            cpu, started = time.process_time(), time.monotonic()
+            plain.run(messages)
+            plain_runs.append((time.monotonic() - started, time.process_time() - cpu))
+        spark_seconds, spark_cpu, spark_threads = _median_run(spark_runs)
+        plain_seconds, plain_cpu = _median_run(plain_runs)
         files_before = _files(backlog.lake)
         started = time.monotonic()
         optimize(spark, backlog.lake)
         optimize_seconds = time.monotonic() - started
         files_after = _files(backlog.lake)
-
-        plain = _PlainArchiver(connection, "bench.backlog", [0, 1], root / "plain-backlog")
-        cpu, started = time.process_time(), time.monotonic()
-        plain.run(messages)
-        plain_seconds, plain_cpu = time.monotonic() - started, time.process_time() - cpu
 
         live = start_archive(_context(spark, connection, root, "live"), ["bench.live"])
         _produce(connection, "bench.live", 20)  # warm-up: a query's first batch is slow
@@ -289,12 +311,14 @@ def archive_throughput(
                 "spark_archive_cpu_us_per_message_by_thread": {
                     kind: round(seconds / messages * 1e6, 1) for kind, seconds in spark_threads.items()
                 },
+                "spark_archive_per_s_runs": [round(messages / run[0]) for run in spark_runs],
                 "spark_archive_cold_run_s": round(cold_seconds, 1),
                 "plain_consumer_pyarrow_per_s": round(messages / plain_seconds),
+                "plain_consumer_pyarrow_per_s_runs": [round(messages / run[0]) for run in plain_runs],
                 "plain_cpu_us_per_message": round(plain_cpu / messages * 1e6, 1),
             },
             "compaction": {
-                "messages": (WARM_RUNS + 2) * messages,
+                "messages": (WARM_RUNS + MEASURED_RUNS + 1) * messages + SMALL_WARM_RUNS * SMALL_WARM_MESSAGES,
                 "files_before": files_before,
                 "files_after_optimize": files_after,
                 "optimize_s": round(optimize_seconds, 1),
