@@ -47,6 +47,17 @@ def _archive(archive: dict[str, Any]) -> list[str]:
     if through.get("spark_archive_cpu_us_per_message"):
         cpu_ratio = through["plain_cpu_us_per_message"] / through["spark_archive_cpu_us_per_message"]
         lines[-1] += f" By CPU per record (plain's over Spark's): {cpu_ratio:.2f}."
+    if "spark_archive_per_s_runs" in through:
+        runs = [through[f"{name}_per_s_runs"] for name in ("spark_archive", "plain_consumer_pyarrow")]
+        spark_runs, plain_runs = (" / ".join(f"{rate:,}" for rate in rates) for rates in runs)
+        lines.append(f"Each the median of {len(runs[0])} alternating runs: Spark {spark_runs}; plain {plain_runs}.")
+    if "spark_archive_cpu_us_per_message_by_thread" in through:
+        threads = through["spark_archive_cpu_us_per_message_by_thread"]
+        lines.append(
+            "Spark's CPU µs per record by thread: "
+            + ", ".join(f"{kind.upper() if kind in ('jit', 'gc') else kind} {us}" for kind, us in threads.items())
+            + "."
+        )
     if "compaction" in archive:
         packed = archive["compaction"]
         lines.append(
