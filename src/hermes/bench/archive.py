@@ -256,20 +256,24 @@ def archive_throughput(
         jvm = int(spark._jvm.java.lang.ProcessHandle.current().pid())
 
         backlog = _context(spark, connection, root, "backlog")
+
+        def archive_backlog() -> None:
+            start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
+
         started = time.monotonic()
-        start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
+        archive_backlog()
         cold_seconds = time.monotonic() - started  # includes the first query's start
         for _ in range(SMALL_WARM_RUNS):
             _produce(connection, "bench.backlog", SMALL_WARM_MESSAGES)
-            start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
+            archive_backlog()
         for _ in range(WARM_RUNS):
             _produce(connection, "bench.backlog", messages)
-            start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
+            archive_backlog()
         spark_runs, plain_runs = [], []
         for run in range(MEASURED_RUNS):  # alternating, so that both see the same conditions
             measured = _produce(connection, "bench.backlog", messages)
             threads, cpu, started = thread_cpu_seconds(jvm), cpu_seconds(jvm), time.monotonic()
-            start_archive(backlog, ["bench.backlog"], {"availableNow": True}).awaitTermination()
+            archive_backlog()
             spark_seconds, spark_cpu = time.monotonic() - started, cpu_seconds(jvm) - cpu
             spark_runs.append((spark_seconds, spark_cpu, _by_thread(threads, thread_cpu_seconds(jvm), spark_cpu)))
             plain = _PlainArchiver(connection, "bench.backlog", [0, 1], root / f"plain-backlog-{run}")

@@ -19,9 +19,9 @@ KAFKA_FORMAT = "kafka"
 # The fetches of the connector's consumer in a task. A task reads a range of offsets that Kafka already has, and
 # each of its polls costs round trips to the broker: the fetch, then the partition's earliest and latest offsets
 # (asked after every poll). With the consumer's defaults the archive's tasks waited for the broker half of their
-# time: a broker holds a fetch it cannot fill for up to fetch.max.wait.ms (500 ms), and a poll returned at most
-# 500 records of 1 MiB a partition. 5 ms bounds that wait, and 2,000 records of 2 MiB a quarter of the polls (a
-# consumer Spark keeps for the next batch holds up to one poll's records).
+# time: a broker may hold a fetch it cannot fill for up to fetch.max.wait.ms (500 ms), and a poll returned at most
+# 500 records of 1 MiB a partition. 5 ms removed most of that wait, and 2,000 records of 2 MiB take a quarter of
+# the polls (a consumer Spark keeps for the next batch holds up to one poll's records). docs/pipeline.md, third pass.
 _FETCH_MAX_WAIT_MS = 5
 _MAX_POLL_RECORDS = 2000
 _MAX_PARTITION_FETCH_BYTES = 2 << 20
