@@ -304,6 +304,10 @@ _NO_LEADER_YET = (
     KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.UNKNOWN_TOPIC_OR_PART,
     KafkaError._UNKNOWN_PARTITION,  # the client has not seen a topic created a moment ago yet
+    # The client's metadata and the broker's disagree on the new leader's epoch for a moment (one CI run's
+    # subscription creation failed with it right after its topic's)
+    KafkaError.UNKNOWN_LEADER_EPOCH,
+    KafkaError.FENCED_LEADER_EPOCH,
 )
 
 
