@@ -20,8 +20,8 @@ from hermes.config import load_settings
 from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PROPAGATED_PREFIX, KAFKA_SCHEMA_VERSION
 from hermes.pipeline.archive_positions import POSITIONS_FILE
 from hermes.pipeline.connector import KAFKA_FORMAT, kafka_options
-from hermes.pipeline.lake import Lake, read_lake
-from hermes.pipeline.offline_storage import ArchiveJob, start_archive
+from hermes.pipeline.lake import PARTITION_COLUMNS, Lake, read_lake
+from hermes.pipeline.offline_storage import ArchiveJob, archive_checkpoint, lake_rows, start_archive
 from hermes.pipeline.runner import PipelineContext
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes, unique
@@ -54,6 +54,43 @@ def test_a_stopped_archive_resumes_from_its_checkpoint_with_no_gap_and_no_duplic
 
     ids = archived_ids(spark, lake)
     assert len(ids) == len(set(ids)), "a message archived twice"
+    assert sorted(ids) == sorted(expected)
+
+
+@pytest.mark.parametrize("writer", ["this version", "Delta's streaming sink (earlier versions)"])
+def test_a_replayed_batch_the_lake_holds_already_is_skipped(
+    spark: Any, kafka: EmbeddedBroker, tmp_path: Path, writer: str
+) -> None:
+    """A crash after the lake committed a batch and before the checkpoint recorded it: the next start replays
+    the batch, and finds it in the lake (marked by this version, or by the sink earlier versions used)."""
+    topic, now = unique("g.replay"), datetime.now(UTC)
+    lake = Lake(str(tmp_path / "lake"))
+    context = archive_context(spark, kafka, lake, tmp_path / "ckpt")
+    expected = produce_at(kafka, topic, [now] * 10)
+    if writer == "this version":
+        start_archive(context, [topic], {"availableNow": True}).awaitTermination(120)
+    else:
+        (
+            lake_rows(context, [topic])
+            .writeStream.format("delta")
+            .option("path", lake.root)
+            .option("checkpointLocation", archive_checkpoint(context))
+            .partitionBy(*PARTITION_COLUMNS)
+            .trigger(availableNow=True)
+            .start()
+            .awaitTermination(120)
+        )
+    assert lake_count(spark, lake) == 10
+    commits = sorted((tmp_path / "ckpt" / "archive" / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    # the checkpoint forgets the last batch was done (and Hadoop's checksum of that file): planned, not committed
+    commits[-1].unlink()
+    (commits[-1].parent / f".{commits[-1].name}.crc").unlink(missing_ok=True)
+    expected += produce_at(kafka, topic, [now] * 5)
+
+    start_archive(context, [topic], {"availableNow": True}).awaitTermination(120)
+
+    ids = archived_ids(spark, lake)
+    assert len(ids) == len(set(ids)), "a replayed batch archived twice"
     assert sorted(ids) == sorted(expected)
 
 

@@ -8,6 +8,8 @@ import os
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -137,28 +139,65 @@ def test_kept_positions_are_of_dropped_topics_never_go_back_and_end_with_their_t
     assert keep_dropped(kept, {}, ["g.on"], {"g.on": topics["g.on"]}) == {}
 
 
-def test_the_archive_counts_the_rows_of_streaming_commits_made_since_it_started(tmp_path: Path) -> None:
+def test_the_archive_counts_the_rows_of_archive_commits_made_since_it_started(tmp_path: Path) -> None:
+    from hermes.pipeline.archive_commits import BatchMark
     from hermes.pipeline.archive_counting import LogCount
     from hermes.pipeline.prometheus import ARCHIVE_BATCHES, ARCHIVE_RECORDS
 
     log_dir = tmp_path / "_delta_log"
     log_dir.mkdir()
 
-    def commit(version: int, operation: str, rows: int) -> None:
-        info = {"commitInfo": {"operation": operation, "operationMetrics": {"numOutputRows": str(rows)}}}
+    def commit(version: int, operation: str, rows: int, batch: int | None = None) -> None:
+        info: dict[str, Any] = {"operation": operation, "operationMetrics": {"numOutputRows": str(rows)}}
+        if batch is not None:
+            info["userMetadata"] = BatchMark("q", batch).user_metadata()
         add = {"add": {"path": f"part-{version}.parquet"}}
-        (log_dir / f"{version:020d}.json").write_text(f"{json.dumps(info)}\n{json.dumps(add)}\n")
+        (log_dir / f"{version:020d}.json").write_text(f"{json.dumps({'commitInfo': info})}\n{json.dumps(add)}\n")
 
-    commit(0, "STREAMING UPDATE", 7)  # an earlier run's
+    commit(0, "WRITE", 7, batch=0)  # an earlier run's
     count = LogCount(tmp_path)
     records, batches = ARCHIVE_RECORDS._value.get(), ARCHIVE_BATCHES._value.get()
-    commit(1, "STREAMING UPDATE", 5)
+    commit(1, "WRITE", 5, batch=1)
     commit(2, "OPTIMIZE", 12)  # rewrites rows committed before: not new ones
     commit(3, "DELETE", 0)
-    commit(4, "STREAMING UPDATE", 3)
-    (log_dir / "00000000000000000004.crc").write_text("{}")  # Delta's checksum files are not commits
+    commit(4, "WRITE", 9)  # someone else's append
+    commit(5, "WRITE", 3, batch=2)
+    (log_dir / "00000000000000000005.crc").write_text("{}")  # Delta's checksum files are not commits
 
     count.update(None)
     count.update(None)  # nothing new
 
     assert (ARCHIVE_RECORDS._value.get() - records, ARCHIVE_BATCHES._value.get() - batches) == (8, 2)
+
+
+class History:
+    """``DESCRIBE HISTORY`` of a Delta table, newest commit first (a stand-in for Spark's SQL)."""
+
+    def __init__(self, commits: list[dict[str, Any]]) -> None:
+        self.commits, self.limits = commits, []
+
+    def sql(self, statement: str) -> Any:
+        limit = int(statement.rsplit("LIMIT", 1)[1])
+        self.limits.append(limit)
+        return SimpleNamespace(collect=lambda: self.commits[:limit])
+
+
+def history_commit(operation: str, user_metadata: str | None = None, **parameters: str) -> dict[str, Any]:
+    return {"operation": operation, "userMetadata": user_metadata, "operationParameters": parameters}
+
+
+def test_a_replayed_batch_is_looked_up_in_the_newest_archive_commit_however_far_back() -> None:
+    from hermes.pipeline.archive_commits import BatchMark, last_committed_batch
+    from hermes.pipeline.lake import Lake
+
+    lake = Lake("/lake")
+    upkeep = [history_commit(op) for op in ["OPTIMIZE", "DELETE", "VACUUM END", "VACUUM START"] * 30]
+    archived = history_commit("WRITE", BatchMark("q1", 41).user_metadata())
+    history = History([*upkeep, archived, history_commit("WRITE", BatchMark("q1", 40).user_metadata())])
+    assert last_committed_batch(history, lake, "q1") == 41
+    assert history.limits == [50, 400]  # read further back only while no archive commit was found
+    assert last_committed_batch(history, lake, "q2") == -1  # a new checkpoint: q1's batches are not its own
+    # someone else's metadata, then a commit of Delta's streaming sink (the archive's before this version)
+    sink = history_commit("STREAMING UPDATE", queryId="q0", epochId="7", outputMode="Append")
+    assert last_committed_batch(History([history_commit("WRITE", '{"writer": "etl"}'), sink]), lake, "q0") == 7
+    assert last_committed_batch(History([history_commit("WRITE", "not json")] * 3), lake, "q0") == -1

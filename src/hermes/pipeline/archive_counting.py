@@ -1,8 +1,9 @@
 """Counting what the archive committed, for ``hermes_pipeline_archive_records_total`` and ``..._batches_total``.
 
-A lake on a local path is counted from the Delta table's log: every streaming commit after the last look adds
-the rows its commit info reports, so each committed record counts once, whatever restarts, replays and stops
-happened (Delta commits a micro-batch once; retention, compaction and conversion commits are not counted).
+A lake on a local path is counted from the Delta table's log: every archive commit after the last look (marked
+by :mod:`hermes.pipeline.archive_commits`) adds the rows its commit info reports, so each committed record counts
+once, whatever restarts, replays and stops happened (a micro-batch is committed once; retention, compaction and
+conversion commits are not counted).
 
 A lake elsewhere (``hdfs:``, ``s3a:``, ...) is counted from Spark's progress reports instead, which can miss a
 batch that completes while its query is being stopped.
@@ -15,10 +16,9 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from hermes.pipeline.archive_commits import read_mark
 from hermes.pipeline.lake import DELTA_LOG, Lake
 from hermes.pipeline.prometheus import ARCHIVE_BATCHES, ARCHIVE_LAST_COMMIT, ARCHIVE_RECORDS
-
-STREAMING_COMMIT = "STREAMING UPDATE"  # the operation Delta's streaming sink records in each commit
 
 
 class ArchiveCount(Protocol):
@@ -31,12 +31,12 @@ def _versions(log_dir: Path, after: int) -> list[int]:
     return sorted(v for v in (int(stem) for stem in stems if stem.isdigit()) if v > after)
 
 
-def _streamed_rows(commit: Path) -> int | None:
-    """The rows a streaming commit appended (None for other commits)."""
+def _archived_rows(commit: Path) -> int | None:
+    """The rows an archive commit appended (None for other commits)."""
     for line in commit.read_text(encoding="utf-8").splitlines():
         info = json.loads(line).get("commitInfo") if line.strip() else None
         if info is not None:
-            if info.get("operation") != STREAMING_COMMIT:
+            if read_mark(info.get("userMetadata")) is None:
                 return None
             return int(info.get("operationMetrics", {}).get("numOutputRows", 0))
     return None
@@ -54,7 +54,7 @@ class LogCount:
         if not versions:
             return
         self._version = versions[-1]
-        commits = [rows for rows in (_streamed_rows(self._log / f"{v:020d}.json") for v in versions) if rows]
+        commits = [rows for rows in (_archived_rows(self._log / f"{v:020d}.json") for v in versions) if rows]
         if commits:
             ARCHIVE_BATCHES.inc(len(commits))
             ARCHIVE_RECORDS.inc(sum(commits))

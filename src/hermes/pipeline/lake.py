@@ -72,7 +72,7 @@ def lake_version(spark: Any, lake: Lake | str | Path) -> int | None:
     try:
         rows = spark.sql(f"DESCRIBE HISTORY {lake.table} LIMIT 1").collect()
     except Exception as exc:  # pyspark's AnalysisException (classic or Connect)
-        if not _missing(exc):
+        if not missing_table(exc):
             raise
         return None
     return int(rows[0]["version"]) if rows else None
@@ -93,12 +93,13 @@ def read_lake(spark: Any, lake: Lake | str | Path, topic: str | None = None, ver
         try:
             frame = reader.load(lake.root)
         except Exception as exc:
-            if not _missing(exc):
+            if not missing_table(exc):
                 raise
             frame = spark.createDataFrame([], LAKE_COLUMNS_DDL)
     return frame if topic is None else frame.where(frame.topic == topic)
 
 
-def _missing(exc: Exception) -> bool:
+def missing_table(exc: Exception) -> bool:
+    """Whether a Spark error says the table (or its path) does not exist."""
     text = str(exc)
     return any(marker in text for marker in ("PATH_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "is not a Delta table"))

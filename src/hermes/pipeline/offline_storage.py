@@ -1,10 +1,10 @@
 """Offline storage: topics with ``offlineStorage.enabled`` are archived continuously to the lake, a Delta table
 (layout in :mod:`hermes.pipeline.lake`), and kept in shape by Delta's own retention and compaction.
 
-Exactly once: one streaming query reads the archived topics with Spark's Kafka connector and appends them to the
-table with Delta's streaming sink, both sharing one checkpoint. The sink commits each micro-batch as one
-transaction that records the query and batch id, so a batch replayed after a crash is found committed and
-skipped, or is written for the first time: readers of the table see every message once.
+Exactly once: one streaming query reads the archived topics with Spark's Kafka connector and appends each
+micro-batch to the table as one Delta transaction marked with the query and batch id
+(:mod:`hermes.pipeline.archive_commits`), so a batch replayed after a crash is found committed and skipped, or is
+written for the first time: readers of the table see every message once.
 
 The archived topics change at run time: the job watches the metadata repository and restarts the query with
 the new topic list on the same checkpoint (a new topic is read from its earliest offset; a topic switched off
@@ -33,6 +33,7 @@ from hermes.domain.message import (
 )
 from hermes.domain.topic import Topic
 from hermes.metadata.repository import ChangeKind, MetadataChange
+from hermes.pipeline.archive_commits import ARCHIVE_QUERY, BatchAppender
 from hermes.pipeline.archive_counting import archive_count
 from hermes.pipeline.archive_positions import (
     Kept,
@@ -45,7 +46,7 @@ from hermes.pipeline.archive_positions import (
 from hermes.pipeline.connector import KAFKA_FORMAT, kafka_options
 from hermes.pipeline.files import plain_root, reachable_files
 from hermes.pipeline.job import LoopingJob
-from hermes.pipeline.lake import HOUR_PATTERN_SPARK, PARTITION_COLUMNS, lake_version
+from hermes.pipeline.lake import HOUR_PATTERN_SPARK, lake_version
 from hermes.pipeline.lake_maintenance import convert_parquet_lake, delete_expired, optimize, vacuum
 from hermes.pipeline.prometheus import ARCHIVE_RUNNING, ARCHIVED_TOPICS
 
@@ -138,11 +139,9 @@ def start_archive(
     again, see :mod:`hermes.pipeline.archive_positions`)."""
     return (
         lake_rows(context, topics, kept)
-        .writeStream.format("delta")
-        .queryName("hermes-archive")
-        .option("path", context.lake.root)
+        .writeStream.queryName(ARCHIVE_QUERY)
+        .foreachBatch(BatchAppender(context.lake))
         .option("checkpointLocation", archive_checkpoint(context))
-        .partitionBy(*PARTITION_COLUMNS)
         .trigger(**(trigger or {"processingTime": f"{context.trigger_interval} seconds"}))
         .start()
     )
