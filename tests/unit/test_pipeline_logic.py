@@ -179,7 +179,7 @@ class History:
     def sql(self, statement: str) -> Any:
         limit = int(statement.rsplit("LIMIT", 1)[1])
         self.limits.append(limit)
-        return SimpleNamespace(collect=lambda: self.commits[:limit])
+        return SimpleNamespace(collect=lambda: [SimpleNamespace(asDict=c.copy) for c in self.commits[:limit]])
 
 
 def history_commit(operation: str, user_metadata: str | None = None, **parameters: str) -> dict[str, Any]:
@@ -190,7 +190,7 @@ def test_a_replayed_batch_is_looked_up_in_the_newest_archive_commit_however_far_
     from hermes.pipeline.archive_commits import BatchMark, last_committed_batch
     from hermes.pipeline.lake import Lake
 
-    lake = Lake("/lake")
+    lake = Lake("s3a://bucket/lake")  # read with Spark's DESCRIBE HISTORY (a local lake's with deltalake)
     upkeep = [history_commit(op) for op in ["OPTIMIZE", "DELETE", "VACUUM END", "VACUUM START"] * 30]
     archived = history_commit("WRITE", BatchMark("q1", 41).user_metadata())
     history = History([*upkeep, archived, history_commit("WRITE", BatchMark("q1", 40).user_metadata())])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,14 +49,35 @@ def read_mark(user_metadata: str | None) -> BatchMark | None:
     return None
 
 
-def _commit_mark(commit: Any) -> BatchMark | None:
-    """The archive batch of a ``DESCRIBE HISTORY`` row, marked by this module or by Delta's streaming sink."""
-    mark = read_mark(commit["userMetadata"])
-    if mark is None and commit["operation"] == _STREAMING_SINK_COMMIT:
-        parameters = commit["operationParameters"] or {}
+def _commit_mark(commit: Mapping[str, Any]) -> BatchMark | None:
+    """The archive batch of a commit (its commit info), marked by this module or by Delta's streaming sink."""
+    mark = read_mark(commit.get("userMetadata"))
+    if mark is None and commit.get("operation") == _STREAMING_SINK_COMMIT:
+        parameters = commit.get("operationParameters") or {}
         if "queryId" in parameters and "epochId" in parameters:
-            mark = BatchMark(parameters["queryId"], int(parameters["epochId"]))
+            mark = BatchMark(str(parameters["queryId"]), int(parameters["epochId"]))
     return mark
+
+
+def _history(spark: Any, lake: Lake, limit: int) -> Sequence[Mapping[str, Any]] | None:
+    """The commit infos of the lake's ``limit`` newest commits, newest first (None when there is no table).
+    A local lake's through ``deltalake``, which reads the log's newest files in milliseconds; Spark's ``DESCRIBE
+    HISTORY`` took 130-150 ms, at every start of the query."""
+    local = lake.local_path()
+    if local is not None:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            return DeltaTable(local, without_files=True).history(limit)
+        except TableNotFoundError:
+            return None
+    try:
+        return [row.asDict() for row in spark.sql(f"DESCRIBE HISTORY {lake.table} LIMIT {limit}").collect()]
+    except Exception as exc:  # pyspark's AnalysisException (classic or Connect)
+        if not missing_table(exc):
+            raise
+        return None
 
 
 def last_committed_batch(spark: Any, lake: Lake, query: str) -> int:
@@ -63,11 +85,8 @@ def last_committed_batch(spark: Any, lake: Lake, query: str) -> int:
     query's checkpoint is replaced by a new one (a new query id), never run beside it."""
     limit = _HISTORY_PAGE
     while True:
-        try:
-            commits = spark.sql(f"DESCRIBE HISTORY {lake.table} LIMIT {limit}").collect()
-        except Exception as exc:  # pyspark's AnalysisException (classic or Connect)
-            if not missing_table(exc):
-                raise
+        commits = _history(spark, lake, limit)
+        if commits is None:
             return -1
         for commit in commits:  # newest first
             mark = _commit_mark(commit)
