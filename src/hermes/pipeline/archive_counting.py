@@ -11,13 +11,12 @@ batch that completes while its query is being stopped.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Protocol
 
 from hermes.pipeline.archive_commits import read_mark
-from hermes.pipeline.lake import DELTA_LOG, Lake
+from hermes.pipeline.lake import Lake, commit_info, commit_versions
 from hermes.pipeline.prometheus import ARCHIVE_BATCHES, ARCHIVE_LAST_COMMIT, ARCHIVE_RECORDS
 
 
@@ -26,35 +25,27 @@ class ArchiveCount(Protocol):
         """Adds what was committed since the last update (``query``: the archive query, or None)."""
 
 
-def _versions(log_dir: Path, after: int) -> list[int]:
-    stems = (p.name.removesuffix(".json") for p in log_dir.glob("*.json"))
-    return sorted(v for v in (int(stem) for stem in stems if stem.isdigit()) if v > after)
-
-
-def _archived_rows(commit: Path) -> int | None:
+def _archived_rows(root: Path, version: int) -> int | None:
     """The rows an archive commit appended (None for other commits)."""
-    for line in commit.read_text(encoding="utf-8").splitlines():
-        info = json.loads(line).get("commitInfo") if line.strip() else None
-        if info is not None:
-            if read_mark(info.get("userMetadata")) is None:
-                return None
-            return int(info.get("operationMetrics", {}).get("numOutputRows", 0))
-    return None
+    info = commit_info(root, version)
+    if info is None or read_mark(info.get("userMetadata")) is None:
+        return None
+    return int(info.get("operationMetrics", {}).get("numOutputRows", 0))
 
 
 class LogCount:
     """Exact counts from a local lake's Delta log. What earlier runs committed is not counted."""
 
     def __init__(self, root: Path) -> None:
-        self._log = root / DELTA_LOG
-        self._version = max(_versions(self._log, -1), default=-1)
+        self._root = root
+        self._version = max(commit_versions(root), default=-1)
 
     def update(self, query: Any) -> None:
-        versions = _versions(self._log, self._version)
+        versions = commit_versions(self._root, self._version)
         if not versions:
             return
         self._version = versions[-1]
-        commits = [rows for rows in (_archived_rows(self._log / f"{v:020d}.json") for v in versions) if rows]
+        commits = [rows for rows in (_archived_rows(self._root, v) for v in versions) if rows]
         if commits:
             ARCHIVE_BATCHES.inc(len(commits))
             ARCHIVE_RECORDS.inc(sum(commits))

@@ -14,6 +14,7 @@ without Spark), never by globbing the files.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -76,6 +77,26 @@ def lake_version(spark: Any, lake: Lake | str | Path) -> int | None:
             raise
         return None
     return int(rows[0]["version"]) if rows else None
+
+
+def commit_versions(root: Path, after: int = -1) -> list[int]:
+    """The versions after ``after`` whose commit files a local table's log holds, oldest first."""
+    stems = (p.name.removesuffix(".json") for p in (root / DELTA_LOG).glob("*.json"))
+    return sorted(v for v in (int(stem) for stem in stems if stem.isdigit()) if v > after)
+
+
+def commit_info(root: Path, version: int) -> dict[str, Any] | None:
+    """The commit info of a local table's version (None when its commit file has none, or is gone: Delta
+    removes commit files older than the log's retention)."""
+    try:
+        lines = (root / DELTA_LOG / f"{version:020d}.json").read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return None
+    for line in lines:
+        info = json.loads(line).get("commitInfo") if line.strip() else None
+        if info is not None:
+            return dict(info)
+    return None
 
 
 def read_lake(spark: Any, lake: Lake | str | Path, topic: str | None = None, version: int | None = None) -> Any:
