@@ -2,7 +2,7 @@
 
 An hour of the archive is too long for a benchmark, so the hour's files are made without waiting for it: the
 files of as many micro-batches as an hour holds at the trigger interval (3,600 at the default 1 s), one Parquet
-file per Kafka partition a batch, which is what the archive's streaming sink writes for a batch (a task per
+file per Kafka partition a batch, which is what the archive writes for a batch (a task per
 Kafka partition with new records, each writing one file per topic-hour; the backlog runs of
 :mod:`hermes.bench.archive` show the same: 2 files a batch on 2 partitions). The rows are the archive's columns
 with 1 KB bodies, their publish timestamps spread evenly over one past UTC hour at ``rate`` messages/s. The

@@ -34,7 +34,7 @@ def _archive(archive: dict[str, Any]) -> list[str]:
         f"| pipeline | records/s ({through['messages']:,} backlog) | CPU µs per record "
         f"| lag p50 / p99 ms at {lag['rate_per_s']:,} msg/s |",
         "|---|---|---|---|",
-        f"| Spark archive (Spark's Kafka connector, Delta Lake sink) | **{spark:,}** "
+        f"| Spark archive (Spark's Kafka connector, appends to Delta Lake) | **{spark:,}** "
         f"| {through.get('spark_archive_cpu_us_per_message', '')} "
         f"| **{lag['spark_archive']['p50_ms']:,.0f}** / **{lag['spark_archive']['p99_ms']:,.0f}** |",
         f"| plain confluent-kafka consumer + pyarrow writer (ceiling) | {plain:,} "
