@@ -201,3 +201,22 @@ def test_a_replayed_batch_is_looked_up_in_the_newest_archive_commit_however_far_
     sink = history_commit("STREAMING UPDATE", queryId="q0", epochId="7", outputMode="Append")
     assert last_committed_batch(History([history_commit("WRITE", '{"writer": "etl"}'), sink]), lake, "q0") == 7
     assert last_committed_batch(History([history_commit("WRITE", "not json")] * 3), lake, "q0") == -1
+
+
+def test_a_tables_newest_version_is_found_from_its_last_checkpoint_without_listing_the_log(tmp_path: Path) -> None:
+    from hermes.pipeline.lake import DELTA_LOG, newest_version
+
+    log_dir = tmp_path / DELTA_LOG
+    log_dir.mkdir()
+    assert newest_version(tmp_path) == -1
+    for version in range(3):
+        (log_dir / f"{version:020d}.json").write_text("{}\n")
+    assert newest_version(tmp_path) == 2
+    # a month on: Delta removed the commits before its retention, and checkpointed at 20
+    for version in range(3):
+        (log_dir / f"{version:020d}.json").unlink()
+    for version in range(15, 24):
+        (log_dir / f"{version:020d}.json").write_text("{}\n")
+    (log_dir / "_last_checkpoint").write_text('{"version": 20, "size": 9}')
+    assert newest_version(tmp_path) == 23
+    assert newest_version(tmp_path, known=22) == 23

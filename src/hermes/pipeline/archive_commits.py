@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hermes.pipeline.lake import PARTITION_COLUMNS, Lake, commit_info, commit_versions, missing_table
+from hermes.pipeline.lake import PARTITION_COLUMNS, Lake, commit_info, missing_table, newest_version
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +65,11 @@ def _history(spark: Any, lake: Lake, limit: int) -> Sequence[Mapping[str, Any]] 
     130-150 ms, at every start of the query."""
     local = lake.local_path()
     if local is not None:
-        versions = commit_versions(local)
-        if not versions:
+        newest = newest_version(local)
+        if newest < 0:
             return None
-        infos = (commit_info(local, version) for version in reversed(versions[-limit:]))
-        return [info for info in infos if info is not None]
+        infos = (commit_info(local, version) for version in range(newest, max(newest - limit, -1), -1))
+        return [info for info in infos if info is not None]  # None: removed by Delta's log retention
     try:
         return [row.asDict() for row in spark.sql(f"DESCRIBE HISTORY {lake.table} LIMIT {limit}").collect()]
     except Exception as exc:  # pyspark's AnalysisException (classic or Connect)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hermes.pipeline.archive_commits import read_mark
-from hermes.pipeline.lake import Lake, commit_info, commit_versions
+from hermes.pipeline.lake import Lake, commit_info, newest_version
 from hermes.pipeline.prometheus import ARCHIVE_BATCHES, ARCHIVE_LAST_COMMIT, ARCHIVE_RECORDS
 
 
@@ -38,13 +38,13 @@ class LogCount:
 
     def __init__(self, root: Path) -> None:
         self._root = root
-        self._version = max(commit_versions(root), default=-1)
+        self._version = newest_version(root)
 
     def update(self, query: Any) -> None:
-        versions = commit_versions(self._root, self._version)
-        if not versions:
+        newest = newest_version(self._root, self._version)
+        if newest == self._version:
             return
-        self._version = versions[-1]
+        versions, self._version = range(self._version + 1, newest + 1), newest
         commits = [rows for rows in (_archived_rows(self._root, v) for v in versions) if rows]
         if commits:
             ARCHIVE_BATCHES.inc(len(commits))

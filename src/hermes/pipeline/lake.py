@@ -14,6 +14,7 @@ without Spark), never by globbing the files.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -79,10 +80,16 @@ def lake_version(spark: Any, lake: Lake | str | Path) -> int | None:
     return int(rows[0]["version"]) if rows else None
 
 
-def commit_versions(root: Path, after: int = -1) -> list[int]:
-    """The versions after ``after`` whose commit files a local table's log holds, oldest first."""
-    stems = (p.name.removesuffix(".json") for p in (root / DELTA_LOG).glob("*.json"))
-    return sorted(v for v in (int(stem) for stem in stems if stem.isdigit()) if v > after)
+def newest_version(root: Path, known: int = -1) -> int:
+    """A local table's newest version (-1 when it has none), at least ``known``: the first missing commit file
+    after its last checkpoint's version (or ``known``) ends it. Not a listing: Delta keeps a month of commit
+    files, millions at a 1-s trigger."""
+    log = root / DELTA_LOG
+    with contextlib.suppress(FileNotFoundError, ValueError, KeyError, TypeError):  # no checkpoint yet
+        known = max(known, int(json.loads((log / "_last_checkpoint").read_text(encoding="utf-8"))["version"]))
+    while (log / f"{known + 1:020d}.json").exists():
+        known += 1
+    return known
 
 
 def commit_info(root: Path, version: int) -> dict[str, Any] | None:
