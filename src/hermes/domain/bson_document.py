@@ -38,20 +38,44 @@ def message_element(source: IO[bytes]) -> tuple[int, int, int]:
             raise ValidationError("is required", "message")
         elif name == b"message":
             raise ValidationError(f"must be a BSON binary, not {_KINDS.get(kind, 'another type')}", "message")
-        elif kind in _FIXED_SIZES:
-            source.seek(_FIXED_SIZES[kind], 1)
-        elif kind in (b"\x02", b"\x0d", b"\x0e"):  # string, code, symbol: length, then bytes
-            source.seek(_int32(source), 1)
-        elif kind in (b"\x03", b"\x04", b"\x0f"):  # document, array, code with scope: total size, itself included
-            source.seek(_int32(source) - 4, 1)
-        elif kind == b"\x0b":  # regex: two C strings
-            _cstring(source)
-            _cstring(source)
-        elif kind == b"\x0c":  # DBPointer: string, then 12 bytes
-            source.seek(_int32(source) + 12, 1)
         else:
-            raise HermesError(f"unknown BSON element type {kind!r}")
+            _skip_value(source, kind)
     raise ValidationError("is required", "message")
+
+
+def element_spans(source: IO[bytes], wanted: bytes) -> list[tuple[int, int]]:
+    """Where the top-level elements named ``wanted`` are (each from its type byte to its end): every element is
+    skipped by its size, the message too."""
+    spans = []
+    source.seek(0)
+    total = _int32(source)
+    while source.tell() < total - 1:
+        start = source.tell()
+        kind = source.read(1)
+        name = _cstring(source)
+        if kind == b"\x05":
+            source.seek(_int32(source) + 1, 1)  # length, subtype, bytes
+        else:
+            _skip_value(source, kind)
+        if name == wanted:
+            spans.append((start, source.tell()))
+    return spans
+
+
+def _skip_value(source: IO[bytes], kind: bytes) -> None:
+    if kind in _FIXED_SIZES:
+        source.seek(_FIXED_SIZES[kind], 1)
+    elif kind in (b"\x02", b"\x0d", b"\x0e"):  # string, code, symbol: length, then bytes
+        source.seek(_int32(source), 1)
+    elif kind in (b"\x03", b"\x04", b"\x0f"):  # document, array, code with scope: total size, itself included
+        source.seek(_int32(source) - 4, 1)
+    elif kind == b"\x0b":  # regex: two C strings
+        _cstring(source)
+        _cstring(source)
+    elif kind == b"\x0c":  # DBPointer: string, then 12 bytes
+        source.seek(_int32(source) + 12, 1)
+    else:
+        raise HermesError(f"unknown BSON element type {kind!r}")
 
 
 _KINDS = {

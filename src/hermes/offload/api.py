@@ -1,6 +1,7 @@
 """The offload service on the publishing port: ``POST /offload/topic/{topic}+oversized`` stores a BSON document
-``{message, headers, key}`` (201), ``GET /offload/msg/{id}`` answers it again (200) or 404 once it is unknown,
-expired with its topic's retention or deleted with its topic.
+``{message, headers, key}`` (201), ``GET /offload/msg/{id}`` answers it again (200), with the ``metadata`` element
+the service adds (``documents``), or 404 once it is unknown, expired with its topic's retention or deleted with its
+topic.
 
 An upload is a publish to its topic: the topic's ``auth`` decides as for the publishing API. The caller is the
 SCRAM user when the service signs users in by SCRAM (the broker's Kafka users), else whoever the publishing port's
@@ -25,7 +26,7 @@ from hermes.http.lean import Request, SpooledBody, error_body
 from hermes.metadata.cache import MetadataCache
 from hermes.offload import OFFLOAD_PREFIX
 from hermes.offload.blobs import BlobInfo, BlobStore
-from hermes.offload.documents import Upload, canonical_id, check_stored_upload, check_upload
+from hermes.offload.documents import Upload, canonical_id, check_stored_upload, check_upload, with_metadata
 from hermes.offload.offloader import offload_limit
 from hermes.offload.scram import HttpScram
 
@@ -113,10 +114,12 @@ class OffloadApi:
         spooled = request.spooled
         if spooled is None:
             upload = check_upload(request.body, limit)
-            chunks: Iterable[bytes] = (request.body,)
+            document: Iterable[bytes] = (request.body,)
+            size = len(request.body)
         else:  # checked in its file without reading the message, and stored from there in chunks
             upload = await asyncio.to_thread(_check_spooled, spooled, limit)
-            chunks = spooled.chunks()
+            document, size = spooled.chunks(), spooled.size
+        chunks = with_metadata(document, size, upload, int(time.time() * 1000))
         await asyncio.to_thread(self._store.put, topic.qualified_name, upload.message_id, chunks)
         return upload.message_id
 

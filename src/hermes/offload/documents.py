@@ -2,30 +2,41 @@
 
 ``message`` and ``key`` are BSON binaries; ``headers`` either an array of ``[name, value]`` pairs or a document
 of ``name: value``, names strings, values binaries. The ``_id`` header is the message's UUID (16 bytes, as the
-spec's standard headers have it, or its text form)."""
+spec's standard headers have it, or its text form).
+
+The document stored (and served on download) carries one more top-level element, ``metadata``: ``{headers,
+timestamp, key}``, the headers as ``[name, value]`` pairs, the time the message was stored in epoch ms and the key
+when there is one. The spec allows extra elements there; hop-client's consumer requires this one."""
 
 from __future__ import annotations
 
+import io
 import itertools
 import struct
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import IO, Any
 
 import bson
 from bson.errors import BSONError
 
-from hermes.domain.bson_document import message_element
+from hermes.domain.bson_document import element_spans, message_element
 from hermes.errors import HermesError, PayloadTooLarge, ValidationError
 
 ID_HEADER = "_id"
+METADATA = "metadata"
+
+Header = tuple[str, bytes]
 
 
 @dataclass(frozen=True)
 class Upload:
     message_id: str  # the canonical text form of the UUID
     size: int  # of the message, in bytes
+    headers: tuple[Header, ...]  # as uploaded, in their order
+    key: bytes | None
+    metadata: tuple[tuple[int, int], ...] = ()  # where an uploaded metadata element is (replaced when stored)
 
 
 def check_upload(document: bytes, max_size: int) -> Upload:
@@ -36,7 +47,8 @@ def check_upload(document: bytes, max_size: int) -> Upload:
         raise ValidationError("is required", "message")
     if not isinstance(message, bytes):
         raise ValidationError(f"must be a BSON binary, not {_bson_type(message)}", "message")
-    return _checked(fields, len(message), max_size)
+    upload = _checked(fields, len(message), max_size)
+    return _with_spans(upload, fields, io.BytesIO(document))
 
 
 def check_stored_upload(source: IO[bytes], max_size: int) -> Upload:
@@ -60,7 +72,16 @@ def check_stored_upload(source: IO[bytes], max_size: int) -> Upload:
     source.seek(offset + size)
     after = source.read()
     rest = struct.pack("<i", 4 + len(before) + len(after)) + before + after
-    return _checked(_decoded(rest), size, max_size)
+    fields = _decoded(rest)
+    return _with_spans(_checked(fields, size, max_size), fields, source)
+
+
+def _with_spans(upload: Upload, fields: Mapping[str, Any], source: IO[bytes]) -> Upload:
+    """The upload, with where its own metadata elements are when it has any (a document downloaded and uploaded
+    again has one): the service's replaces them."""
+    if METADATA not in fields:
+        return upload
+    return replace(upload, metadata=tuple(element_spans(source, METADATA.encode())))
 
 
 def _decoded(document: bytes) -> dict[str, Any]:
@@ -77,25 +98,55 @@ def _checked(fields: Mapping[str, Any], size: int, max_size: int) -> Upload:
     if key is not None and not isinstance(key, bytes):
         raise ValidationError(f"must be a BSON binary, not {_bson_type(key)}", "key")
     headers = _headers(fields.get("headers"))
-    message_id = _message_id(headers[ID_HEADER]) if ID_HEADER in headers else str(uuid.uuid4())
-    return Upload(message_id, size)
+    ids = [value for name, value in headers if name == ID_HEADER]
+    message_id = _message_id(ids[0]) if ids else str(uuid.uuid4())
+    return Upload(message_id, size, tuple(headers), key)
 
 
 def document_chunks(
-    message: Iterable[bytes], size: int, headers: Sequence[tuple[str, bytes]], key: bytes | None
+    message: Iterable[bytes], size: int, headers: Sequence[Header], key: bytes | None, timestamp: int
 ) -> Iterator[bytes]:
-    """The document ``{message, headers, key}`` around the message's chunks (``size`` bytes in all): a large
-    message is written out as it comes, where ``bson.encode`` would copy it into the document first."""
+    """The stored document ``{message, headers, key, metadata}`` around the message's chunks (``size`` bytes in
+    all): a large message is written out as it comes, where ``bson.encode`` would copy it into the document first."""
     rest = bson.encode({"headers": [[name, value] for name, value in headers], **({"key": key} if key else {})})
     element = b"\x05message\x00" + struct.pack("<i", size) + b"\x00"  # binary, subtype 0 (generic)
-    elements = rest[4:-1]  # without the other document's length and its closing zero
+    elements = rest[4:-1] + metadata_element(headers, key, timestamp)  # without rest's length and closing zero
     length = 4 + len(element) + size + len(elements) + 1
     return itertools.chain((struct.pack("<i", length) + element,), message, (elements + b"\x00",))
 
 
-def _headers(value: Any) -> dict[str, bytes]:
+def with_metadata(document: Iterable[bytes], size: int, upload: Upload, timestamp: int) -> Iterator[bytes]:
+    """The stored document of an upload: the uploaded one (its chunks, ``size`` bytes in all) with the service's
+    ``metadata`` element in place of any it had, appended, chunk by chunk: the elements are copied as they come."""
+    metadata = metadata_element(upload.headers, upload.key, timestamp)
+    keep, cursor = [], 4  # the elements' byte ranges: without the length, the uploaded metadata, the closing zero
+    for start, end in upload.metadata:
+        keep.append((cursor, start))
+        cursor = end
+    keep.append((cursor, size - 1))
+    yield struct.pack("<i", 4 + sum(end - start for start, end in keep) + len(metadata) + 1)
+    position = 0
+    for chunk in document:
+        after = position + len(chunk)
+        for start, end in keep:
+            low, high = max(start, position), min(end, after)
+            if low < high:
+                yield chunk[low - position : high - position]  # a whole chunk is the chunk itself, not a copy
+        position = after
+    yield metadata + b"\x00"
+
+
+def metadata_element(headers: Sequence[Header], key: bytes | None, timestamp: int) -> bytes:
+    """The ``metadata`` element, as hop-client reads it: ``headers`` as pairs, ``timestamp`` in epoch ms."""
+    metadata: dict[str, Any] = {"headers": [[name, value] for name, value in headers], "timestamp": timestamp}
+    if key is not None:
+        metadata["key"] = key
+    return bson.encode({METADATA: metadata})[4:-1]
+
+
+def _headers(value: Any) -> list[Header]:
     if value is None:
-        return {}
+        return []
     if isinstance(value, Mapping):
         pairs = [(name, header, f"headers.{name}") for name, header in value.items()]
     elif isinstance(value, list):
@@ -107,14 +158,14 @@ def _headers(value: Any) -> dict[str, bytes]:
     else:
         kind = _bson_type(value)
         raise ValidationError(f"must be an array of [name, value] pairs or a document, not {kind}", "headers")
-    headers: dict[str, bytes] = {}
+    headers: list[Header] = []
     for raw_name, header, field in pairs:
         name = raw_name.decode("utf-8", "replace") if isinstance(raw_name, bytes) else raw_name
         if not isinstance(name, str):
             raise ValidationError(f"the name must be a string, not {_bson_type(name)}", field)
         if not isinstance(header, bytes):
             raise ValidationError(f"the value must be a BSON binary, not {_bson_type(header)}", field)
-        headers.setdefault(name, header)
+        headers.append((name, header))
     return headers
 
 

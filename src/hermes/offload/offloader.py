@@ -5,6 +5,7 @@ limit) is stored as the protocol's BSON document, and a placeholder goes to Kafk
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import Sequence
 
@@ -47,10 +48,11 @@ class Offloader:
         """Stores the message (a spooled one read from its file in chunks, never whole); returns the placeholder
         to produce."""
         all_headers = [*headers, (ID_HEADER, uuid.UUID(message_id).bytes)]
+        stored_at = int(time.time() * 1000)  # the metadata's timestamp, as for an upload
         if isinstance(body, SpooledBody):
-            chunks = document_chunks(body.chunks(), body.size, all_headers, key)
+            chunks = document_chunks(body.chunks(), body.size, all_headers, key, stored_at)
         else:
-            chunks = document_chunks((body,), len(body), all_headers, key)
+            chunks = document_chunks((body,), len(body), all_headers, key, stored_at)
         try:
             await asyncio.to_thread(self._store.put, topic, message_id, chunks)
         except OSError as exc:
