@@ -39,8 +39,6 @@ def scram_request(method: str, url: str, user: str, password: str, content: byte
         scheme, _, rest = challenge.headers["WWW-Authenticate"].partition(" ")
         attributes = dict(part.strip().partition("=")[::2] for part in rest.split(","))
         assert scheme == SCRAM
-        if "sid" not in attributes:  # refused at once (an unknown user)
-            return challenge
         client.set_server_first(base64.b64decode(attributes["data"]).decode())
         final = f"{SCRAM} sid={attributes['sid']}, data={_b64(client.get_client_final())}"
         response = http.request(method, url, content=content, headers={"Authorization": final})
@@ -75,8 +73,11 @@ def test_anyone_else_is_refused(client: HermesClient, hermes: InProcessHermes) -
     anonymous = httpx.get(url)
     assert anonymous.status_code == 401
     assert anonymous.headers["WWW-Authenticate"].startswith(SCRAM)
-    for user, password in (("alice", "wrong"), ("mallory", "alice-secret")):
+    for user, password in (("alice", "wrong"), ("mallory", "alice-secret")):  # an unknown user fails alike
         response = scram_request("GET", url, user, password)
         assert (response.status_code, response.json()["code"]) == (401, "UNAUTHORIZED")
         assert response.json()["message"] == "wrong user name or password"
+        assert response.headers["WWW-Authenticate"].startswith(SCRAM)
+        info = dict(part.strip().partition("=")[::2] for part in response.headers["Authentication-Info"].split(","))
+        assert base64.b64decode(info["data"]) == b"e=invalid-proof"  # RFC 7804's server-final of a failure
     assert client.publish(client.create_topic(), "{}").status_code == 201  # publishing is not the offload service's

@@ -3,12 +3,17 @@ so that a client signs in to Kafka and to the offload service with one credentia
 
 The exchange takes two requests: ``Authorization: SCRAM-SHA-512 data=<client-first>`` is answered 401 with
 ``WWW-Authenticate: SCRAM-SHA-512 sid=<sid>, data=<server-first>``; ``Authorization: SCRAM-SHA-512 sid=<sid>,
-data=<client-final>`` is served when the proof holds, with ``Authentication-Info: sid=<sid>, data=<server-final>``.
-Exchanges left half way are forgotten after a minute. Passwords are kept only as SCRAM's salted keys."""
+data=<client-final>`` is served when the proof holds, with ``Authentication-Info: sid=<sid>, data=<server-final>``;
+a wrong proof is a 401 whose ``Authentication-Info`` carries SCRAM's error (``e=invalid-proof``), as RFC 7804 and
+RFC 5802 have the server end a failed exchange. An unknown user goes through the same exchange against keys no
+password matches, so that it fails the same way and the service does not tell which users exist. Exchanges left half
+way are forgotten after a minute. Passwords are kept only as SCRAM's salted keys."""
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import secrets
 import time
 from dataclasses import dataclass
@@ -35,6 +40,7 @@ class HttpScram:
     def __init__(self, users: dict[str, str]) -> None:
         self._mechanism = ScramMechanism(MECHANISM)
         self._keys = {name: self._mechanism.make_auth_info(password, _ITERATIONS) for name, password in users.items()}
+        self._decoy_secret = secrets.token_bytes(32)
         self._exchanges: dict[str, tuple[float, Any, str]] = {}
 
     def authenticate(self, authorization: str | None) -> Verdict:
@@ -63,7 +69,7 @@ class HttpScram:
             server.set_client_first(client_first)
             server_first = server.get_server_first()
         except ScramException:
-            return _challenge("wrong user name or password")  # an unknown user is not told apart
+            return _challenge("the SCRAM client-first message is malformed")
         now = time.monotonic()
         if len(self._exchanges) >= _MAX_EXCHANGES:
             self._forget_old(now)
@@ -77,15 +83,22 @@ class HttpScram:
             return _challenge("unknown or expired SCRAM exchange: start again")
         try:
             server.set_client_final(client_final)
-            server_final = server.get_server_final()
         except ScramException:
-            return _challenge("wrong user name or password")
-        return Verdict(user, (("Authentication-Info", f"sid={sid}, data={_b64(server_final)}"),))
+            refused = _challenge("wrong user name or password")
+            if server.error is None:  # the message itself was malformed: no server-final to send
+                return refused
+            failed = ("Authentication-Info", f"sid={sid}, data={_b64(server.get_server_final())}")  # e=...
+            return Verdict(None, (*refused.headers, failed), refused.problem)
+        return Verdict(user, (("Authentication-Info", f"sid={sid}, data={_b64(server.get_server_final())}"),))
 
     def _auth_info(self, username: str) -> Any:
         keys = self._keys.get(username)
-        if keys is None:
-            raise ScramException("unknown user")
+        if keys is None:  # keys no password matches, the same for the same name, as a real user's are
+            salt, stored_key, server_key = (
+                hmac.digest(self._decoy_secret, f"{part}:{username}".encode(), hashlib.sha512)
+                for part in ("salt", "stored", "server")
+            )
+            return salt[:32], stored_key, server_key, _ITERATIONS
         return keys
 
     def _forget_old(self, now: float) -> None:
