@@ -112,6 +112,11 @@ class PublishingForbidden(Forbidden):
     code = "AUTH_ERROR"
 
 
+class InternalTopicProtected(Forbidden):
+    """A Kafka topic Hermes itself owns (message tracking, large-message discovery) is never created, changed or
+    deleted through the API."""
+
+
 class TooManyFailedLogins(HermesError):
     """A client failed to authenticate too often; it must wait before it may try again."""
 
