@@ -206,6 +206,11 @@ class MetadataUnavailable(ServiceUnavailable):
     code = "METADATA_UNAVAILABLE"
 
 
+class UndeliverableMessage(HermesError):
+    """A message no attempt can deliver (its Avro body cannot be converted for the subscriber): discarded at
+    once, with this reason."""
+
+
 class EndpointResolutionError(HermesError):
     """An endpoint address resolver could not name the addresses to send to (bad metadata, lookup failure).
     The attempt fails and is retried like a network error."""

@@ -142,3 +142,16 @@ def test_batch_limits_are_enforced_by_the_api(client: HermesClient) -> None:
             json={"name": "b", "endpoint": "http://service", "deliveryType": "BATCH", field: value},
         )
         assert response.status_code == 400 and field in response.json()["message"]
+
+
+def test_a_batch_of_non_json_bodies_is_a_json_array_of_their_texts(
+    client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic()  # a JSON topic takes any body
+    batch_subscription(client, topic, subscriber.url, batchSize=4, batchTime=60_000)
+    bodies = ["orderId=42&x=1", '<order id="1"/>', '{"n": 1}', ""]
+    for body in bodies:
+        assert client.publish(topic, body, headers={"Partition-Key": "one"}).status_code in (201, 202)
+    (batch,) = subscriber.wait_for(1, timeout=20)
+    assert orjson.loads(batch.body) == ["orderId=42&x=1", '<order id="1"/>', {"n": 1}, ""]
+    assert batch.headers["Content-Type"] == "application/json"
