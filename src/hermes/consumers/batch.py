@@ -5,7 +5,8 @@ ms passed since its first message, whichever comes first. One batch is in flight
 the messages of every partition) arrive in order; the next one is collected meanwhile. A batch is retried as a
 whole with the batch policy; its offsets are finished only when it was delivered or discarded. A single message
 larger than ``batchVolume`` is sent alone rather than dropped. Messages of Avro topics are filtered as records
-and sent as JSON. An offloaded message's body is streamed into the batch from its file; when the body budget has
+and sent as JSON; a JSON topic's body that is not JSON goes in as a JSON string of its text, so a batch is always
+JSON. An offloaded message's body is streamed into the batch from its file; when the body budget has
 no room for the next one, the batch goes as it is (its own bodies may be what fills the budget). Messages are
 taken as the receiver read them, a read at a time: one of JSON held in Kafka for a subscription without filters
 is taken and added in bulk (one lock, set operations per partition), any other one message at a time.
