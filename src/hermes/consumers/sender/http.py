@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import socket
 import ssl
 import time
-from urllib.parse import urlsplit
 
 from hermes.consumers.sender.oauth import OAuthTokens
-from hermes.consumers.sender.result import SendResult
+from hermes.consumers.sender.result import SendResult, network_failure
 from hermes.domain.message import (
     BATCH_ID_HEADER,
     MESSAGE_ID_HEADER,
@@ -21,7 +19,6 @@ from hermes.domain.message import (
 )
 from hermes.domain.signing import signature_headers, signing_now
 from hermes.domain.subscription import Subscription
-from hermes.errors import HermesError
 from hermes.http.client import HttpClient
 from hermes.http.streamed import Body, StreamedBody
 
@@ -34,28 +31,6 @@ def parse_retry_after(value: str | None) -> float | None:
     except ValueError:
         return None
     return seconds if seconds >= 0 else None
-
-
-def network_failure(exc: Exception, url: str) -> str:
-    """What kept a request from an answer, in words (``host not found: my-servce.local``, not ``gaierror``)."""
-    parts = urlsplit(url)
-    host = parts.hostname or url
-    address = f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
-    if isinstance(exc, HermesError):  # the client's own, e.g. an answer that is not HTTP
-        return exc.message
-    if isinstance(exc, socket.gaierror):
-        return f"host not found: {host}"
-    if isinstance(exc, ConnectionRefusedError):
-        return f"connection refused by {address}"
-    if isinstance(exc, ConnectionResetError | BrokenPipeError):
-        return f"connection closed by {address} before it answered"
-    if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"the TLS certificate of {host} is not trusted: {exc.verify_message}"
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS with {address} failed: {exc.reason or exc}"
-    if isinstance(exc, OSError) and exc.strerror:
-        return f"cannot connect to {address}: {exc.strerror}"
-    return f"{exc} ({address})" if str(exc) else f"no answer from {address} ({type(exc).__name__})"
 
 
 class HttpSender:
