@@ -88,7 +88,7 @@ class KafkaTopics:
             if own.name not in present:
                 self.create_internal(own)
                 created.append(own.name)
-                log.warning("Hermes' own Kafka topic %s was missing in the broker: created it again", own.name)
+                log.info("created Hermes' own Kafka topic %s, missing in the broker", own.name)
         for topic in topics:
             if topic.qualified_name not in present:
                 self.create(topic)
@@ -127,7 +127,8 @@ class TopicReconciler:
         self._listeners.append(listener)
 
     async def start(self) -> None:
-        created = await asyncio.to_thread(self._reconcile)
+        # Hermes' own topics are missing at the first start of every new cluster: no warning for them
+        created = [name for name in await asyncio.to_thread(self._reconcile) if name not in INTERNAL_TOPICS]
         if created:
             log.warning("re-created %d Kafka topics missing in the broker: %s", len(created), ", ".join(created))
         self._task = asyncio.create_task(self._loop(), name="topic-reconciler")
@@ -148,5 +149,7 @@ class TopicReconciler:
                 log.warning("reconciling Kafka topics failed: %s", exc.message)
                 continue
             for topic in created:
+                if topic in INTERNAL_TOPICS:
+                    log.warning("Hermes' own Kafka topic %s was deleted in the broker: created it again", topic)
                 for listener in self._listeners:
                     await listener(topic)
