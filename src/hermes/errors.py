@@ -112,6 +112,11 @@ class PublishingForbidden(Forbidden):
     code = "AUTH_ERROR"
 
 
+class InternalTopicProtected(Forbidden):
+    """A Kafka topic Hermes itself owns (message tracking, large-message discovery) is never created, changed or
+    deleted through the API."""
+
+
 class TooManyFailedLogins(HermesError):
     """A client failed to authenticate too often; it must wait before it may try again."""
 
@@ -199,6 +204,11 @@ class BrokerError(HermesError):
 
 class MetadataUnavailable(ServiceUnavailable):
     code = "METADATA_UNAVAILABLE"
+
+
+class UndeliverableMessage(HermesError):
+    """A message no attempt can deliver (its Avro body cannot be converted for the subscriber): discarded at
+    once, with this reason."""
 
 
 class EndpointResolutionError(HermesError):

@@ -21,12 +21,11 @@ from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker, ensure_port_free
 from hermes.broker.embedded_security import BrokerSecurity
 from hermes.broker.producer import BrokerProducer
-from hermes.broker.topics import KafkaTopics, TopicReconciler
+from hermes.broker.topics import OFFLOAD_DISCOVERY, TRACKING, KafkaTopics, TopicReconciler
 from hermes.config import Settings, scram_users
 from hermes.consumers.role import Consumers
 from hermes.consumers.supervisor import ConsumersSupervisor
 from hermes.datadir import DataDirLock
-from hermes.domain.trace import TRACKING_TOPIC
 from hermes.errors import StartupError
 from hermes.http.lean import LeanServer
 from hermes.http.server import Server
@@ -182,12 +181,14 @@ class Hermes:
             self.connection = KafkaConnection.from_settings(settings, bootstrap)
         admin = BrokerAdmin(self.connection)
         await asyncio.to_thread(admin.wait_until_reachable, settings.kafka_connect_timeout)
-        if not await asyncio.to_thread(admin.topic_exists, TRACKING_TOPIC):
-            await asyncio.to_thread(admin.create_topic, TRACKING_TOPIC, settings.topic_partitions)
 
         self.repository = await asyncio.to_thread(open_repository, settings)
         kafka_topics = KafkaTopics(admin, settings.topic_partitions)
-        reconciler = TopicReconciler(kafka_topics, self.repository.list_topics, settings.topic_reconcile_interval)
+        # the tracking topic, created before any role writes to it; the discovery topic where a frontend advertises
+        internal = [TRACKING, OFFLOAD_DISCOVERY] if Role.FRONTEND in self.roles else [TRACKING]
+        reconciler = TopicReconciler(
+            kafka_topics, self.repository.list_topics, settings.topic_reconcile_interval, internal
+        )
         await self._start_role(reconciler)
         if self.roles == ALL_ROLES and settings.pipeline:
             from hermes.pipeline.role import PipelineChild
@@ -241,6 +242,7 @@ class Hermes:
                 tls=self._tls,
             )
             await self._start_role(self.frontend)
+            reconciler.on_recreated(self.frontend.topic_recreated)
 
     async def _start_role(self, role: RoleService) -> None:
         self._started.append(role)  # stopped even when its start fails half-way

@@ -8,7 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.support.hermes import HermesClient
+from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAFKA_SCHEMA_VERSION
+from tests.conftest import wait_until
+from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import Reply, SubscriberServer, always
 
 pytestmark = pytest.mark.integration
@@ -142,3 +144,38 @@ def test_batch_limits_are_enforced_by_the_api(client: HermesClient) -> None:
             json={"name": "b", "endpoint": "http://service", "deliveryType": "BATCH", field: value},
         )
         assert response.status_code == 400 and field in response.json()["message"]
+
+
+def test_a_batch_of_non_json_bodies_is_a_json_array_of_their_texts(
+    client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic()  # a JSON topic takes any body
+    batch_subscription(client, topic, subscriber.url, batchSize=4, batchTime=60_000)
+    bodies = ["orderId=42&x=1", '<order id="1"/>', '{"n": 1}', ""]
+    for body in bodies:
+        assert client.publish(topic, body, headers={"Partition-Key": "one"}).status_code in (201, 202)
+    (batch,) = subscriber.wait_for(1, timeout=20)
+    assert orjson.loads(batch.body) == ["orderId=42&x=1", '<order id="1"/>', {"n": 1}, ""]
+    assert batch.headers["Content-Type"] == "application/json"
+
+
+def test_an_avro_record_that_is_no_record_of_its_schema_is_discarded_and_the_batch_goes_on(
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic(contentType="AVRO", schema=CITY_SCHEMA)
+    name = batch_subscription(client, topic, subscriber.url, batchSize=2, batchTime=60_000)
+    producer = hermes.hermes.producer
+    assert producer is not None
+    headers = [(KAFKA_MESSAGE_ID, b"cut-short"), (KAFKA_PUBLISH_TIMESTAMP, b"1"), (KAFKA_SCHEMA_VERSION, b"1")]
+
+    async def produce() -> None:
+        await producer.send(topic, b"\x02\x14abc", headers=headers, key=b"one")  # n=1, a 10-byte city of 3
+
+    hermes.call(produce())
+    for n in (2, 3):
+        client.publish(topic, orjson.dumps({"n": n, "city": "Warsaw"}), headers={"Partition-Key": "one"})
+    [received] = subscriber.wait_for(1, timeout=20)
+    assert orjson.loads(received.body) == [{"n": 2, "city": "Warsaw"}, {"n": 3, "city": "Warsaw"}]
+    path = f"/topics/{topic}/subscriptions/{name}/undelivered/last"
+    wait_until(lambda: client.management.get(path).status_code == 200, timeout=15)
+    assert "the body ends before its record does" in client.management.get(path).json()["reason"]

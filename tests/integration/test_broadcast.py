@@ -96,6 +96,32 @@ def test_broadcast_discards_at_the_ttl_naming_the_failing_instances(
     wait_until(lambda: committed(hermes, topic, name) == 1, timeout=10, interval=0.2)
 
 
+def test_broadcast_discards_a_message_an_instance_refuses_once_every_instance_is_done(
+    hermes: InProcessHermes, client: HermesClient, instances: list[SubscriberServer]
+) -> None:
+    flaky = instance(instances, lambda n, _r: Reply(500 if n == 0 else 200))
+    refusing = instance(instances, always(400))
+    topic = client.create_topic()
+    name = client.create_subscription(
+        topic,
+        flaky.url,
+        mode="BROADCAST",
+        endpointAddressResolverMetadata={"addresses": [flaky.url, refusing.url]},
+        subscriptionPolicy={**POLICY, "messageBackoff": 100},
+    )
+    client.publish(topic, '{"refused": "by one"}')
+    repository = hermes.hermes.repository
+    assert repository is not None
+    wait_until(lambda: repository.get_document(UNDELIVERED_LAST, f"{topic}${name}") is not None, 15)
+    record = repository.get_document(UNDELIVERED_LAST, f"{topic}${name}")
+    assert record is not None
+    assert record["reason"] == (
+        f"Message sending failed for instances: {refusing.url} (Message sending failed with status code:400)"
+    ), "named although its refusal came an attempt before the message was done"
+    assert len(flaky.received) == 2 and len(refusing.received) == 1, "a 4xx is not retried"
+    wait_until(lambda: committed(hermes, topic, name) == 1, timeout=10, interval=0.2)
+
+
 def test_anycast_sends_to_one_instance_and_retries_at_the_next(
     client: HermesClient, instances: list[SubscriberServer]
 ) -> None:

@@ -153,6 +153,55 @@ def test_failed_attempts_are_logged_once_per_interval_without_credentials(
     assert "s3cret" not in caplog.text and "alice" not in caplog.text
 
 
+def test_a_subscriber_refusing_every_message_is_reported_and_its_discards_logged_once_per_interval(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """As Hermes: a 4xx not retried (retryClientErrors false) discards the message, and a subscriber answering
+    mostly 4xx is RECEIVING_MALFORMED_MESSAGES."""
+    caplog.set_level(logging.INFO, logger="hermes.consumers")
+    refusing = serve(scripted, always(400))
+    topic = client.create_topic()
+    name = client.create_subscription(topic, refusing.url)
+    consumer = hermes.consumer(topic, name)
+    publish(client, topic, 20)
+    wait_until(lambda: consumer.metrics.totals["discarded"] == 20, timeout=15)
+    assert consumer.metrics.totals["delivered"] == 0
+    record = client.management.get(f"/topics/{topic}/subscriptions/{name}/undelivered/last").json()
+    assert record["reason"] == "Message sending failed with status code:400"
+
+    health = f"/topics/{topic}/subscriptions/{name}/health"
+    wait_until(lambda: client.management.get(health).json()["status"] == "UNHEALTHY", timeout=15)
+    codes = [p["code"] for p in client.management.get(health).json()["problems"]]
+    assert codes == ["RECEIVING_MALFORMED_MESSAGES"], codes
+
+    pattern = re.compile(
+        rf"delivery to {re.escape(topic)}\${name} gave up: (\d+) messages? discarded in the last [\d.]+ s, "
+        r"last reason: Message sending failed with status code:400$"
+    )
+
+    def lines() -> list[int]:
+        return [int(m[1]) for r in caplog.records if (m := pattern.match(r.getMessage()))]
+
+    wait_until(lambda: sum(lines()) == 20, timeout=5)  # the last ones, too
+    assert len(lines()) <= 4, f"one line per interval, not per message: {lines()}"
+
+
+def test_an_unknown_host_is_named_in_the_undelivered_reason_and_the_log(
+    client: HermesClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="hermes.consumers")
+    topic = client.create_topic()
+    name = client.create_subscription(
+        topic, "http://my-servce.invalid/events", subscriptionPolicy={"messageTtl": 1, "messageBackoff": 300}
+    )
+    publish(client, topic, 1)
+    path = f"/topics/{topic}/subscriptions/{name}/undelivered/last"
+    wait_until(lambda: client.management.get(path).status_code == 200, timeout=15)
+    assert client.management.get(path).json()["reason"] == "Message sending failed: host not found: my-servce.invalid"
+    assert "last: host not found: my-servce.invalid (sending to http://my-servce.invalid/events)" in caplog.text
+    assert "gaierror" not in caplog.text
+
+
 def test_failing_subscribers_do_not_hold_back_a_healthy_one(
     hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer, scripted: list[SubscriberServer]
 ) -> None:

@@ -192,7 +192,7 @@ def test_batch_subscription(client: HermesClient, oauth: OAuthServer) -> None:
 @pytest.mark.parametrize(
     ("failure", "logged"),
     [
-        ("down", "failed: ClientConnectorError"),
+        ("down", "failed: connection refused by 127.0.0.1:"),
         ("status 500", "answered 500"),
         ("bad credentials", "answered 401 (invalid_client)"),
         ("garbage", "answered 200 without a JSON object"),

@@ -329,6 +329,36 @@ def test_records_with_headers_hermes_cannot_read_are_delivered_all_the_same(
     assert raw.message_id is not None and raw.message_id.startswith(f"{topic}-")
 
 
+def test_an_avro_record_that_is_no_record_of_its_schema_is_discarded_with_the_reason_in_words(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    """Another producer wrote bytes that are no record of the topic's schema: a JSON subscription cannot have them
+    converted, so the message is discarded at once (not retried, not a crash of the consumer)."""
+    subscriber = serve(scripted, lambda n, _r: Reply(200))
+    schema = {"type": "record", "name": "Visit", "fields": [{"name": "city", "type": "string"}]}
+    topic = client.create_topic(contentType="AVRO", schema=schema)
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
+    producer = hermes.hermes.producer
+    assert producer is not None
+    headers = [(KAFKA_MESSAGE_ID, b"cut-short"), (KAFKA_PUBLISH_TIMESTAMP, b"1"), (KAFKA_SCHEMA_VERSION, b"1")]
+
+    async def produce() -> None:
+        await producer.send(topic, b"\x14abc", headers=headers)  # a 10-byte string with 3 bytes
+
+    hermes.call(produce())
+    client.publish(topic, '{"city": "Warsaw"}')
+    [received] = subscriber.wait_for(1, timeout=20)
+    assert received.body == b'{"city":"Warsaw"}'
+    path = f"/topics/{topic}/subscriptions/{name}/undelivered/last"
+    wait_until(lambda: client.management.get(path).status_code == 200, timeout=15)
+    assert client.management.get(path).json()["reason"] == (
+        f"the message is not Avro binary of schema version 1 of {topic}: the body ends before its record does "
+        "(cut short, or written with another schema)"
+    )
+    wait_until(lambda: hermes.consumer(topic, name).metrics.totals["discarded"] == 1, timeout=10)
+    assert len(subscriber.received) == 1
+
+
 def test_suspending_a_failing_subscription_does_not_wait_for_its_retries(
     client: HermesClient, scripted: list[SubscriberServer]
 ) -> None:

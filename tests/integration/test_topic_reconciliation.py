@@ -13,8 +13,10 @@ from hermes.broker.embedded import EmbeddedBroker
 from hermes.broker.topics import KafkaTopics
 from hermes.domain.names import TopicName
 from hermes.domain.topic import RetentionTime, RetentionUnit, Topic
+from hermes.domain.trace import TRACKING_TOPIC
+from hermes.offload.discovery import METADATA_TOPIC
 from tests.conftest import wait_until
-from tests.support.hermes import HermesClient, unique
+from tests.support.hermes import HermesClient, InProcessHermes, unique
 from tests.support.subscriber import SubscriberServer
 
 pytestmark = pytest.mark.integration
@@ -67,3 +69,32 @@ def test_an_update_grows_the_partitions_to_the_configured_count(kafka: EmbeddedB
     KafkaTopics(admin, partitions=1).create(topic)
     KafkaTopics(admin, partitions=4).update(topic)
     wait_until(lambda: len(admin.partitions(topic.qualified_name)) == 4, timeout=10)
+
+
+def test_hermes_own_topics_are_no_inconsistency_refuse_deletion_and_come_back_after_a_kafka_admin_deletes_them(
+    kafka: EmbeddedBroker, hermes: InProcessHermes, client: HermesClient
+) -> None:
+    admin = BrokerAdmin(KafkaConnection(kafka.bootstrap_servers))
+    advertised = admin.last_value(METADATA_TOPIC)
+    assert advertised is not None, "the frontend advertises the offload service at its start"
+    internal = (METADATA_TOPIC, TRACKING_TOPIC)
+
+    listed = client.management.get("/consistency/inconsistencies/topics").json()
+    assert not set(internal) & set(listed), listed
+    for name in internal:
+        refused = client.management.delete("/consistency/inconsistencies/topics", params={"topicName": name})
+        assert refused.status_code == 403, refused.text
+        assert name in refused.json()["message"] and "Hermes itself owns" in refused.json()["message"]
+        assert client.management.delete(f"/topics/{name}").status_code == 403
+        created = client.management.post(
+            "/topics", json={"name": name, "description": "d", "owner": {"source": "Plaintext", "id": "t"}}
+        )
+        assert created.status_code == 403, created.text
+    assert set(internal) <= admin.topic_names()
+
+    for name in internal:  # what the API refuses, a Kafka admin can do
+        admin.delete_topic(name)
+    wait_until(lambda: set(internal) <= admin.topic_names(), timeout=30)
+    # an empty discovery topic would advertise nothing: the frontend advertises again
+    wait_until(lambda: admin.last_value(METADATA_TOPIC) == advertised, timeout=30)
+    assert admin.topic_config(METADATA_TOPIC)["retention.ms"] == "-1"

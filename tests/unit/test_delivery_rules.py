@@ -1,15 +1,21 @@
 import asyncio
 import time
 
+import orjson
 import pytest
 
 from hermes.consumers.batch import Batch
+from hermes.consumers.content import ContentConverter
 from hermes.consumers.rate import AdaptiveRateLimiter, RateMode, RateSettings
 from hermes.consumers.retry import Backoff
 from hermes.consumers.sender.result import SendResult, judge
+from hermes.domain.avro import check_avro
+from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.filters import MessageFilters
 from hermes.domain.message import Message
-from hermes.domain.subscription import MatchingStrategy, MessageFilterSpecification
+from hermes.domain.names import TopicName
+from hermes.domain.subscription import MatchingStrategy, MessageFilterSpecification, Subscription
+from hermes.errors import UndeliverableMessage, ValidationError
 
 pytestmark = pytest.mark.unit
 
@@ -141,3 +147,19 @@ def test_a_batch_keeps_only_its_pending_messages_with_their_generations_bodies_a
     assert batch.generations == [10, 12]
     assert batch.body == b'[{"a":1},{"c":3}]'
     assert batch.volume == len(b'{"a":1}') + len(b'{"c":3}')
+
+
+def test_an_avro_body_that_is_no_record_of_its_schema_is_undeliverable_with_the_reason_in_words() -> None:
+    schema = orjson.dumps({"type": "record", "name": "R", "fields": [{"name": "city", "type": "string"}]}).decode()
+    cut_short = b"\x14abc"  # a 10-byte string with 3 bytes: fastavro's EOFError('Expected 10 bytes, read 3')
+    message = Message("g.t", 0, 7, "id", cut_short, 0, schema_version=1)
+    subscription = Subscription(TopicName("g", "t"), "s", EndpointAddress("http://x"))
+    with pytest.raises(UndeliverableMessage) as error:
+        ContentConverter.body(subscription, message, schema)
+    assert error.value.message == (
+        "the message is not Avro binary of schema version 1 of g.t: the body ends before its record does "
+        "(cut short, or written with another schema)"
+    )
+    with pytest.raises(ValidationError, match="the body ends before its record does") as refused:
+        check_avro(schema, cut_short)
+    assert "EOFError" not in refused.value.message

@@ -5,7 +5,8 @@ ms passed since its first message, whichever comes first. One batch is in flight
 the messages of every partition) arrive in order; the next one is collected meanwhile. A batch is retried as a
 whole with the batch policy; its offsets are finished only when it was delivered or discarded. A single message
 larger than ``batchVolume`` is sent alone rather than dropped. Messages of Avro topics are filtered as records
-and sent as JSON. An offloaded message's body is streamed into the batch from its file; when the body budget has
+and sent as JSON; a JSON topic's body that is not JSON goes in as a JSON string of its text, so a batch is always
+JSON. An offloaded message's body is streamed into the batch from its file; when the body budget has
 no room for the next one, the batch goes as it is (its own bodies may be what fills the budget). Messages are
 taken as the receiver read them, a read at a time: one of JSON held in Kafka for a subscription without filters
 is taken and added in bulk (one lock, set operations per partition), any other one message at a time.
@@ -25,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 
+import orjson
+
 from hermes.consumers.content import JSON
 from hermes.consumers.context import CrashListener
 from hermes.consumers.delivery import Delivery
@@ -35,6 +38,7 @@ from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import BATCH_ID_HEADER, MESSAGE_ID_HEADER, Message, new_message_id
 from hermes.domain.subscription import Subscription
 from hermes.domain.trace import TraceStatus
+from hermes.errors import UndeliverableMessage
 from hermes.http.streamed import Body, FileRegion, StreamedBody
 
 log = logging.getLogger(__name__)
@@ -187,7 +191,7 @@ class BatchConsumer:
                 messages = messages[:room]
             taken = self._receiver.take_all(messages, generation)
             if all(taken) and delivery.plain(messages):  # in bulk: as published, no filter to pass
-                bodies = [message.body for message in messages]
+                bodies = [json_element(message.body) for message in messages]
                 sizes = list(itertools.accumulate(map(len, bodies), initial=batch.volume))
                 # the first message always goes in (one larger than batchVolume is sent alone)
                 fit = max(bisect.bisect_right(sizes, policy.batch_volume) - 1, 0 if batch.messages else 1)
@@ -222,7 +226,19 @@ class BatchConsumer:
             self._receiver.finish(message, generation)
             self._receiver.wake()
             return None
-        body, _, _ = delivery.context.content.body(delivery.subscription, message, schema)
+        try:
+            body, _, _ = delivery.context.content.body(delivery.subscription, message, schema)
+        except UndeliverableMessage as exc:
+            await delivery.discard([message], exc.message)
+            delivery.finished([message])
+            self._receiver.finish(message, generation)
+            self._receiver.wake()
+            return None
+        if schema is None:  # a JSON topic's body, which may be anything
+            if isinstance(body, bytes):
+                body = json_element(body)
+            else:  # stored: read from its file, off the event loop
+                body = await asyncio.to_thread(_stored_json_element, message, body)
         if batch.messages and batch.volume + _size(body) > delivery.subscription.batch_policy.batch_volume:
             return message  # starts the next batch, resolved already
         batch.add(message, generation, body)
@@ -268,6 +284,23 @@ class BatchConsumer:
 
 
 _message_id = operator.attrgetter("message_id")
+
+
+def json_element(body: bytes) -> bytes:
+    """``body`` as an element of the batch's JSON array: itself when it is JSON, else a JSON string of its text
+    (invalid UTF-8 replaced). A JSON topic takes any body, and ``[orderId=42&x=1,<order id="1"/>]`` is no JSON."""
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return orjson.dumps(body.decode("utf-8", "replace"))
+    return body
+
+
+def _stored_json_element(message: Message, body: Body) -> Body:
+    """A stored body is streamed from its file as it is when it is JSON, else sent as a JSON string."""
+    whole = message.whole_body()
+    element = json_element(whole)
+    return body if element is whole else element
 
 
 def _size(body: Body) -> int:

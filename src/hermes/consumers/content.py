@@ -8,11 +8,12 @@ from typing import Any
 
 import orjson
 
-from hermes.domain.avro import avro_to_json, avro_to_record
+from hermes.domain.avro import AVRO_DECODING_ERRORS, avro_problem, avro_to_json, avro_to_record
 from hermes.domain.message import SCHEMA_VERSION_HEADER, Message
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription
 from hermes.domain.topic import ContentType
+from hermes.errors import UndeliverableMessage
 from hermes.http.streamed import Body, FileRegion, StreamedBody
 from hermes.metadata.repository import MetadataRepository
 
@@ -53,4 +54,10 @@ class ContentConverter:
             return as_is, JSON, {}
         if subscription.content_type is ContentType.AVRO:
             return as_is, AVRO, {SCHEMA_VERSION_HEADER: str(message.schema_version)}
-        return avro_to_json(schema, message.whole_body()), JSON, {}
+        try:
+            return avro_to_json(schema, message.whole_body()), JSON, {}
+        except AVRO_DECODING_ERRORS as exc:
+            raise UndeliverableMessage(
+                f"the message is not Avro binary of schema version {message.schema_version} of {message.topic}: "
+                f"{avro_problem(exc)}"
+            ) from None

@@ -189,8 +189,10 @@ class Delivery:
         self.metrics.count("delivered", len(messages))
         self.traces(messages, TraceStatus.SUCCESS)
 
-    async def discard(self, messages: Iterable[Message], reason: str) -> None:
-        """Gives up on ``messages``: counted, traced and recorded as the last undelivered message."""
+    async def discard(self, messages: Sequence[Message], reason: str) -> None:
+        """Gives up on ``messages``: counted, traced, summed up in the failure log and recorded as the last
+        undelivered message."""
+        self.failures.discarded(len(messages), reason)
         for message in messages:
             self.metrics.count("discarded")
             self.trace(message, TraceStatus.DISCARDED, reason)
@@ -205,7 +207,6 @@ class Delivery:
                 offset=message.offset,
                 cluster=self.context.cluster,
             )
-            log.info("discarded %s of %s: %s", message.message_id, self.name, reason)
             try:
                 await asyncio.to_thread(
                     self.context.repository.put_document, UNDELIVERED_LAST, self.name, record.to_document()

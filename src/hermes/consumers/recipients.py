@@ -3,7 +3,7 @@
 ANYCAST: one address per attempt, the first resolved one; each retry moves on to the next (failover between
 instances). BROADCAST: every resolved address that has not yet taken the message; the message is done when
 all of them have, and retries go only to the instances that failed. An instance that is no longer resolved is
-no longer waited for.
+no longer waited for. A message an instance refused for good (a 4xx not retried) is discarded once done.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class Outcome:
     slow_down: bool
     retry_after: float | None  # seconds: only when every failed instance asked for it
     reason: str  # why it failed, naming the failed instances when broadcasting
+    rejected: bool = False  # done, but refused by a subscriber (4xx, not retried): discarded, as Hermes does
 
 
 Send = Callable[[str, int], Awaitable[SendResult]]  # (address, its retry count) -> result
@@ -34,6 +35,7 @@ class Recipients:
     def __init__(self, mode: SubscriptionMode) -> None:
         self._mode = mode
         self._done: set[str] = set()
+        self._rejected: dict[str, SendResult] = {}  # instances that refused the message for good
         self._attempts: dict[str, int] = {}
         self._round = 0
 
@@ -71,13 +73,18 @@ class Recipients:
                 failed[address] = result
             else:
                 self._done.add(address)
+                if not result.succeeded:
+                    self._rejected[address] = result
         if not failed:
+            if self._rejected:
+                return Outcome(False, slow_down, None, self._reason(self._rejected), rejected=True)
             return Outcome(retry=False, slow_down=slow_down, retry_after=None, reason="")
         waits = [r.retry_after for r in failed.values()]
         retry_after = max(w for w in waits if w is not None) if None not in waits else None
+        return Outcome(True, slow_down, retry_after, self._reason(failed))
+
+    def _reason(self, failed: Mapping[str, SendResult]) -> str:
         if self._mode is SubscriptionMode.ANYCAST:
-            reason = next(iter(failed.values())).description
-        else:
-            names = "; ".join(f"{EndpointAddress(a).masked} ({r.description})" for a, r in failed.items())
-            reason = f"Message sending failed for instances: {names}"
-        return Outcome(True, slow_down, retry_after, reason)
+            return next(iter(failed.values())).description
+        names = "; ".join(f"{EndpointAddress(a).masked} ({r.description})" for a, r in failed.items())
+        return f"Message sending failed for instances: {names}"

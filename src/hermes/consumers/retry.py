@@ -63,7 +63,10 @@ async def retry_until_ttl(
         if paced:
             delivery.rate.record(failed=outcome.slow_down)
         if not outcome.retry:
-            delivery.delivered(messages)
+            if outcome.rejected:
+                await delivery.discard(messages, outcome.reason)
+            else:
+                delivery.delivered(messages)
             return
         reason = outcome.reason
         backoff = Backoff.of(subscription).delay(retries, outcome.retry_after)

@@ -23,6 +23,7 @@ from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import Message
 from hermes.domain.subscription import Subscription
 from hermes.domain.trace import TraceStatus
+from hermes.errors import UndeliverableMessage
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +130,10 @@ class SerialConsumer:
                 # delay itself, whatever the publishing node's clock said
                 await asyncio.sleep(min(delay, message.publish_timestamp / 1000 + delay - time.time()))
             send = functools.partial(self._send, message, schema)
-            await retry_until_ttl(delivery, [message], started, send, paced=True)
+            try:
+                await retry_until_ttl(delivery, [message], started, send, paced=True)
+            except UndeliverableMessage as exc:  # no retry can convert it
+                await delivery.discard([message], exc.message)
 
     async def _send(
         self, message: Message, schema: str | None, subscription: Subscription, url: str, retries: int

@@ -14,6 +14,21 @@ from fastavro.validation import validate
 
 from hermes.errors import ValidationError
 
+# what fastavro raises for bytes that are not one record of a schema
+AVRO_DECODING_ERRORS = (ValueError, TypeError, KeyError, IndexError, EOFError, UnicodeDecodeError)
+
+
+def avro_problem(exc: Exception) -> str:
+    """Why bytes are not a record of a schema, in words: fastavro's ``EOFError('Expected -52 bytes, read 6')``
+    means the record needs more bytes than the body has."""
+    if isinstance(exc, EOFError):
+        return "the body ends before its record does (cut short, or written with another schema)"
+    if isinstance(exc, UnicodeDecodeError):
+        return "a string field is not UTF-8 (written with another schema?)"
+    if isinstance(exc, IndexError | KeyError):
+        return "a union branch or enum symbol the schema does not have (written with another schema?)"
+    return str(exc) or type(exc).__name__
+
 
 @lru_cache(maxsize=512)
 def parse_schema(schema: str) -> Any:
@@ -58,8 +73,8 @@ def check_avro(schema: str, data: bytes) -> bytes:
     buffer = io.BytesIO(data)
     try:
         fastavro.schemaless_reader(buffer, parse_schema(schema))
-    except (ValueError, TypeError, KeyError, IndexError, EOFError, UnicodeDecodeError) as exc:
-        raise ValidationError(f"the message is not Avro binary of the topic's schema: {exc!r}") from None
+    except AVRO_DECODING_ERRORS as exc:
+        raise ValidationError(f"the message is not Avro binary of the topic's schema: {avro_problem(exc)}") from None
     if buffer.tell() != len(data):
         raise ValidationError(f"the message has {len(data) - buffer.tell()} bytes after its Avro record")
     return data

@@ -31,7 +31,7 @@ from hermes.metadata.documents import TOPIC_METRICS
 from hermes.metadata.repository import MetadataRepository
 from hermes.offload.api import UPLOAD_HEADROOM, OffloadApi
 from hermes.offload.blobs import BlobStore
-from hermes.offload.discovery import advertise_at_start
+from hermes.offload.discovery import METADATA_TOPIC, advertise_at_start
 from hermes.offload.local import PARTIAL, LocalBlobStore
 from hermes.offload.offloader import Offloader
 from hermes.offload.retention import BlobRetention
@@ -76,6 +76,7 @@ class Frontend:
         self._exit = contextlib.AsyncExitStack()
         self.producer: BrokerProducer | None = None
         self.server: LeanServer | None = None
+        self._offload_endpoint: str | None = None  # advertised in sys.metadata once the frontend listens
 
     async def start(self) -> None:
         settings = self._settings
@@ -148,9 +149,8 @@ class Frontend:
         self._exit.push_async_callback(self.server.stop)
         url = f"{'https' if self._tls else 'http'}://{settings.host}:{self.server.port}"
         offloader.endpoint = settings.offload_advertised_url or f"{url}/offload"  # in the placeholders' URLs
-        advertiser = await advertise_at_start(self._admin, producer, offloader.endpoint)
-        if advertiser is not None:
-            self._exit.push_async_callback(cancel, advertiser)
+        self._offload_endpoint = offloader.endpoint
+        await self._advertise()
         reporter = asyncio.create_task(self._report_published(published), name="published-metrics")
         self._exit.push_async_callback(cancel, reporter)
         if self._cluster is not None:
@@ -193,8 +193,21 @@ class Frontend:
         self._exit.push_async_callback(retention.stop)
         return store
 
+    async def _advertise(self) -> None:
+        assert self.producer is not None and self._offload_endpoint is not None
+        advertiser = await advertise_at_start(self._admin, self.producer, self._offload_endpoint)
+        if advertiser is not None:
+            self._exit.push_async_callback(cancel, advertiser)
+
+    async def topic_recreated(self, topic: str) -> None:
+        """The reconciliation created ``topic`` again after a Kafka admin deleted it: an empty discovery topic
+        advertises nothing, so the offload service is advertised anew."""
+        if topic == METADATA_TOPIC and self._offload_endpoint is not None:
+            await self._advertise()
+
     async def stop(self) -> None:
         """Stops accepting, then flushes the producer, then closes the journal."""
+        self._offload_endpoint = None  # no more advertising
         await self._exit.aclose()
 
     @staticmethod

@@ -118,6 +118,7 @@ class HealthThresholds:
     timeouts: float = 0.1
     unreachable: float = 0.5
     malfunctioning: float = 0.1
+    malformed: float = 0.1
     lag: int = 10_000
 
 
@@ -132,6 +133,13 @@ def subscription_health(metrics: dict[str, Any], thresholds: HealthThresholds = 
             problems.append({"code": "UNREACHABLE", "description": "The endpoint cannot be reached"})
         if recent["codes5xx"] / attempts > thresholds.malfunctioning:
             problems.append({"code": "MALFUNCTIONING", "description": "The endpoint answers with 5xx errors"})
+        if recent["codes4xx"] / attempts > thresholds.malformed:  # Hermes: only with retryClientErrors; here always
+            problems.append(
+                {
+                    "code": "RECEIVING_MALFORMED_MESSAGES",
+                    "description": "The endpoint answers with 4xx errors: it refuses the messages it receives",
+                }
+            )
     if metrics["lag"] > thresholds.lag:
         problems.append({"code": "LAGGING", "description": f"{metrics['lag']} messages wait for delivery"})
     return {"status": "UNHEALTHY" if problems else "HEALTHY", "problems": problems}

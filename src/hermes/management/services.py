@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
 from hermes.broker.admin import BrokerAdmin
-from hermes.broker.topics import KafkaTopics
+from hermes.broker.topics import INTERNAL_TOPICS, KafkaTopics
 from hermes.config import Settings
 from hermes.domain import api_json, signing
 from hermes.domain.message import Message
@@ -24,10 +24,10 @@ from hermes.domain.oauth import OAuthProvider
 from hermes.domain.retransmission_task import RetransmissionTask
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.domain.topic import ContentType, Group, Topic
-from hermes.domain.trace import TRACKING_TOPIC
 from hermes.errors import (
     BrokerError,
     BrokerUnavailable,
+    InternalTopicProtected,
     SchemaNotFound,
     ServiceUnavailable,
     SubscriptionAlreadyExists,
@@ -45,6 +45,15 @@ log = logging.getLogger(__name__)
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 Json = dict[str, Any]
+
+
+def protect_internal(name: str) -> None:
+    """Hermes' own Kafka topics are kept whatever the API is asked (clients and the pipeline depend on them)."""
+    if name in INTERNAL_TOPICS:
+        raise InternalTopicProtected(
+            f"{name} is a Kafka topic Hermes itself owns (message tracking, large-message discovery): it cannot be "
+            "created or deleted through the API"
+        )
 
 
 def _check_inflight_size(subscription: Subscription, allowed: int | None = None) -> None:
@@ -104,6 +113,7 @@ class ManagementService:
         return await self._run(self._repository.save_schema, name, schema)
 
     async def create_topic(self, topic: Topic) -> Topic:
+        protect_internal(topic.qualified_name)
         await self._run(self._repository.get_group, topic.name.group)
         try:
             await self._run(self._repository.get_topic, topic.name)
@@ -128,6 +138,7 @@ class ManagementService:
     async def delete_topic(self, name: TopicName) -> None:
         """As Hermes: a topic whose subscriptions all have ``autoDeleteWithTopicEnabled`` takes them with it;
         any other subscription makes the topic not empty (403)."""
+        protect_internal(name.qualified)
         subscriptions = await self._run(self._repository.list_subscriptions, name)
         if subscriptions and all(s.auto_delete_with_topic_enabled for s in subscriptions):
             for subscription in subscriptions:
@@ -323,16 +334,17 @@ class ManagementService:
 
     async def kafka_topics_outside_hermes(self) -> list[str]:
         """Kafka topics no Hermes topic accounts for, apart from Kafka's own (``__consumer_offsets``) and
-        Hermes' message tracking."""
+        Hermes' (``INTERNAL_TOPICS``)."""
 
         def find() -> list[str]:
             known = {t.qualified_name for t in self._repository.list_topics()}
             names = self._admin.topic_names() - known
-            return sorted(n for n in names if not n.startswith("_") and n != TRACKING_TOPIC)
+            return sorted(n for n in names if not n.startswith("_") and n not in INTERNAL_TOPICS)
 
         return await self._run(find)
 
     async def delete_kafka_topic(self, name: str) -> None:
+        protect_internal(name)
         await self._run(self._admin.delete_topic, name)
 
     # --- message tracking: what the pipeline's tracking job wrote ---

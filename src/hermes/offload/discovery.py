@@ -11,12 +11,13 @@ import orjson
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.producer import BrokerProducer
+from hermes.broker.topics import OFFLOAD_DISCOVERY
 from hermes.domain.topic import Ack
 from hermes.errors import HermesError
 
 log = logging.getLogger(__name__)
 
-METADATA_TOPIC = "sys.metadata"
+METADATA_TOPIC = OFFLOAD_DISCOVERY.name
 ENDPOINT_KEY = "LargeMessageUploadEndpoint"
 _RETRY_DELAY = 5.0
 
@@ -28,7 +29,8 @@ def discovery_document(endpoint: str) -> bytes:
 async def advertise(admin: BrokerAdmin, producer: BrokerProducer, endpoint: str) -> None:
     """Makes ``endpoint`` the one the latest ``sys.metadata`` record advertises."""
     if not await asyncio.to_thread(admin.topic_exists, METADATA_TOPIC):
-        await asyncio.to_thread(admin.create_topic, METADATA_TOPIC, 1, retention_ms=-1)
+        partitions, retention_ms = OFFLOAD_DISCOVERY.partitions or 1, OFFLOAD_DISCOVERY.retention_ms
+        await asyncio.to_thread(admin.create_topic, METADATA_TOPIC, partitions, retention_ms=retention_ms)
     latest = await asyncio.to_thread(admin.last_value, METADATA_TOPIC)
     if latest == discovery_document(endpoint):
         return

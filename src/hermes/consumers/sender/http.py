@@ -8,7 +8,7 @@ import ssl
 import time
 
 from hermes.consumers.sender.oauth import OAuthTokens
-from hermes.consumers.sender.result import SendResult
+from hermes.consumers.sender.result import SendResult, network_failure
 from hermes.domain.message import (
     BATCH_ID_HEADER,
     MESSAGE_ID_HEADER,
@@ -94,7 +94,7 @@ class HttpSender:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # any failure to get an answer is a network error: retried, never fatal
-            return SendResult.failure(type(exc).__name__)
+            return SendResult.failure(network_failure(exc, url))
 
     async def close(self) -> None:
         await self._client.close()

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 import aiohttp
 import orjson
 
-from hermes.consumers.sender.result import SendResult
+from hermes.consumers.sender.result import SendResult, network_failure
 from hermes.consumers.subscription_metrics import count_token_request
 from hermes.domain.names import SubscriptionName, TopicName
 from hermes.domain.oauth import OAuthProvider
@@ -123,6 +123,15 @@ class TokenClient:
         except TimeoutError:
             raise OAuthTokenUnavailable(
                 f"the token endpoint of provider {provider.name} did not answer in time"
+            ) from None
+        except aiohttp.ClientConnectorError as exc:  # named by host and port only, as a subscriber's
+            raise OAuthTokenUnavailable(
+                f"the token endpoint of provider {provider.name} failed: "
+                f"{network_failure(exc.os_error, provider.token_endpoint)}"
+            ) from None
+        except aiohttp.ServerDisconnectedError:
+            raise OAuthTokenUnavailable(
+                f"the token endpoint of provider {provider.name} closed the connection before it answered"
             ) from None
         except aiohttp.ClientError as exc:  # the message may quote the URL: only the kind of failure is kept
             raise OAuthTokenUnavailable(

@@ -18,7 +18,12 @@ guide.
 
 from __future__ import annotations
 
+import socket
+import ssl
 from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from hermes.errors import HermesError
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,28 @@ class SendResult:
         if self.status is not None:
             return f"Message sending failed with status code:{self.status}"
         return f"Message sending failed: {self.error}"
+
+
+def network_failure(exc: Exception, url: str) -> str:
+    """What kept a request from an answer, in words (``host not found: my-servce.local``, not ``gaierror``)."""
+    parts = urlsplit(url)
+    host = parts.hostname or url
+    address = f"{host}:{parts.port or (443 if parts.scheme == 'https' else 80)}"
+    if isinstance(exc, HermesError):  # the client's own, e.g. an answer that is not HTTP
+        return exc.message
+    if isinstance(exc, socket.gaierror):
+        return f"host not found: {host}"
+    if isinstance(exc, ConnectionRefusedError):
+        return f"connection refused by {address}"
+    if isinstance(exc, ConnectionResetError | BrokenPipeError):
+        return f"connection closed by {address} before it answered"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"the TLS certificate of {host} is not trusted: {exc.verify_message}"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS with {address} failed: {exc.reason or exc}"
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"cannot connect to {address}: {exc.strerror}"
+    return f"{exc} ({address})" if str(exc) else f"no answer from {address} ({type(exc).__name__})"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from hermes.http.server import json_response
 from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
-from hermes.management.services import ManagementService
+from hermes.management.services import ManagementService, protect_internal
 from hermes.metadata.documents import DATACENTER_READINESS
 
 routes = web.RouteTableDef()
@@ -90,9 +90,10 @@ async def inconsistent_topics(request: web.Request) -> web.Response:
 @routes.delete("/consistency/inconsistencies/topics")
 async def remove_inconsistent_topic(request: web.Request) -> web.Response:
     """Deletes a Kafka topic that no Hermes topic accounts for (``?topicName=``); a Hermes topic's Kafka
-    topic is deleted with the Hermes topic, never here."""
+    topic is deleted with the Hermes topic, never here; Hermes' own topics never (403)."""
     service = request.app[SERVICE]
     name = request.query.get("topicName", "")
+    protect_internal(name)
     if name not in await service.kafka_topics_outside_hermes():
         try:
             await service.topic(TopicName.parse(name, "topicName"))

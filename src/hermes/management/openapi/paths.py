@@ -91,7 +91,13 @@ PATHS: dict[str, dict[str, Schema]] = {
     },
     "/topics": {
         "get": _op("List topics", body=NAMES, query={"groupName": STR, **_TRACKED}),
-        "post": _op("Create a topic (AVRO topics may carry a schema)", 201, ref("Topic"), ref("Topic")),
+        "post": _op(
+            "Create a topic (AVRO topics may carry a schema)",
+            201,
+            ref("Topic"),
+            ref("Topic"),
+            errors=(400, 403, 404, 503),
+        ),
     },
     _T: {
         "get": _op("Get a topic, with the latest schema of an AVRO topic", body=ref("Topic")),
