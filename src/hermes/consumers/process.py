@@ -16,9 +16,10 @@ from hermes.consumers.batch import BatchConsumer
 from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.delivery import Delivery
 from hermes.consumers.rate import AdaptiveRateLimiter
-from hermes.consumers.receiver import MessageReceiver
+from hermes.consumers.receiver import MessageReceiver, Receiver
 from hermes.consumers.retransmission import RetransmissionRequests
 from hermes.consumers.serial import SerialConsumer
+from hermes.consumers.shared_reading import SharedReader
 from hermes.consumers.subscription_metrics import SubscriptionMetrics
 from hermes.domain.subscription import Subscription
 from hermes.metadata.documents import SUBSCRIPTION_METRICS
@@ -29,14 +30,19 @@ log = logging.getLogger(__name__)
 
 class ConsumerProcess:
     def __init__(
-        self, subscription: Subscription, context: ConsumerContext, on_crash: CrashListener | None = None
+        self,
+        subscription: Subscription,
+        context: ConsumerContext,
+        on_crash: CrashListener | None = None,
+        reader: SharedReader | None = None,
     ) -> None:
         self._context = context
         self._on_crash = on_crash
         self.crash: BaseException | None = None
         self._stopping = False
         self.delivery = Delivery(subscription, context)
-        self.receiver = MessageReceiver(
+        # the process's shared reader when it runs every partition (one node); in a cluster, the group shares them
+        self.receiver: Receiver = (reader.receiver if reader is not None else MessageReceiver)(
             self.name, subscription.topic_name.qualified, subscription.consumer_group_id, context, self._crashed
         )
         self.consumer: SerialConsumer | BatchConsumer = (BatchConsumer if subscription.is_batch else SerialConsumer)(

@@ -30,6 +30,7 @@ from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import load_resolver
 from hermes.consumers.sender.http import HttpSender
 from hermes.consumers.sender.oauth import OAuthTokens, TokenClient
+from hermes.consumers.shared_reading import SharedReader
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import HermesError
@@ -57,6 +58,8 @@ class ConsumersSupervisor:
         self._repository = repository
         self._tracker = tracker
         self._placement: Callable[[str], bool] = lambda subscription: True  # by the subscription's qualified name
+        self._clustered = False  # placed by a cluster: each subscription's consumer group shares its partitions
+        self._reader: SharedReader | None = None  # one node: one Kafka consumer reads for every subscription
         self._rate_share: Callable[[str], float | None] = lambda subscription: None  # all of its rate
         self._context: ConsumerContext | None = None
         self._consumers: dict[tuple[str, str], ConsumerProcess] = {}
@@ -98,6 +101,9 @@ class ConsumersSupervisor:
                 credentials=_kafka_user(self._connection), budget=BodyBudget(s.consumer_offloaded_bytes)
             ),
         )
+        if not self._clustered and self._settings.consumer_reading == "shared":
+            self._reader = SharedReader(self._context)
+            self._reader.start()
         self._cache.on_subscription_change(self._on_change)
         self._cache.on_document_change(RETRANSMISSION, self._on_retransmission)
         for subscription in list(self._cache.subscriptions.values()):
@@ -109,6 +115,8 @@ class ConsumersSupervisor:
                 task.cancel()
             consumers, self._consumers = list(self._consumers.values()), {}
         await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
+        if self._reader is not None:
+            await self._reader.stop()
         if self._oauth is not None:
             self._oauth.close()
         if self._context is not None:
@@ -180,6 +188,7 @@ class ConsumersSupervisor:
     def place(self, placement: Callable[[str], bool], rate_share: Callable[[str], float | None]) -> None:
         """In a cluster, before ``start``: whether this node runs a subscription, and its share of the rate."""
         self._placement, self._rate_share = placement, rate_share
+        self._clustered = True
 
     async def replace(self) -> None:
         """Starts and stops consumers after ``placement`` changed its answers."""
@@ -219,7 +228,7 @@ class ConsumersSupervisor:
                 current.update(subscription)
             elif current is None and active and subscription is not None:
                 assert self._context is not None
-                consumer = ConsumerProcess(subscription, self._context, self._crash_listener(key))
+                consumer = ConsumerProcess(subscription, self._context, self._crash_listener(key), self._reader)
                 consumer.delivery.set_rate_share(self._rate_share(f"{key[0]}${name}"))  # before its first slot
                 self._consumers[key] = consumer
                 await consumer.start()
