@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from hermes.consumers.batch import BatchConsumer
 from hermes.consumers.context import ConsumerContext, CrashListener
@@ -26,6 +27,10 @@ from hermes.metadata.documents import SUBSCRIPTION_METRICS
 from hermes.tasks import cancel
 
 log = logging.getLogger(__name__)
+
+# Seconds between writes of an unchanged metrics snapshot: well within the 30 s after which management takes a
+# node's snapshot for stale.
+_UNCHANGED_REPORT_INTERVAL = 10.0
 
 
 class ConsumerProcess:
@@ -50,6 +55,8 @@ class ConsumerProcess:
         )
         self._retransmissions = RetransmissionRequests(context.repository, subscription.topic_name.qualified, self.name)
         self._reporter: asyncio.Task[None] | None = None
+        self._reported: dict[str, object] = {}  # the figures of the last snapshot written, and when
+        self._reported_at = 0.0
 
     @property
     def name(self) -> str:
@@ -110,12 +117,21 @@ class ConsumerProcess:
             await asyncio.sleep(self._context.metrics_interval)
             self.delivery.failures.flush()
             try:
-                await self._publish_metrics()
+                await self._publish_metrics(changed_only=True)
             except Exception:
                 log.warning("reporting of %s failed", self.name, exc_info=True)
 
-    async def _publish_metrics(self) -> None:
+    async def _publish_metrics(self, changed_only: bool = False) -> None:
+        """Writes the metrics snapshot; with ``changed_only``, an unchanged one (an idle subscription's) only
+        every ``_UNCHANGED_REPORT_INTERVAL``: a write a second per idle subscription was most of what a thousand of
+        them cost."""
         self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value)
+        snapshot = self.metrics.snapshot()
+        figures = {k: v for k, v in snapshot.items() if k != "updatedAt"}
+        now = time.monotonic()
+        if changed_only and figures == self._reported and now - self._reported_at < _UNCHANGED_REPORT_INTERVAL:
+            return
         await asyncio.to_thread(
-            self._context.repository.put_document, SUBSCRIPTION_METRICS, self._snapshot_key, self.metrics.snapshot()
+            self._context.repository.put_document, SUBSCRIPTION_METRICS, self._snapshot_key, snapshot
         )
+        self._reported, self._reported_at = figures, now
