@@ -1,5 +1,6 @@
-"""What subscriptions cost at rest: N active SERIAL subscriptions with no traffic on one consumers process, its CPU
-(as a share of one core) and resident memory, against the same process with no subscription at all."""
+"""What subscriptions cost at rest and at a low rate each: N active SERIAL subscriptions with no traffic on one
+consumers process, its CPU (as a share of one core) and resident memory against the same process with none;
+then, with the most of them, publish-to-deliver latency at a few messages per second each."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import sys
 import time
 from typing import Any
 
+from hermes.bench.delivery import _open, delivered
 from hermes.bench.load import Sink
 from hermes.bench.system import Management, System, cpu_seconds, memory_kib, run_alone, thread_cpu_seconds, warm_up
 
@@ -24,9 +26,12 @@ def _threads(pid: int) -> int:
     return 0
 
 
-async def idle_cost(system: System, sink: Sink, management: Management, counts: tuple[int, ...]) -> dict[str, Any]:
-    """For each count in ``counts`` (ascending), that many subscriptions in all, each of them having received a
-    message (its consumer reads from the topic's end), then ``IDLE_SECONDS`` with no traffic."""
+async def idle_cost(
+    system: System, sink: Sink, management: Management, counts: tuple[int, ...], rate: float, seconds: float
+) -> dict[str, Any]:
+    """For each count in ``counts`` (ascending), that many subscriptions of one topic in all, each of them having
+    received a message (its consumer reads from the topic's end), then ``IDLE_SECONDS`` with no traffic. Then
+    ``rate`` messages/s to the topic for ``seconds`` (each message delivered to every subscription)."""
     pid = system.processes["consumers"].pid
     topic = await management.topic("bench", "idle", contentType="JSON")
     runs = [await _measure(pid, 0)]
@@ -44,7 +49,15 @@ async def idle_cost(system: System, sink: Sink, management: Management, counts: 
     for run in runs[1:]:
         run["per_subscription_cpu_pct"] = round((run["cpu_pct"] - base["cpu_pct"]) / run["subscriptions"], 4)
         run["per_subscription_kib"] = round((run["rss_kib"] - base["rss_kib"]) / run["subscriptions"], 1)
-    return {"idle_seconds": IDLE_SECONDS, "runs": runs}
+    names = [f"idle{i}" for i in range(made)]
+    url = f"{system.frontend}/topics/{topic}"
+    at_rate = await delivered(sink, names, lambda: _open(url, rate, seconds), 120.0, consumers_pid=pid)
+    at_rate = {k: at_rate[k] for k in ("published", "missing", "duplicates", "latency_ms", "consumers_cpu_us")}
+    return {
+        "idle_seconds": IDLE_SECONDS,
+        "runs": runs,
+        "at_rate": {"subscriptions": made, "rate_each": rate, "seconds": seconds, **at_rate},
+    }
 
 
 async def _measure(pid: int, subscriptions: int) -> dict[str, Any]:
@@ -71,7 +84,7 @@ def main() -> None:
     counts = tuple(int(c) for c in sys.argv[1:]) or (10, 100, 1000)
 
     async def scenario(system: System, sink: Sink, management: Management) -> dict[str, Any]:
-        return await idle_cost(system, sink, management, counts)
+        return await idle_cost(system, sink, management, counts, 2.0, 20.0)
 
     import json
 

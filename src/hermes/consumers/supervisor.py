@@ -35,9 +35,10 @@ from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import HermesError
 from hermes.metadata.cache import MetadataCache
-from hermes.metadata.documents import RETRANSMISSION
+from hermes.metadata.documents import RETRANSMISSION, SUBSCRIPTION_METRICS
 from hermes.metadata.repository import MetadataRepository
 from hermes.security.tls import client_context
+from hermes.tasks import cancel
 from hermes.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,7 @@ class ConsumersSupervisor:
         self._lock = asyncio.Lock()
         self._crashes: dict[tuple[str, str], tuple[int, float]] = {}  # crashes in a row, last restart time
         self._restarts: set[asyncio.Task[None]] = set()
+        self._reporter: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         resolver = load_resolver(self._settings.endpoint_address_resolver)
@@ -106,10 +108,12 @@ class ConsumersSupervisor:
             self._reader.start()
         self._cache.on_subscription_change(self._on_change)
         self._cache.on_document_change(RETRANSMISSION, self._on_retransmission)
+        self._reporter = asyncio.create_task(self._report(), name="subscription-metrics")
         for subscription in list(self._cache.subscriptions.values()):
             await self._apply(subscription.topic_name, subscription.name, subscription)
 
     async def stop(self) -> None:
+        await cancel(self._reporter)
         async with self._lock:  # a restart stopping its crashed consumer holds the lock until that is done
             for task in list(self._restarts):
                 task.cancel()
@@ -124,6 +128,23 @@ class ConsumersSupervisor:
             await self._context.offloaded.close()
         if self._session is not None:
             await self._session.close()
+
+    async def _report(self) -> None:
+        """Every metrics interval, the snapshots of the subscriptions whose figures changed, in one write."""
+        while True:
+            await asyncio.sleep(self._settings.consumer_metrics_interval)
+            snapshots = {}
+            for consumer in list(self._consumers.values()):
+                try:
+                    if (snapshot := consumer.report(changed_only=True)) is not None:
+                        snapshots[consumer.snapshot_key] = snapshot
+                except Exception:
+                    log.warning("reporting of %s failed", consumer.name, exc_info=True)
+            if snapshots:
+                try:
+                    await asyncio.to_thread(self._repository.put_documents, SUBSCRIPTION_METRICS, snapshots)
+                except Exception:
+                    log.warning("writing the subscriptions' metrics failed", exc_info=True)
 
     @property
     def consumers(self) -> dict[tuple[str, str], ConsumerProcess]:
