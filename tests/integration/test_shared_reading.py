@@ -10,7 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
+from hermes.broker.admin import BrokerAdmin
+from hermes.broker.embedded import EmbeddedBroker
 from hermes.consumers.shared_reading import SharedReceiver, _runs, _within
 from hermes.domain.message import Message
 from tests.conftest import wait_until
@@ -75,6 +78,23 @@ def test_a_slow_subscription_reads_on_its_own_and_the_fast_one_is_not_held_back(
     wait_until(lambda: behind.in_lanes, timeout=20)  # caught up: back in the lanes, its own consumer closed
     for server in (subscriber, slow):
         assert Counter(r.message_id for r in server.received) == Counter(ids)
+
+
+def test_partitions_added_to_a_topic_are_read_too(
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer, kafka: EmbeddedBroker
+) -> None:
+    topic = client.create_topic()  # two partitions
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
+    receiver = _receiver(hermes, topic, name)
+    wait_until(lambda: receiver.in_lanes, timeout=20)
+    BrokerAdmin(hermes.hermes.connection).add_partitions(topic, 3)
+    wait_until(lambda: receiver.partition_count() == 3, timeout=30)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    producer.produce(topic, b'{"n": 3}', partition=2)
+    producer.flush(10)
+    [received] = subscriber.wait_for(1, timeout=20)
+    assert received.body == b'{"n": 3}'
+    wait_until(lambda: receiver.in_lanes, timeout=20)
 
 
 def _message(partition: int, offset: int, size: int = 10) -> Message:

@@ -341,13 +341,16 @@ class SharedReceiver(Receiver):
 
     def _read_alone(self) -> None:
         try:
-            if self._refresh.is_set() or not self._next:
-                self._refresh.clear()
-                self._find_offsets()
             consumer: BrokerConsumer | None = None
             at_the_end = True  # as far as it knows: it tries to join the lanes first
             try:
                 while not self._closing.is_set():
+                    if self._refresh.is_set() or not self._next:
+                        self._refresh.clear()
+                        self._find_offsets()
+                        if consumer is not None:  # assigned anew, with the new partitions
+                            consumer.close()
+                            consumer = None
                     if self._seek_to is not None:
                         self._apply_seek(consumer)
                     if at_the_end and self._join(wait=consumer is None):
@@ -370,10 +373,13 @@ class SharedReceiver(Receiver):
         missing = [p for p in partitions if p not in committed]
         beginning = admin.beginning_offsets(self._topic) if missing else {}
         with self._lock:
-            for p in partitions:
-                self._next.setdefault((self._topic, p), committed[p] if p in committed else beginning.get(p, 0))
-            starting = dict(self._next)
-        self._commit_now(starting)  # the same offsets, now with this node as their committer (consumer-groups)
+            new = {
+                (self._topic, p): committed[p] if p in committed else beginning.get(p, 0)
+                for p in partitions
+                if (self._topic, p) not in self._next
+            }
+            self._next.update(new)
+        self._commit_now(new)  # the same offsets, now with this node as their committer (consumer-groups)
 
     def _join(self, wait: bool) -> bool:
         """Joins the lanes when at or ahead of them all (and not about to be full), waiting a moment for lanes the
