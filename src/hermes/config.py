@@ -201,6 +201,13 @@ class Settings(BaseSettings):
     node_id: str = Field(
         default_factory=socket.gethostname, description="Name of this node in metrics (default: the host name)."
     )
+    consumer_reading: Literal["shared", "group"] = Field(
+        "shared",
+        description="How a consumers process that runs every partition of its subscriptions (one node, not a "
+        "cluster) reads Kafka: 'shared', one Kafka consumer for all of them (a subscription that falls behind reads "
+        "on its own until it catches up); 'group', a Kafka consumer per subscription in its consumer group, as a "
+        "cluster's nodes always do (docs/subscribing.md).",
+    )
     consumer_session_timeout_ms: int = Field(
         6000,
         ge=1000,

@@ -110,6 +110,7 @@ SECTIONS = (
             "consumer_rate_period",
             "consumer_heartbeat_interval",
             "consumer_failure_log_interval",
+            "consumer_reading",
             "consumer_session_timeout_ms",
             "consumer_fetch_wait_ms",
             "consumer_read_ahead_messages",

@@ -199,6 +199,14 @@ def test_documents(repo: MetadataRepository) -> None:
     assert list(repo.list_documents("subscription-metrics")) == ["other"]
 
 
+def test_documents_written_at_once(repo: MetadataRepository) -> None:
+    """How a consumers process writes every subscription's metrics snapshot."""
+    repo.put_document("subscription-metrics", "a/n", {"delivered": 1})
+    repo.put_documents("subscription-metrics", {"a/n": {"delivered": 2}, "b/n": {"delivered": 5}})
+    repo.put_documents("subscription-metrics", {})
+    assert repo.list_documents("subscription-metrics") == {"a/n": {"delivered": 2}, "b/n": {"delivered": 5}}
+
+
 def test_changes_reach_watchers_of_another_instance_within_a_second(open_repository: Factory) -> None:
     writer, reader = open_repository(), open_repository()
     seen: list[MetadataChange] = []

@@ -6,12 +6,10 @@ import base64
 import itertools
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 
 import pytest
 
-from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAFKA_SCHEMA_VERSION
 from hermes.metadata.documents import SUBSCRIPTION_METRICS, UNDELIVERED_LAST
 from tests.conftest import wait_until
@@ -275,36 +273,6 @@ def test_a_busy_subscription_is_reconfigured_in_place_losing_and_repeating_nothi
     assert supervisor.consumers[(topic, name)] is consumer, "restarted instead of reconfigured"
     assert consumer.rate.max_rate == 150 and consumer.subscription.serial_policy.inflight_size == 20
     assert len(after.received) > 100
-
-
-def test_a_member_joining_the_group_takes_partitions_over_without_repeating_deliveries(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
-) -> None:
-    """Another consumers node joining a busy subscription's group: only the partitions it takes are revoked, their
-    deliveries under way finish before the handover commit, so the joiner reads none of them again; once it
-    leaves, the first node takes everything back and delivers the rest."""
-    subscriber = serve(scripted, lambda _n, _r: Reply(200, delay=0.05))  # 100 messages/s at most
-    topic = client.create_topic()  # two partitions
-    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy={**FAST, "inflightSize": 5})
-    hermes.consumer(topic, name)
-    hermes.suspend(client, topic, name)  # a backlog is published, then delivered
-    published = [client.publish(topic, f'{{"n": {i}}}').headers["Hermes-Message-Id"] for i in range(300)]
-    client.set_state(topic, name, "ACTIVE")
-    subscriber.wait_for(20, timeout=30)
-    joiner = BrokerConsumer(hermes.hermes.connection, hermes.consumer(topic, name).subscription.consumer_group_id)
-    joiner.subscribe([topic])
-    read: list[str] = []
-    try:
-        wait_until(lambda: bool(read.extend(m.message_id for m in joiner.poll(timeout=0.2))) or bool(read), 30)
-        delivered = Counter(r.message_id for r in subscriber.received)
-        assert len(delivered) < len(published), "all delivered before the joiner came: nothing was tested"
-        assert not set(read) & set(delivered), "the joiner read messages the first node had delivered"
-        assert max(delivered.values()) == 1, "the first node delivered a message twice"
-    finally:
-        joiner.close()
-    wait_until(lambda: set(published) <= {r.message_id for r in subscriber.received}, timeout=30, interval=0.2)
-    # taken back from the hand-over's commit, without what its read-ahead held of it before
-    assert max(Counter(r.message_id for r in subscriber.received).values()) == 1
 
 
 def test_records_with_headers_hermes_cannot_read_are_delivered_all_the_same(

@@ -244,6 +244,7 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
     lines += _cluster(s.get("cluster", {}))
     lines += _sustained(s["sustained"], results["plan"])
     lines += _startup_and_memory(s)
+    lines += _many_subscriptions(s.get("many_subscriptions"))
     lines += (
         ["", *(f"![{Path(p).stem}]({p})" for p in plots)]
         if plots
@@ -458,6 +459,36 @@ def _startup_and_memory(s: dict[str, Any]) -> list[str]:
         "",
         f"Embedded Apache Kafka (the Java process, VmRSS): **{_mib(idle.get('VmRSS'))} MiB** idle after start; "
         f"**{_mib(after.get('VmRSS'))} MiB** after the sustained run (peak {_mib(after.get('VmHWM'))} MiB).",
+    ]
+    return lines
+
+
+def _many_subscriptions(m: dict[str, Any] | None) -> list[str]:
+    lines = ["", "### 10. Many subscriptions on one consumers process (SERIAL, one topic)", ""]
+    if not m:
+        return [*lines, "Not run."]
+    lines += [
+        f"Each count of subscriptions active with no traffic for {m['idle_seconds']:.0f} s (each had received a "
+        "message first); the `hermes consumers` process's CPU as a share of one core and its resident memory, "
+        "beside the same process with none. Targets for 1,000: < 5 % of a core, < 200 MiB in all.",
+        "",
+        "| subscriptions | CPU % of a core | per subscription | RSS MiB | per subscription KiB | threads |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in m["runs"]:
+        lines.append(
+            f"| {run['subscriptions']:,} | {run['cpu_pct']:.2f} | {run.get('per_subscription_cpu_pct', 0):.4f} "
+            f"| {_mib(run['rss_kib'])} | {run.get('per_subscription_kib', 0):,.0f} | {run['threads']} |"
+        )
+    r = m["at_rate"]
+    latency = r["latency_ms"]
+    lines += [
+        "",
+        f"Then {r['rate_each']:g} msg/s to each of the {r['subscriptions']:,} subscriptions for {r['seconds']:.0f} s "
+        f"({r['rate_each'] * r['subscriptions']:,.0f} deliveries/s): publish-to-deliver p50 "
+        f"**{latency['p50']:.1f} ms**, p99 **{latency['p99']:.1f} ms** (target < 50), max {latency['max']:.1f}; "
+        f"{r['consumers_cpu_us']:.0f} µs of consumers CPU per delivery; {r['missing']} missing, "
+        f"{r['duplicates']} duplicates.",
     ]
     return lines
 

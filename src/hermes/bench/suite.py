@@ -21,13 +21,14 @@ import aiohttp
 
 from hermes.bench import delivery, integrations, isolation, publish
 from hermes.bench.cluster import cluster
+from hermes.bench.idle import idle_cost
 from hermes.bench.kafka_alone import produce_consume
 from hermes.bench.load import Sink
 from hermes.bench.offloaded import offloaded_message
 from hermes.bench.publish_auth import publish_auth
 from hermes.bench.startup import STARTUP_COMMAND, startup
 from hermes.bench.sustained import sustained
-from hermes.bench.system import Management, System
+from hermes.bench.system import Management, System, run_alone
 from hermes.broker.embedded import java_executable
 from hermes.errors import StartupError
 from hermes.jars import jar_paths
@@ -60,6 +61,9 @@ class Plan:
     sustained_seconds: float = 600.0  # at delivery_rate to one subscription
     sustained_window: float = 60.0  # the first and the last window compared
     startup_reps: int = 3  # each a fresh data directory and a restart on it
+    idle_counts: list[int] = field(default_factory=lambda: [10, 100, 1000])  # subscriptions, idle, on one process
+    many_rate: float = 2.0  # messages/s to each of the most idle_counts subscriptions, then
+    many_seconds: float = 20.0
 
 
 FULL = Plan("full")
@@ -79,6 +83,8 @@ QUICK = Plan(
     sustained_seconds=60.0,
     sustained_window=10.0,
     startup_reps=1,
+    idle_counts=[10, 100],
+    many_seconds=10.0,
 )
 
 
@@ -217,6 +223,12 @@ def run(plan: Plan, log: Any = print) -> dict[str, Any]:
             results["scenarios"]["archive"] = integrations.archive()
         else:
             results["scenarios"]["archive"] = {"available": False, "note": "skipped by --quick"}
+    log(f"subscriptions at rest ({', '.join(map(str, plan.idle_counts))}) and at {plan.many_rate:g} msg/s each")
+
+    async def many(system: System, sink: Sink, api: Management) -> dict[str, Any]:
+        return await idle_cost(system, sink, api, tuple(plan.idle_counts), plan.many_rate, plan.many_seconds)
+
+    results["scenarios"]["many_subscriptions"] = asyncio.run(run_alone(many))
     log("publishing with and without publisher authentication (its own broker and users)")
     results["scenarios"]["publish_auth"] = publish_auth(plan.seconds, plan.concurrency, plan.reps)
     results["void_reasons"] = void_reasons(results["scenarios"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +23,10 @@ from hermes.broker.connection import KafkaConnection
 from hermes.errors import BrokerError, BrokerUnavailable
 
 log = logging.getLogger(__name__)
+
+# The metadata of offsets a consumers node's shared reader commits, followed by the node's id: the groups it
+# commits for have no Kafka members, and management shows the committing node as their member instead.
+SHARED_READER = "hermes-shared-reader:"
 
 
 class BrokerAdmin:
@@ -245,6 +249,11 @@ class BrokerAdmin:
 
     def committed_offsets(self, group_id: str, topic: str) -> dict[int, int]:
         """The group's committed offset of each partition of the topic that has one (one OffsetFetch request)."""
+        return {p: offset for p, (offset, _) in self.committed(group_id, topic).items()}
+
+    def committed(self, group_id: str, topic: str) -> dict[int, tuple[int, str]]:
+        """The group's committed offset and its metadata (``set_group_offsets``' committer) of each partition of
+        the topic that has one."""
         partitions = [TopicPartition(topic, p) for p in self.partitions(topic)]
         if not partitions:
             return {}
@@ -254,7 +263,7 @@ class BrokerAdmin:
             result = futures[group_id].result(timeout=self._timeout)
         except KafkaException as exc:
             raise _to_error(exc, f"reading the committed offsets of {group_id}") from exc
-        return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+        return {tp.partition: (tp.offset, tp.metadata or "") for tp in result.topic_partitions if tp.offset >= 0}
 
     def commit_offsets(self, group_id: str, topic: str, offsets: Mapping[int, int]) -> None:
         """Sets a group's committed offsets from outside the group (e.g. a new or suspended subscription)."""
@@ -265,6 +274,35 @@ class BrokerAdmin:
             raise _to_error(exc, f"committing offsets of {group_id}") from exc
         finally:
             consumer.close()
+
+    def set_group_offsets(
+        self,
+        group_id: str,
+        offsets: Mapping[tuple[str, int], int],
+        committer: str,
+        done: Callable[[Exception | None], None],
+    ) -> None:
+        """Sets a group's committed offsets without being its member, asynchronously: ``done`` is called (on the
+        client's thread) with None or the error. One request, through this client's connection: a group with no
+        members (which Kafka requires for it) costs no client of its own. ``committer`` is kept as each offset's
+        metadata (``committed``)."""
+        request = [
+            ConsumerGroupTopicPartitions(
+                group_id, [TopicPartition(t, p, o, metadata=committer) for (t, p), o in offsets.items()]
+            )
+        ]
+        future = self._admin.alter_consumer_group_offsets(request, request_timeout=self._timeout)[group_id]
+
+        def finished(result: Any) -> None:
+            error = result.exception()
+            if error is None:
+                failed = [tp for tp in result.result().topic_partitions if tp.error is not None]
+                error = BrokerError(f"committing offsets of {group_id} failed: {failed[0].error}") if failed else None
+            elif isinstance(error, KafkaException):
+                error = _to_error(error, f"committing offsets of {group_id}")
+            done(error)
+
+        future.add_done_callback(finished)
 
     def describe_group(self, group_id: str) -> GroupDescription:
         """The consumer group's state and members, each with the partitions assigned to it."""

@@ -104,6 +104,21 @@ class BrokerConsumer:
     def assign(self, offsets: PartitionOffsets) -> None:
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
 
+    def add_partitions(self, offsets: PartitionOffsets) -> None:
+        """Reads these partitions too, from these offsets (assigned by hand: no group membership)."""
+        self._consumer.incremental_assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
+
+    def remove_partitions(self, partitions: Iterable[tuple[str, int]]) -> None:
+        self._consumer.incremental_unassign([TopicPartition(t, p) for t, p in partitions])
+
+    def partition_counts(self, timeout: float = 5.0) -> dict[str, int]:
+        """Every topic's number of partitions, from one metadata request."""
+        try:
+            topics = self._consumer.list_topics(timeout=timeout).topics
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"reading the topics' metadata failed: {exc}") from exc
+        return {name: len(topic.partitions) for name, topic in topics.items() if topic.error is None}
+
     def poll(self, max_messages: int = 500, timeout: float = 0.1, max_bytes: int | None = None) -> list[Message]:
         """Up to ``max_messages`` records, and about ``max_bytes`` of values at most. Sizes are known only once
         taken, so with a byte bound it takes as many more as fit at the largest size seen so far, and never more

@@ -32,7 +32,7 @@ from hermes.consumers.content import JSON
 from hermes.consumers.context import CrashListener
 from hermes.consumers.delivery import Delivery
 from hermes.consumers.offsets import Partition
-from hermes.consumers.receiver import Limits, MessageReceiver
+from hermes.consumers.receiver import Limits, Receiver
 from hermes.consumers.retry import retry_until_ttl
 from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import BATCH_ID_HEADER, MESSAGE_ID_HEADER, Message, new_message_id
@@ -91,7 +91,7 @@ class Batch:
 
 
 class BatchConsumer:
-    def __init__(self, delivery: Delivery, receiver: MessageReceiver, on_crash: CrashListener) -> None:
+    def __init__(self, delivery: Delivery, receiver: Receiver, on_crash: CrashListener) -> None:
         self._delivery = delivery
         self._receiver = receiver
         self._on_crash = on_crash

@@ -11,39 +11,51 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from typing import Any
 
 from hermes.consumers.batch import BatchConsumer
 from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.delivery import Delivery
 from hermes.consumers.rate import AdaptiveRateLimiter
-from hermes.consumers.receiver import MessageReceiver
+from hermes.consumers.receiver import MessageReceiver, Receiver
 from hermes.consumers.retransmission import RetransmissionRequests
 from hermes.consumers.serial import SerialConsumer
+from hermes.consumers.shared_reading import SharedReader
 from hermes.consumers.subscription_metrics import SubscriptionMetrics
 from hermes.domain.subscription import Subscription
 from hermes.metadata.documents import SUBSCRIPTION_METRICS
-from hermes.tasks import cancel
 
 log = logging.getLogger(__name__)
+
+# Seconds between writes of an unchanged metrics snapshot: well within the 30 s after which management takes a
+# node's snapshot for stale.
+_UNCHANGED_REPORT_INTERVAL = 10.0
 
 
 class ConsumerProcess:
     def __init__(
-        self, subscription: Subscription, context: ConsumerContext, on_crash: CrashListener | None = None
+        self,
+        subscription: Subscription,
+        context: ConsumerContext,
+        on_crash: CrashListener | None = None,
+        reader: SharedReader | None = None,
     ) -> None:
         self._context = context
         self._on_crash = on_crash
         self.crash: BaseException | None = None
         self._stopping = False
         self.delivery = Delivery(subscription, context)
-        self.receiver = MessageReceiver(
+        # the process's shared reader when it runs every partition (one node); in a cluster, the group shares them
+        self.receiver: Receiver = (reader.receiver if reader is not None else MessageReceiver)(
             self.name, subscription.topic_name.qualified, subscription.consumer_group_id, context, self._crashed
         )
         self.consumer: SerialConsumer | BatchConsumer = (BatchConsumer if subscription.is_batch else SerialConsumer)(
             self.delivery, self.receiver, self._crashed
         )
         self._retransmissions = RetransmissionRequests(context.repository, subscription.topic_name.qualified, self.name)
-        self._reporter: asyncio.Task[None] | None = None
+        self._reported: dict[str, object] = {}  # the figures of the last snapshot written, and when
+        self._reported_at = 0.0
 
     @property
     def name(self) -> str:
@@ -63,12 +75,11 @@ class ConsumerProcess:
 
     async def start(self) -> None:
         snapshot = await asyncio.to_thread(
-            self._context.repository.get_document, SUBSCRIPTION_METRICS, self._snapshot_key
+            self._context.repository.get_document, SUBSCRIPTION_METRICS, self.snapshot_key
         )
         self.metrics.restore(snapshot)
         await self._retransmissions.start()
         self.consumer.start()
-        self._reporter = asyncio.create_task(self._report(), name=f"metrics-{self.name}")
 
     def update(self, subscription: Subscription) -> None:
         self.delivery.update(subscription)
@@ -84,7 +95,6 @@ class ConsumerProcess:
         self.receiver.stop_reading()
         await self.consumer.stop(drain_timeout)
         await self.receiver.close()
-        await cancel(self._reporter)
         await self._publish_metrics()
 
     def _crashed(self, error: BaseException) -> None:
@@ -96,20 +106,28 @@ class ConsumerProcess:
             self._on_crash(error)
 
     @property
-    def _snapshot_key(self) -> str:
+    def snapshot_key(self) -> str:
+        """Its metrics snapshot's key: one per subscription and node."""
         return f"{self.name}/{self._context.node_id}"
 
-    async def _report(self) -> None:
-        while True:
-            await asyncio.sleep(self._context.metrics_interval)
-            self.delivery.failures.flush()
-            try:
-                await self._publish_metrics()
-            except Exception:
-                log.warning("reporting of %s failed", self.name, exc_info=True)
+    def report(self, changed_only: bool = False) -> dict[str, Any] | None:
+        """Sums up the failures of the interval and takes the metrics snapshot to write (the supervisor writes all
+        of them at once); with ``changed_only``, None for an unchanged one (an idle subscription's) except every
+        ``_UNCHANGED_REPORT_INTERVAL``: a write a second per idle subscription was most of what a thousand of them
+        cost."""
+        self.delivery.failures.flush()
+        self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value)
+        snapshot = self.metrics.snapshot()
+        figures = {k: v for k, v in snapshot.items() if k != "updatedAt"}
+        now = time.monotonic()
+        if changed_only and figures == self._reported and now - self._reported_at < _UNCHANGED_REPORT_INTERVAL:
+            return None
+        self._reported, self._reported_at = figures, now
+        return snapshot
 
     async def _publish_metrics(self) -> None:
-        self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value)
+        snapshot = self.report()
+        assert snapshot is not None
         await asyncio.to_thread(
-            self._context.repository.put_document, SUBSCRIPTION_METRICS, self._snapshot_key, self.metrics.snapshot()
+            self._context.repository.put_document, SUBSCRIPTION_METRICS, self.snapshot_key, snapshot
         )

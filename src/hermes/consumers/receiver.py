@@ -78,7 +78,10 @@ class Flow(Protocol):
         ...
 
 
-class MessageReceiver:
+class Receiver:
+    """What a receiver keeps whatever reads for it: the unfinished messages, the generation, and the thread-safe
+    calls of its delivery. Subclasses read (``start``) and commit."""
+
     def __init__(self, name: str, topic: str, group_id: str, context: ConsumerContext, on_crash: CrashListener) -> None:
         self._name = name
         self._topic = topic
@@ -99,10 +102,7 @@ class MessageReceiver:
         self.generation = 0
 
     def start(self, flow: Flow) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._flow = flow
-        self._thread = threading.Thread(target=self._run, name=f"consumer-{self._name}", daemon=True)
-        self._thread.start()
+        raise NotImplementedError
 
     def stop_reading(self) -> None:
         """Reads no more; what is unfinished may still be finished and is committed by ``close``."""
@@ -112,11 +112,8 @@ class MessageReceiver:
             self._finished.notify_all()  # a handover does not wait for deliveries a stop cuts short
 
     async def close(self) -> None:
-        """Commits what is finished and leaves the group."""
-        self.stop_reading()
-        self._closing.set()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+        """Commits what is finished and stops reading for good."""
+        raise NotImplementedError
 
     def wake(self) -> None:
         """Room was freed: a receiver waiting at its limit reads again."""
@@ -173,6 +170,24 @@ class MessageReceiver:
     def unfinished(self) -> int:
         with self._lock:
             return self._tracker.inflight()
+
+
+class MessageReceiver(Receiver):
+    """Reads in the subscription's own Kafka consumer group, on a thread of its own (distributed mode, where the
+    group shares a subscription's partitions between the nodes that run it)."""
+
+    def start(self, flow: Flow) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._flow = flow
+        self._thread = threading.Thread(target=self._run, name=f"consumer-{self._name}", daemon=True)
+        self._thread.start()
+
+    async def close(self) -> None:
+        """Commits what is finished and leaves the group."""
+        self.stop_reading()
+        self._closing.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
 
     # --- the Kafka thread ---
 

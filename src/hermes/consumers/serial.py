@@ -17,7 +17,7 @@ from hermes.consumers.context import CrashListener
 from hermes.consumers.delivery import Delivery
 from hermes.consumers.offsets import Partition
 from hermes.consumers.read_ahead import ReadAhead
-from hermes.consumers.receiver import Limits, MessageReceiver
+from hermes.consumers.receiver import Limits, Receiver
 from hermes.consumers.retry import retry_until_ttl
 from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import Message
@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 
 class SerialConsumer:
-    def __init__(self, delivery: Delivery, receiver: MessageReceiver, on_crash: CrashListener) -> None:
+    def __init__(self, delivery: Delivery, receiver: Receiver, on_crash: CrashListener) -> None:
         self._delivery = delivery
         self._receiver = receiver
         self._on_crash = on_crash

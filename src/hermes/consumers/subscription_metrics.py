@@ -92,10 +92,17 @@ class SubscriptionMetrics:
 
     def gauges(self, inflight: int, rate: float, mode: str) -> None:
         self.inflight, self.rate, self.mode = inflight, rate, mode
-        labels = self._labels()
-        _INFLIGHT.labels(**labels).set(inflight)
-        _RATE.labels(**labels).set(rate)
-        _MODE.labels(**labels).set({"NORMAL": 0, "SLOW": 1, "HEARTBEAT": 2}.get(mode, 0))
+        gauges = self._children.get("gauges")
+        if gauges is None:  # looked up once: every subscription sets them every second
+            labels = self._labels()
+            gauges = self._children["gauges"] = (
+                _INFLIGHT.labels(**labels),
+                _RATE.labels(**labels),
+                _MODE.labels(**labels),
+            )
+        gauges[0].set(inflight)
+        gauges[1].set(rate)
+        gauges[2].set({"NORMAL": 0, "SLOW": 1, "HEARTBEAT": 2}.get(mode, 0))
 
     def snapshot(self) -> dict[str, Any]:
         """Totals, gauges and per-second rates since the previous snapshot."""

@@ -30,13 +30,15 @@ from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import load_resolver
 from hermes.consumers.sender.http import HttpSender
 from hermes.consumers.sender.oauth import OAuthTokens, TokenClient
+from hermes.consumers.shared_reading import SharedReader
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import HermesError
 from hermes.metadata.cache import MetadataCache
-from hermes.metadata.documents import RETRANSMISSION
+from hermes.metadata.documents import RETRANSMISSION, SUBSCRIPTION_METRICS
 from hermes.metadata.repository import MetadataRepository
 from hermes.security.tls import client_context
+from hermes.tasks import cancel
 from hermes.tracker import Tracker
 
 log = logging.getLogger(__name__)
@@ -57,6 +59,8 @@ class ConsumersSupervisor:
         self._repository = repository
         self._tracker = tracker
         self._placement: Callable[[str], bool] = lambda subscription: True  # by the subscription's qualified name
+        self._clustered = False  # placed by a cluster: each subscription's consumer group shares its partitions
+        self._reader: SharedReader | None = None  # one node: one Kafka consumer reads for every subscription
         self._rate_share: Callable[[str], float | None] = lambda subscription: None  # all of its rate
         self._context: ConsumerContext | None = None
         self._consumers: dict[tuple[str, str], ConsumerProcess] = {}
@@ -65,6 +69,7 @@ class ConsumersSupervisor:
         self._lock = asyncio.Lock()
         self._crashes: dict[tuple[str, str], tuple[int, float]] = {}  # crashes in a row, last restart time
         self._restarts: set[asyncio.Task[None]] = set()
+        self._reporter: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
         resolver = load_resolver(self._settings.endpoint_address_resolver)
@@ -98,17 +103,24 @@ class ConsumersSupervisor:
                 credentials=_kafka_user(self._connection), budget=BodyBudget(s.consumer_offloaded_bytes)
             ),
         )
+        if not self._clustered and self._settings.consumer_reading == "shared":
+            self._reader = SharedReader(self._context)
+            self._reader.start()
         self._cache.on_subscription_change(self._on_change)
         self._cache.on_document_change(RETRANSMISSION, self._on_retransmission)
+        self._reporter = asyncio.create_task(self._report(), name="subscription-metrics")
         for subscription in list(self._cache.subscriptions.values()):
             await self._apply(subscription.topic_name, subscription.name, subscription)
 
     async def stop(self) -> None:
+        await cancel(self._reporter)
         async with self._lock:  # a restart stopping its crashed consumer holds the lock until that is done
             for task in list(self._restarts):
                 task.cancel()
             consumers, self._consumers = list(self._consumers.values()), {}
         await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
+        if self._reader is not None:
+            await self._reader.stop()
         if self._oauth is not None:
             self._oauth.close()
         if self._context is not None:
@@ -116,6 +128,23 @@ class ConsumersSupervisor:
             await self._context.offloaded.close()
         if self._session is not None:
             await self._session.close()
+
+    async def _report(self) -> None:
+        """Every metrics interval, the snapshots of the subscriptions whose figures changed, in one write."""
+        while True:
+            await asyncio.sleep(self._settings.consumer_metrics_interval)
+            snapshots = {}
+            for consumer in list(self._consumers.values()):
+                try:
+                    if (snapshot := consumer.report(changed_only=True)) is not None:
+                        snapshots[consumer.snapshot_key] = snapshot
+                except Exception:
+                    log.warning("reporting of %s failed", consumer.name, exc_info=True)
+            if snapshots:
+                try:
+                    await asyncio.to_thread(self._repository.put_documents, SUBSCRIPTION_METRICS, snapshots)
+                except Exception:
+                    log.warning("writing the subscriptions' metrics failed", exc_info=True)
 
     @property
     def consumers(self) -> dict[tuple[str, str], ConsumerProcess]:
@@ -180,6 +209,7 @@ class ConsumersSupervisor:
     def place(self, placement: Callable[[str], bool], rate_share: Callable[[str], float | None]) -> None:
         """In a cluster, before ``start``: whether this node runs a subscription, and its share of the rate."""
         self._placement, self._rate_share = placement, rate_share
+        self._clustered = True
 
     async def replace(self) -> None:
         """Starts and stops consumers after ``placement`` changed its answers."""
@@ -219,7 +249,7 @@ class ConsumersSupervisor:
                 current.update(subscription)
             elif current is None and active and subscription is not None:
                 assert self._context is not None
-                consumer = ConsumerProcess(subscription, self._context, self._crash_listener(key))
+                consumer = ConsumerProcess(subscription, self._context, self._crash_listener(key), self._reader)
                 consumer.delivery.set_rate_share(self._rate_share(f"{key[0]}${name}"))  # before its first slot
                 self._consumers[key] = consumer
                 await consumer.start()

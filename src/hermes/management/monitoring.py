@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from hermes.broker.admin import BrokerAdmin
+from hermes.broker.admin import SHARED_READER, BrokerAdmin
 from hermes.config import Settings
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription
@@ -173,33 +173,47 @@ def topic_metrics(repository: MetadataRepository, admin: BrokerAdmin, name: Topi
 
 def consumer_groups(admin: BrokerAdmin, subscription: Subscription, cluster: str) -> list[Json]:
     """Hermes' ``ConsumerGroup`` list: the subscription's Kafka consumer group, its members and, for each
-    assigned partition, the committed offset and the log end."""
+    assigned partition, the committed offset and the log end. A group read by a node's shared reader has no
+    Kafka members: the node that committed each partition's offset stands in as its member."""
     topic = subscription.topic_name.qualified
     group = admin.describe_group(subscription.consumer_group_id)
-    committed = admin.committed_offsets(subscription.consumer_group_id, topic)
+    committed = admin.committed(subscription.consumer_group_id, topic)
     end = admin.end_offsets(topic)
+
+    def partitions(numbers: list[int]) -> list[Json]:
+        return [
+            {
+                "partition": p,
+                "topic": topic,
+                "currentOffset": committed[p][0] if p in committed else -1,
+                "logEndOffset": end.get(p, -1),
+                "lag": max(0, end.get(p, 0) - committed.get(p, (0, ""))[0]),
+                "offsetMetadata": "",
+                "contentType": subscription.content_type.value,
+            }
+            for p in numbers
+        ]
+
     members = [
         {
             "consumerId": m.member_id,
             "clientId": m.client_id,
             "host": m.host,
-            "partitions": [
-                {
-                    "partition": p,
-                    "topic": t,
-                    "currentOffset": committed.get(p, -1),
-                    "logEndOffset": end.get(p, -1),
-                    "lag": max(0, end.get(p, 0) - committed.get(p, 0)),
-                    "offsetMetadata": "",
-                    "contentType": subscription.content_type.value,
-                }
-                for t, p in m.partitions
-                if t == topic
-            ],
+            "partitions": partitions([p for t, p in m.partitions if t == topic]),
         }
         for m in group.members
     ]
     state = _GROUP_STATES.get(group.state, "Unknown")
+    if not members:
+        by_node: dict[str, list[int]] = {}
+        for p, (_, metadata) in sorted(committed.items()):
+            if metadata.startswith(SHARED_READER):
+                by_node.setdefault(metadata.removeprefix(SHARED_READER), []).append(p)
+        members = [
+            {"consumerId": node, "clientId": "hermes-shared-reader", "host": node, "partitions": partitions(numbers)}
+            for node, numbers in by_node.items()
+        ]
+        state = "Stable" if members else state
     return [{"clusterName": cluster, "groupId": subscription.consumer_group_id, "state": state, "members": members}]
 
 

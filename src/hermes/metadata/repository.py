@@ -148,6 +148,11 @@ class MetadataRepository(ABC):
     @abstractmethod
     def put_document(self, namespace: str, key: str, document: dict[str, Any]) -> None: ...
 
+    def put_documents(self, namespace: str, documents: dict[str, dict[str, Any]]) -> None:
+        """``put_document`` of each of ``documents`` (by key); a store may write them all at once."""
+        for key, document in documents.items():
+            self.put_document(namespace, key, document)
+
     @abstractmethod
     def get_document(self, namespace: str, key: str) -> dict[str, Any] | None: ...
 

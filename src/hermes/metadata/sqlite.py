@@ -374,6 +374,15 @@ class SqliteMetadataRepository(MetadataRepository):
             db.execute("INSERT OR REPLACE INTO documents VALUES (?, ?, ?)", (namespace, key, orjson.dumps(document)))
             record(db, ChangeKind.DOCUMENT, ChangeAction.UPDATED, f"{namespace}/{key}")
 
+    def put_documents(self, namespace: str, documents: dict[str, dict[str, Any]]) -> None:
+        """In one transaction: a consumers process writes every subscription's metrics snapshot at once."""
+        with self._tx() as db:
+            for key, document in documents.items():
+                db.execute(
+                    "INSERT OR REPLACE INTO documents VALUES (?, ?, ?)", (namespace, key, orjson.dumps(document))
+                )
+                record(db, ChangeKind.DOCUMENT, ChangeAction.UPDATED, f"{namespace}/{key}")
+
     def get_document(self, namespace: str, key: str) -> dict[str, Any] | None:
         rows = self._read("SELECT body FROM documents WHERE namespace = ? AND key = ?", (namespace, key))
         return orjson.loads(rows[0][0]) if rows else None

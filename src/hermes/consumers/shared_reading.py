@@ -1,0 +1,514 @@
+"""Reading for every subscription of a process through one Kafka consumer (a process that runs every partition of
+its subscriptions: one node, not a cluster).
+
+A consumer of its own per subscription (a librdkafka client with its threads and buffers, and a thread of ours
+polling it) cost 0.15 % of a core and 600 KiB per idle subscription: 300 of them half a core. Here one *head*
+consumer reads every partition the process's subscriptions need and hands each record to every subscription in
+step with it: a *lane* per partition, whose *members* are the subscriptions reading at its position (a member
+skips what it has had already). A subscription that cannot take all the lane brings (its subscriber is slow, its
+read-ahead is full), that starts behind the lane, or that retransmits, leaves the lanes and *catches up* through
+a Kafka consumer of its own, as before, until it is back at the lanes' positions; then that consumer closes.
+So a slow subscription never holds the others back, and an idle one costs a few objects.
+
+Offsets are committed per subscription, to its consumer group, with the admin client (the group has no
+members, which is what lets its offsets be set from outside): only offsets of finished messages, as before.
+Lanes are created, moved and dropped only on the head's thread, so no record read before a change reaches a
+member after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from hermes.broker.admin import SHARED_READER, BrokerAdmin
+from hermes.broker.kafka_consumer import BrokerConsumer
+from hermes.consumers.context import ConsumerContext, CrashListener
+from hermes.consumers.offsets import Partition
+from hermes.consumers.receiver import Flow, Receiver, _by_partition
+from hermes.domain.message import Message
+
+log = logging.getLogger(__name__)
+
+# Offsets a lane's members may all be ahead of it before the head seeks forward to them instead of reading on.
+_SKIP_AHEAD = 500
+# Seconds between looks at the topics' partition counts (a topic given more partitions).
+_METADATA_INTERVAL = 5.0
+# Seconds a starting or caught-up subscription waits for the head to create its lanes before reading on its own.
+_LANES_WAIT = 2.0
+# Seconds a lane without members is kept (the subscription that asked for it joins it a moment later).
+_EMPTY_LANE_KEPT = 1.0
+
+Handoff = tuple[Callable[[list[Message], int], None], list[Message], int]
+
+
+@dataclass(eq=False)
+class _Lane:
+    position: int
+    """The next offset the head hands over."""
+    members: set[SharedReceiver] = field(default_factory=set)
+    empty_since: float = field(default_factory=time.monotonic)
+    """When it last had no member (a lane is dropped after ``_EMPTY_LANE_KEPT`` without one)."""
+
+
+class SharedReader:
+    """The head consumer and its lanes, on a thread of their own."""
+
+    def __init__(self, context: ConsumerContext) -> None:
+        self._context = context
+        self.admin = BrokerAdmin(context.connection)
+        self.committer = f"{SHARED_READER}{context.node_id}"  # the metadata of its commits
+        self.lock = threading.Lock()  # the lanes and their members; taken before any receiver's own lock
+        self._lanes: dict[Partition, _Lane] = {}
+        self._wanted: collections.deque[tuple[Partition, int]] = collections.deque()  # lanes to create
+        self._receivers: set[SharedReceiver] = set()
+        self._stopping = threading.Event()
+        self._woken = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="shared-reader", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        self._woken.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+
+    def receiver(
+        self, name: str, topic: str, group_id: str, context: ConsumerContext, on_crash: CrashListener
+    ) -> SharedReceiver:
+        return SharedReceiver(self, name, topic, group_id, context, on_crash)
+
+    # --- called by receivers, on any thread ---
+
+    def register(self, receiver: SharedReceiver) -> None:
+        with self.lock:
+            self._receivers.add(receiver)
+
+    def unregister(self, receiver: SharedReceiver) -> None:
+        with self.lock:
+            self._receivers.discard(receiver)
+            self._leave(receiver)
+
+    def try_join(self, receiver: SharedReceiver, offsets: dict[Partition, int]) -> bool | None:
+        """Makes ``receiver`` a member of the lanes of ``offsets``' partitions if it is at or ahead of each of
+        them: True. False when it is behind one (it must catch up); None when lanes were missing (asked for: try
+        again in a moment)."""
+        with self.lock:
+            missing = [p for p in offsets if p not in self._lanes]
+            if missing:
+                self._wanted.extend((p, offsets[p]) for p in missing)
+                self._woken.set()
+                return None
+            if any(offsets[p] < self._lanes[p].position for p in offsets):
+                return False
+            for partition in offsets:
+                self._lanes[partition].members.add(receiver)
+            receiver.in_lanes = True
+            return True
+
+    def pull_out(self, receiver: SharedReceiver) -> bool:
+        """Takes ``receiver`` out of the lanes: whether it was in them (its own reading must start)."""
+        with self.lock:
+            return self._leave(receiver)
+
+    def _leave(self, receiver: SharedReceiver) -> bool:
+        was_in = receiver.in_lanes
+        for lane in self._lanes.values():
+            lane.members.discard(receiver)
+        receiver.in_lanes = False
+        return was_in
+
+    # --- the head's thread ---
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            consumer: BrokerConsumer | None = None
+            try:
+                consumer = self._head_consumer()
+                self._read(consumer)
+            except Exception:
+                # the lanes keep their positions: a new head consumer reads on from them a moment later
+                log.exception("the shared Kafka reader failed; it reads on in a second")
+                self._stopping.wait(1.0)
+            finally:
+                if consumer is not None:
+                    consumer.close()
+
+    def _head_consumer(self) -> BrokerConsumer:
+        c = self._context
+        consumer = BrokerConsumer(c.connection, f"hermes-reader-{c.node_id}", fetch_wait_ms=c.fetch_wait_ms)
+        with self.lock:
+            positions = {partition: lane.position for partition, lane in self._lanes.items()}
+        if positions:
+            consumer.add_partitions(positions)
+        return consumer
+
+    def _read(self, consumer: BrokerConsumer) -> None:
+        c = self._context
+        last_commit = last_metadata = time.monotonic()
+        while not self._stopping.is_set():
+            self._change_lanes(consumer, realign=time.monotonic() - last_commit >= c.commit_interval)
+            if self._lanes:
+                messages = consumer.poll(max_messages=500, timeout=0.1)
+                if messages:
+                    self._dispatch(messages)
+            else:
+                self._woken.wait(0.1)
+                self._woken.clear()
+            now = time.monotonic()
+            if now - last_commit >= c.commit_interval:
+                last_commit = now
+                for receiver in self._registered():
+                    receiver.commit()
+            if now - last_metadata >= _METADATA_INTERVAL:
+                last_metadata = now
+                self._look_for_new_partitions(consumer)
+
+    def _registered(self) -> list[SharedReceiver]:
+        with self.lock:
+            return list(self._receivers)
+
+    def _change_lanes(self, consumer: BrokerConsumer, realign: bool) -> None:
+        """Creates the lanes asked for, drops those without members for a while and (when ``realign``) moves
+        those whose members are all far ahead."""
+        now = time.monotonic()
+        with self.lock:
+            added: dict[Partition, int] = {}
+            while self._wanted:
+                partition, offset = self._wanted.popleft()
+                if partition not in self._lanes:
+                    self._lanes[partition] = _Lane(offset)
+                    added[partition] = offset
+            for lane in self._lanes.values():
+                if lane.members:
+                    lane.empty_since = now
+            dropped = [p for p, lane in self._lanes.items() if now - lane.empty_since > _EMPTY_LANE_KEPT]
+            for partition in dropped:
+                del self._lanes[partition]
+            moved: dict[Partition, int] = {}
+            for partition, lane in self._lanes.items() if realign else ():
+                if lane.members:
+                    lowest = min(r.next_offset(partition) for r in lane.members)
+                    if lowest > lane.position + _SKIP_AHEAD:
+                        lane.position = moved[partition] = lowest
+        if dropped:
+            consumer.remove_partitions(dropped)
+        if added:
+            consumer.add_partitions(added)
+        for (topic, number), offset in moved.items():
+            consumer.seek(topic, number, offset)
+
+    def _dispatch(self, messages: list[Message]) -> None:
+        handoffs: list[Handoff] = []
+        behind: list[SharedReceiver] = []
+        with self.lock:
+            for partition, run in _runs(messages):
+                lane = self._lanes.get(partition)
+                if lane is None:
+                    continue
+                lane.position = run[-1].offset + 1
+                for receiver in list(lane.members):
+                    if not receiver.offer(partition, run, handoffs):
+                        self._leave(receiver)
+                        behind.append(receiver)
+        if handoffs:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(_hand_over, handoffs)
+        for receiver in behind:
+            receiver.read_on_its_own()
+
+    def _look_for_new_partitions(self, consumer: BrokerConsumer) -> None:
+        counts = consumer.partition_counts()
+        for receiver in self._registered():
+            count = counts.get(receiver.topic)
+            if count is not None and count > receiver.partition_count():
+                receiver.partitions_added()
+
+
+def _hand_over(handoffs: list[Handoff]) -> None:
+    for receive, messages, generation in handoffs:
+        receive(messages, generation)
+
+
+def _runs(messages: list[Message]) -> Iterator[tuple[Partition, list[Message]]]:
+    """``messages`` in runs of one partition each, in order."""
+    start = 0
+    for index in range(1, len(messages) + 1):
+        if index == len(messages) or messages[index].partition != messages[start].partition:
+            yield (messages[start].topic, messages[start].partition), messages[start:index]
+            start = index
+
+
+class SharedReceiver(Receiver):
+    """A subscription's receiver on a ``SharedReader``: a member of its lanes, or reading on its own (a thread and
+    a Kafka consumer of its own) while it catches up."""
+
+    def __init__(
+        self,
+        reader: SharedReader,
+        name: str,
+        topic: str,
+        group_id: str,
+        context: ConsumerContext,
+        on_crash: CrashListener,
+    ) -> None:
+        super().__init__(name, topic, group_id, context, on_crash)
+        self._reader = reader
+        self.topic = topic
+        self.in_lanes = False  # under the reader's lock
+        self._next: dict[Partition, int] = {}  # per partition, the next offset to read; under self._lock
+        self._refresh = threading.Event()  # the topic has more partitions than _next
+        self._committing = False  # an asynchronous commit is under way (the next waits for it)
+
+    def start(self, flow: Flow) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._flow = flow
+        self._reader.register(self)
+        self.read_on_its_own()
+
+    def next_offset(self, partition: Partition) -> int:
+        with self._lock:
+            return self._next.get(partition, 0)
+
+    def partition_count(self) -> int:
+        with self._lock:
+            return len(self._next)
+
+    def partitions_added(self) -> None:
+        self._refresh.set()
+        if self._reader.pull_out(self):
+            self.read_on_its_own()
+
+    def seek(self, offsets: collections.abc.Mapping[Partition, int]) -> None:
+        super().seek(offsets)
+        if self._reader.pull_out(self):
+            self.read_on_its_own()
+
+    async def close(self) -> None:
+        self.stop_reading()
+        self._closing.set()
+        self._reader.unregister(self)
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+        await asyncio.to_thread(self._commit_now)
+
+    # --- in the lanes: called by the head's thread under the reader's lock ---
+
+    def offer(self, partition: Partition, run: list[Message], handoffs: list[Handoff]) -> bool:
+        """Takes what it has not had of ``run`` (one partition's records, in order) as far as it has room: whether
+        it took all (if not, it reads on its own from where it stopped)."""
+        assert self._flow is not None
+        limits = self._flow.limits()
+        with self._lock:
+            if self._stopping.is_set():
+                return True  # closing: it leaves the lanes in a moment
+            first = self._next[partition]
+            if run[-1].offset < first:
+                return True
+            fresh = run if run[0].offset >= first else [m for m in run if m.offset >= first]
+            room = limits.capacity - self._tracker.inflight()
+            taken = fresh[: max(room, 0)]
+            if limits.byte_budget is not None:
+                taken = _within(taken, limits.byte_budget)
+            if taken:
+                self._tracker.read(partition, [m.offset for m in taken])
+                self._next[partition] = taken[-1].offset + 1
+                generation = self.generation
+        if taken:
+            self._flow.read(taken)
+            handoffs.append((self._flow.receive, taken, generation))
+        return len(taken) == len(fresh)
+
+    # --- reading on its own ---
+
+    def read_on_its_own(self) -> None:
+        """Starts this receiver's own thread (it left the lanes or never was in them)."""
+        if self._closing.is_set():
+            return
+        # A thread of its own before this one has joined the lanes and is ending (at most closing its consumer)
+        self._thread = threading.Thread(target=self._read_alone, name=f"consumer-{self._name}", daemon=True)
+        self._thread.start()
+
+    def _read_alone(self) -> None:
+        try:
+            consumer: BrokerConsumer | None = None
+            at_the_end = True  # as far as it knows: it tries to join the lanes first
+            try:
+                while not self._closing.is_set():
+                    if self._refresh.is_set() or not self._next:
+                        self._refresh.clear()
+                        self._find_offsets()
+                        if consumer is not None:  # assigned anew, with the new partitions
+                            consumer.close()
+                            consumer = None
+                    if self._seek_to is not None:
+                        self._apply_seek(consumer)
+                    if at_the_end and self._join(wait=consumer is None):
+                        return
+                    if consumer is None:
+                        consumer = self._own_consumer()
+                    at_the_end = self._read_some(consumer)
+            finally:
+                if consumer is not None:
+                    consumer.close()
+        except Exception as exc:
+            self._crashed(exc)
+
+    def _find_offsets(self) -> None:
+        """The group's committed offsets; the beginning of a partition it has none of (a new partition, a wiped
+        cluster)."""
+        admin = self._reader.admin
+        committed = admin.committed_offsets(self._group_id, self._topic)
+        partitions = admin.partitions(self._topic)
+        missing = [p for p in partitions if p not in committed]
+        beginning = admin.beginning_offsets(self._topic) if missing else {}
+        with self._lock:
+            new = {
+                (self._topic, p): committed[p] if p in committed else beginning.get(p, 0)
+                for p in partitions
+                if (self._topic, p) not in self._next
+            }
+            self._next.update(new)
+        self._commit_now(new)  # the same offsets, now with this node as their committer (consumer-groups)
+
+    def _join(self, wait: bool) -> bool:
+        """Joins the lanes when at or ahead of them all (and not about to be full), waiting a moment for lanes the
+        head has not created yet when ``wait``."""
+        assert self._flow is not None
+        limits = self._flow.limits()
+        deadline = time.monotonic() + (_LANES_WAIT if wait else 0.0)
+        while not self._closing.is_set() and self._seek_to is None:
+            with self._lock:
+                if limits.capacity - self._tracker.inflight() < min(limits.refill_at, limits.capacity):
+                    return False
+                offsets = dict(self._next)
+            joined = self._reader.try_join(self, offsets)
+            if joined is not None or time.monotonic() > deadline:
+                return bool(joined)
+            time.sleep(0.02)
+        return False
+
+    def _own_consumer(self) -> BrokerConsumer:
+        c = self._context
+        consumer = BrokerConsumer(c.connection, f"hermes-catch-up-{c.node_id}", fetch_wait_ms=c.fetch_wait_ms)
+        with self._lock:
+            consumer.assign(self._next)
+        return consumer
+
+    def _read_some(self, consumer: BrokerConsumer) -> bool:
+        """One read of its own, when it has room (as a group member's receiver reads): whether it read nothing,
+        being at the end of what the partitions hold."""
+        assert self._flow is not None and self._loop is not None
+        limits = self._flow.limits()
+        with self._lock:
+            room = limits.capacity - self._tracker.inflight()
+            generation = self.generation
+        budget = limits.byte_budget
+        if room < min(limits.refill_at, limits.capacity) or (budget is not None and budget <= 0):
+            self._woken.wait(0.05)
+            self._woken.clear()
+            return False
+        messages = consumer.poll(max_messages=min(room, 500), timeout=0.1, max_bytes=budget)
+        if not messages:
+            return True
+        with self._lock:
+            if generation != self.generation:
+                return False
+            for partition, offsets in _by_partition(messages):
+                self._tracker.read(partition, offsets)
+                self._next[partition] = offsets[-1] + 1
+        self._flow.read(messages)
+        self._loop.call_soon_threadsafe(self._flow.receive, messages, generation)
+        return False
+
+    def _apply_seek(self, consumer: BrokerConsumer | None) -> None:
+        assert self._flow is not None and self._loop is not None
+        offsets, self._seek_to = self._seek_to or {}, None
+        with self._lock:
+            self.generation += 1
+            self._tracker.forget(list(self._tracker.partitions()))
+            self._next.update(offsets)
+        if consumer is not None:
+            for (topic, partition), offset in offsets.items():
+                consumer.seek(topic, partition, offset)
+        self._commit_now(offsets)  # a crash right after still restarts from the retransmission date
+        self._loop.call_soon_threadsafe(self._flow.moved, self.generation)
+        log.info("retransmission of %s from %s", self._name, offsets)
+
+    # --- commits ---
+
+    def commit(self) -> None:
+        """Commits what is finished, asynchronously (the head's thread calls it every commit interval)."""
+        with self._lock:
+            if self._committing:
+                return
+            offsets = self._tracker.committable()
+            if not offsets:
+                return
+            self._committing = True
+
+        def done(error: Exception | None) -> None:
+            with self._lock:
+                self._committing = False
+                if error is None:
+                    self._tracker.mark_committed(offsets)
+            if error is not None:
+                log.warning("committing offsets of %s failed: %s", self._name, error)
+
+        try:
+            self._reader.admin.set_group_offsets(self._group_id, offsets, self._reader.committer, done)
+        except Exception as exc:
+            done(exc)
+
+    def _commit_now(self, offsets: dict[Partition, int] | None = None) -> None:
+        """Commits ``offsets`` (by default what is finished) and waits for it."""
+        if offsets is None:
+            with self._lock:
+                offsets = self._tracker.committable()
+        if not offsets:
+            return
+        finished = threading.Event()
+        failure: list[Exception] = []
+
+        def done(error: Exception | None) -> None:
+            if error is not None:
+                failure.append(error)
+            finished.set()
+
+        try:
+            self._reader.admin.set_group_offsets(self._group_id, offsets, self._reader.committer, done)
+        except Exception as exc:
+            done(exc)
+        finished.wait(15.0)
+        if failure or not finished.is_set():
+            log.warning("committing offsets of %s failed: %s", self._name, failure[0] if failure else "timed out")
+        else:
+            with self._lock:
+                self._tracker.mark_committed(offsets)
+
+    def _crashed(self, error: Exception) -> None:
+        log.error("Kafka reading of %s failed", self._name, exc_info=error)
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._on_crash, error)
+
+
+def _within(messages: list[Message], budget: int) -> list[Message]:
+    """The first of ``messages`` whose bodies fit ``budget`` bytes (at least one while any budget is left)."""
+    if budget <= 0:
+        return []
+    total = 0
+    for index, message in enumerate(messages):
+        total += len(message.body)
+        if total > budget and index > 0:
+            return messages[:index]
+    return messages

@@ -1,0 +1,120 @@
+"""One node's subscriptions read through one shared Kafka consumer (the default ``--consumer-reading shared``): a
+subscription in step with the others costs no Kafka client of its own, one that falls behind reads on its own
+without holding the others back, and comes back once it has caught up."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from hermes.broker.admin import BrokerAdmin
+from hermes.broker.embedded import EmbeddedBroker
+from hermes.consumers.shared_reading import SharedReceiver, _runs, _within
+from hermes.domain.message import Message
+from tests.conftest import wait_until
+from tests.support.hermes import HermesClient, InProcessHermes
+from tests.support.subscriber import Reply, SubscriberServer
+
+pytestmark = pytest.mark.integration
+
+FAST = {"messageBackoff": 100, "messageTtl": 60, "requestTimeout": 10_000}
+
+
+@pytest.fixture(scope="module")
+def hermes_overrides() -> dict[str, Any]:
+    return {"consumer_read_ahead_messages": 5}  # a small window: a slow subscriber falls behind at once
+
+
+@pytest.fixture
+def slow() -> Iterator[SubscriberServer]:
+    server = SubscriberServer(lambda _n, _r: Reply(200, delay=0.1)).start()
+    yield server
+    server.stop()
+
+
+def _receiver(hermes: InProcessHermes, topic: str, name: str) -> SharedReceiver:
+    receiver = hermes.consumer(topic, name).receiver
+    assert isinstance(receiver, SharedReceiver)
+    return receiver
+
+
+def _reading_threads(names: list[str]) -> list[str]:
+    return [t.name for t in threading.enumerate() if any(t.name.endswith(f"${n}") for n in names)]
+
+
+def test_subscriptions_in_step_read_through_the_shared_consumer_alone(
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic()
+    names = [client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST) for _ in range(5)]
+    receivers = [_receiver(hermes, topic, name) for name in names]
+    wait_until(lambda: all(r.in_lanes for r in receivers), timeout=20)
+    wait_until(lambda: not _reading_threads(names), timeout=20)  # no thread nor Kafka consumer of their own
+    ids = [client.publish(topic, f'{{"n": {i}}}').headers["Hermes-Message-Id"] for i in range(10)]
+    wait_until(lambda: len(subscriber.received) >= 50, timeout=30)
+    assert Counter(r.message_id for r in subscriber.received) == Counter({i: 5 for i in ids})
+    assert all(r.in_lanes for r in receivers) and not _reading_threads(names)
+
+
+def test_a_slow_subscription_reads_on_its_own_and_the_fast_one_is_not_held_back(
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer, slow: SubscriberServer
+) -> None:
+    topic = client.create_topic()
+    fast_name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
+    slow_name = client.create_subscription(topic, slow.url, subscriptionPolicy={**FAST, "inflightSize": 1})
+    fast, behind = _receiver(hermes, topic, fast_name), _receiver(hermes, topic, slow_name)
+    wait_until(lambda: fast.in_lanes and behind.in_lanes, timeout=20)
+    # more than the slow one's window (1 in flight + 5 read ahead): it cannot take what the lane brings
+    ids = [client.publish(topic, f'{{"n": {i}}}').headers["Hermes-Message-Id"] for i in range(40)]
+    wait_until(lambda: len(subscriber.received) >= len(ids), timeout=60)
+    assert len(slow.received) < len(ids) / 2, "the slow subscriber kept up: nothing was tested"
+    assert not behind.in_lanes and fast.in_lanes
+    wait_until(lambda: len(slow.received) >= len(ids), timeout=60, interval=0.2)
+    wait_until(lambda: behind.in_lanes, timeout=20)  # caught up: back in the lanes, its own consumer closed
+    for server in (subscriber, slow):
+        assert Counter(r.message_id for r in server.received) == Counter(ids)
+
+
+def test_partitions_added_to_a_topic_are_read_too(
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer, kafka: EmbeddedBroker
+) -> None:
+    topic = client.create_topic()  # two partitions
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
+    receiver = _receiver(hermes, topic, name)
+    wait_until(lambda: receiver.in_lanes, timeout=20)
+    BrokerAdmin(hermes.hermes.connection).add_partitions(topic, 3)
+    wait_until(lambda: receiver.partition_count() == 3, timeout=30)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers})
+    producer.produce(topic, b'{"n": 3}', partition=2)
+    producer.flush(10)
+    [received] = subscriber.wait_for(1, timeout=20)
+    assert received.body == b'{"n": 3}'
+    wait_until(lambda: receiver.in_lanes, timeout=20)
+
+
+def _message(partition: int, offset: int, size: int = 10) -> Message:
+    return Message("t", partition, offset, f"id{offset}", b"x" * size, 0)
+
+
+@pytest.mark.unit
+def test_runs_split_a_read_by_partition_in_order() -> None:
+    read = [_message(0, 1), _message(0, 2), _message(1, 7), _message(0, 3)]
+    assert [(p, [m.offset for m in run]) for p, run in _runs(read)] == [
+        (("t", 0), [1, 2]),
+        (("t", 1), [7]),
+        (("t", 0), [3]),
+    ]
+    assert list(_runs([])) == []
+
+
+@pytest.mark.unit
+def test_a_byte_budget_takes_what_fits_and_at_least_one() -> None:
+    read = [_message(0, i, size=100) for i in range(5)]
+    assert len(_within(read, 250)) == 2
+    assert len(_within(read, 50)) == 1  # one larger than what is left still goes, as a group member reads it
+    assert _within(read, 0) == []
