@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
@@ -45,14 +46,15 @@ class EndpointAddress:
             raise ValidationError("is not a valid URI (printable ASCII, other characters percent-encoded)", field)
         return cls(raw)
 
-    @property
+    # cached: every delivery asks (the instance is frozen, and a cached_property bypasses that, not its equality)
+    @functools.cached_property
     def credentials(self) -> tuple[str, str] | None:
         parts = urlsplit(self.raw)
         if parts.username is None:
             return None
         return parts.username, parts.password or ""
 
-    @property
+    @functools.cached_property
     def url(self) -> str:
         """The URL to send to, with the credentials removed (they travel as an Authorization header)."""
         parts = urlsplit(self.raw)

@@ -27,6 +27,11 @@ DATACENTER_READINESS = "datacenter-readiness"
 # consumersNumber); the cluster's coordinator reads them when it assigns subscriptions to consumer nodes
 WORKLOAD_CONSTRAINTS = "workload-constraints"
 
+# Namespaces whose writes make no change notification: every process rewrites them every interval and they are
+# read when asked for, so nobody listens to them (their notifications were most of what every process's
+# metadata cache read, at a thousand subscriptions)
+UNWATCHED = frozenset({SUBSCRIPTION_METRICS, TOPIC_METRICS})
+
 # The subscription-metrics record: a lifetime total of each counter, a ``<counter>PerSecond`` rate of each,
 # ``recentAttempts`` by outcome, and ``inflight``, ``rate``, ``mode``, ``lag``, ``updatedAt``.
 COUNTERS = ("delivered", "discarded", "filtered", "timeouts", "otherErrors", "codes2xx", "codes4xx", "codes5xx")

@@ -37,6 +37,7 @@ from hermes.errors import (
     TopicNotEmpty,
     TopicNotFound,
 )
+from hermes.metadata.documents import UNWATCHED
 from hermes.metadata.repository import (
     ChangeAction,
     ChangeKind,
@@ -372,7 +373,8 @@ class SqliteMetadataRepository(MetadataRepository):
     def put_document(self, namespace: str, key: str, document: dict[str, Any]) -> None:
         with self._tx() as db:
             db.execute("INSERT OR REPLACE INTO documents VALUES (?, ?, ?)", (namespace, key, orjson.dumps(document)))
-            record(db, ChangeKind.DOCUMENT, ChangeAction.UPDATED, f"{namespace}/{key}")
+            if namespace not in UNWATCHED:
+                record(db, ChangeKind.DOCUMENT, ChangeAction.UPDATED, f"{namespace}/{key}")
 
     def put_documents(self, namespace: str, documents: dict[str, dict[str, Any]]) -> None:
         """In one transaction: a consumers process writes every subscription's metrics snapshot at once."""

@@ -50,6 +50,7 @@ from hermes.errors import (
     TopicNotEmpty,
     TopicNotFound,
 )
+from hermes.metadata.documents import UNWATCHED
 from hermes.metadata.repository import (
     ChangeAction,
     ChangeKind,
@@ -376,7 +377,12 @@ class ZookeeperMetadataRepository(MetadataRepository):
         entry = (ChangeKind.DOCUMENT, ChangeAction.UPDATED, f"{namespace}/{key}")
         while True:
             try:
-                if self._client.exists(path):
+                if namespace in UNWATCHED:
+                    if self._client.exists(path):
+                        self._client.set_data(path, body)
+                    else:
+                        self._client.create(path, body, makepath=True)
+                elif self._client.exists(path):
                     self._commit(lambda t: t.set_data(path, body), entry)
                 else:
                     self._client.ensure_path(path.rsplit("/", 1)[0])
