@@ -379,7 +379,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             try:
                 if namespace in UNWATCHED:
                     if self._client.exists(path):
-                        self._client.set_data(path, body)
+                        self._client.set(path, body)
                     else:
                         self._client.create(path, body, makepath=True)
                 elif self._client.exists(path):
