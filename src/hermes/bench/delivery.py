@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -236,3 +238,34 @@ async def raw_post_ceiling(sink: Sink, seconds: float, concurrency: int, reps: i
         runs.append(await closed_loop(sink.url("raw"), BODY, seconds, concurrency))
         sink.arrivals.pop("raw", None)
     return {"concurrency": concurrency, **summarize_runs(runs, ["throughput"])}
+
+
+async def busy_machine(
+    system: System, sink: Sink, api: Management, rate: float, seconds: float, reps: int
+) -> dict[str, Any]:
+    """Publish-to-deliver latency of one SERIAL subscription at ``rate``, on the machine alone and then with two
+    processes burning a core each beside the system (as other work on a shared machine would)."""
+    topic = await api.topic("benchs", "busy", maxMessageSize=1024 * 1024)
+    await api.subscription(topic, "busy", sink.url("busy"))
+    if not await warm_up(system.frontend, topic, sink, ["busy"]):
+        return {"error": "the subscription never started receiving", "void": True}
+    url = f"{system.frontend}/topics/{topic}"
+    pid = system.processes["consumers"].pid
+    quiet = [
+        await delivered(sink, ["busy"], lambda: _open(url, rate, seconds), 60.0, consumers_pid=pid) for _ in range(reps)
+    ]
+    burners = [
+        await asyncio.create_subprocess_exec(sys.executable, "-c", "while True: pass", stdin=subprocess.DEVNULL)
+        for _ in range(2)
+    ]
+    try:
+        busy = [
+            await delivered(sink, ["busy"], lambda: _open(url, rate, seconds), 60.0, consumers_pid=pid)
+            for _ in range(reps)
+        ]
+    finally:
+        for burner in burners:
+            burner.kill()
+            await burner.wait()
+    await api.remove_subscription(topic, "busy")
+    return {"publish_rate": rate, "seconds": seconds, "quiet": _fold(quiet), "busy": _fold(busy)}

@@ -245,6 +245,7 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
     lines += _sustained(s["sustained"], results["plan"])
     lines += _startup_and_memory(s)
     lines += _many_subscriptions(s.get("many_subscriptions"))
+    lines += _busy_machine(s.get("busy_machine"))
     lines += (
         ["", *(f"![{Path(p).stem}]({p})" for p in plots)]
         if plots
@@ -490,6 +491,27 @@ def _many_subscriptions(m: dict[str, Any] | None) -> list[str]:
         f"{r['consumers_cpu_us']:.0f} µs of consumers CPU per delivery; {r['missing']} missing, "
         f"{r['duplicates']} duplicates.",
     ]
+    return lines
+
+
+def _busy_machine(b: dict[str, Any] | None) -> list[str]:
+    lines = ["", "### 11. Latency on a busy machine (one SERIAL subscription, 1 KB)", ""]
+    if not b or "error" in b:
+        return [*lines, (b or {}).get("error", "Not run.")]
+    lines += [
+        f"{b['publish_rate']:,.0f} msg/s for {b['seconds']:.0f} s, publish to delivery, the median of "
+        f"{b['quiet']['latency_ms.p50']['n']} runs (min-max), on the machine alone and with two processes burning a "
+        "core each beside the system.",
+        "",
+        "| machine | p50 ms | p99 ms | max ms | consumers CPU µs per delivery | missing |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in ("quiet", "busy"):
+        run = b[name]
+        lines.append(
+            f"| {name} | {_mmm(run['latency_ms.p50'], 2)} | {_mmm(run['latency_ms.p99'], 2)} | "
+            f"{_mmm(run['latency_ms.max'], 1)} | {_mmm(run['consumers_cpu_us'])} | {run['missing']} |"
+        )
     return lines
 
 

@@ -180,6 +180,10 @@ async def _scenarios(system: System, plan: Plan, log: Any) -> dict[str, Any]:
                     )
                 )
             out["serial"] = fanouts
+            log(f"a busy machine: {plan.delivery_rate:,.0f} msg/s to one subscription, quiet and beside two busy cores")
+            out["busy_machine"] = await delivery.busy_machine(
+                system, sink, api, plan.delivery_rate, plan.seconds, plan.reps
+            )
             log(f"sustained: {plan.sustained_seconds:.0f} s at {plan.delivery_rate:,.0f} msg/s to one subscription")
             out["sustained"] = await sustained(
                 system, sink, api, plan.delivery_rate, plan.sustained_seconds, plan.sustained_window
