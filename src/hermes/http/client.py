@@ -118,8 +118,7 @@ class _Connection(asyncio.Protocol):
         self._head = None
         self._received_any = False
         self.last_activity = time.monotonic()
-        for part in data:
-            self.transport.write(part)
+        self.transport.writelines(data)  # head and body in one system call, not one each
         return self._waiter
 
     async def stream(self, body: StreamedBody, answer: asyncio.Future[Response]) -> bool:
