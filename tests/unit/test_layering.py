@@ -46,6 +46,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     | {"metadata", "pipeline", "security"},
     "banner": {"logs", "metadata", "runtime"},
     "bench": _BASE | {"broker", "config", "domain", "http", "jars", "pipeline", "security"},
+    "client": _BASE,  # the public APIs' client: nothing of the server
     "cli": _BASE
     | {"__version__", "bench", "config", "config_sections", "event_loop", "frontend", "logs", "pipeline", "runtime"}
     | {"security"},
