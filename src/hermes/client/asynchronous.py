@@ -157,6 +157,9 @@ class AsyncHermesClient:
         """Moves the subscription back to ``since`` (ISO-8601, or ``-6h``): the partitions and their new offsets."""
         return await self.send(calls.retransmit(topic, name, since, dry_run))
 
+    async def consumer_groups(self, topic: str, name: str) -> list[JsonObject]:
+        return await self.send(calls.consumer_groups(topic, name))
+
     async def trace(self, topic: str, name: str, message_id: str) -> list[JsonObject]:
         return await self.send(calls.trace(topic, name, message_id))
 

@@ -183,6 +183,11 @@ def retransmit(topic: str, name: str, since: str, dry_run: bool = False) -> Call
     return _send("PUT", _subscription_path(topic, name) + "/retransmission", {"retransmissionDate": since}, params)
 
 
+def consumer_groups(topic: str, name: str) -> Call[list[JsonObject]]:
+    """The subscription's Kafka consumer group: members, their partitions, offsets and lag."""
+    return _get(_subscription_path(topic, name) + "/consumer-groups")
+
+
 def trace(topic: str, name: str, message_id: str) -> Call[list[JsonObject]]:
     return _get(_subscription_path(topic, name) + f"/events/{_segment(message_id)}/trace")
 

@@ -157,6 +157,9 @@ class HermesClient:
         """Moves the subscription back to ``since`` (ISO-8601, or ``-6h``): the partitions and their new offsets."""
         return self.send(calls.retransmit(topic, name, since, dry_run))
 
+    def consumer_groups(self, topic: str, name: str) -> list[JsonObject]:
+        return self.send(calls.consumer_groups(topic, name))
+
     def trace(self, topic: str, name: str, message_id: str) -> list[JsonObject]:
         return self.send(calls.trace(topic, name, message_id))
 

@@ -1,0 +1,70 @@
+"""Following a long operation until it ends, a line on stderr whenever its progress changes. Ctrl-C stops the
+watching, not the operation."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from hermes.client import HermesClient
+from hermes.errors import HermesError
+
+# A subscription's messages handled one way or another: each counts once in one of these totals
+_HANDLED = ("delivered", "discarded", "filtered")
+
+
+def _say(line: str) -> None:
+    print(f"hermes: {line}", file=sys.stderr, flush=True)
+
+
+def watch_retransmission(client: HermesClient, topic: str, name: str, moved: dict[str, Any], interval: float) -> None:
+    """Until the subscription has handled as many messages as lay between its new offsets (``moved``: the answer of
+    the retransmission) and the log's end, read from its metrics (up to --consumer-metrics-interval behind)."""
+    if client.subscription(topic, name)["state"] != "ACTIVE":
+        _say("the subscription is not active: its new position takes effect when it is activated")
+        return
+    start = _handled(client, topic, name)
+    backlog = _backlog(client, topic, name, moved)
+    shown = -1
+    while (done := _handled(client, topic, name) - start) < backlog:
+        if done != shown:
+            _say(f"retransmission of {topic}${name}: {done} of {backlog} messages handled")
+            shown = done
+        time.sleep(interval)
+    _say(f"retransmission of {topic}${name}: done, {backlog} messages handled again")
+
+
+def _handled(client: HermesClient, topic: str, name: str) -> int:
+    totals = client.subscription_metrics(topic, name).get("totals", {})
+    return sum(int(totals.get(key, 0)) for key in _HANDLED)
+
+
+def _backlog(client: HermesClient, topic: str, name: str, moved: dict[str, Any]) -> int:
+    """The messages from each partition's new offset to its log's end (as the consumer group reports it)."""
+    ends = {
+        int(p["partition"]): int(p["logEndOffset"])
+        for group in client.consumer_groups(topic, name)
+        for member in group.get("members", [])
+        for p in member.get("partitions", [])
+    }
+    offsets = [p for partitions in moved.get("partitionOffsetListPerBrokerName", {}).values() for p in partitions]
+    return sum(max(0, ends.get(int(p["partition"]), 0) - int(p["offset"])) for p in offsets)
+
+
+def watch_offline_retransmission(client: HermesClient, task_id: str, interval: float) -> dict[str, Any]:
+    """Until the task is DONE (its last state answered) or FAILED (its error raised)."""
+    shown = None
+    while True:
+        task = client.offline_retransmission(task_id)
+        progress = task.get("progress") or {}
+        line = f"offline retransmission {task_id}: {task.get('status')}, {progress.get('republished', 0)} of "
+        line += f"{progress.get('total', '?')} republished"
+        if line != shown:
+            _say(line)
+            shown = line
+        if task.get("status") == "DONE":
+            return task
+        if task.get("status") == "FAILED":
+            raise HermesError(f"offline retransmission {task_id} failed: {task.get('error', 'no reason given')}")
+        time.sleep(interval)
