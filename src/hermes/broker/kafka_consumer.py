@@ -154,6 +154,18 @@ class BrokerConsumer:
     def resume(self, partitions: Iterable[tuple[str, int]]) -> None:
         self._consumer.resume([TopicPartition(t, p) for t, p in partitions])
 
+    def lag(self, committed: PartitionOffsets) -> int:
+        """Messages of the assigned partitions after their ``committed`` offset (else the read position), up to
+        each partition's end as the last fetch saw it: no request to the broker."""
+        assigned = self._consumer.assignment()
+        total = 0
+        for tp in self._consumer.position(assigned) if assigned else []:
+            watermarks = self._consumer.get_watermark_offsets(tp, cached=True)
+            start = committed.get((tp.topic, tp.partition), tp.offset)
+            if watermarks is not None and watermarks[1] >= 0 and start >= 0:
+                total += max(0, watermarks[1] - start)
+        return total
+
     def assignment(self) -> list[tuple[str, int]]:
         return [(tp.topic, tp.partition) for tp in self._consumer.assignment()]
 

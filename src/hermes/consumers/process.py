@@ -109,7 +109,7 @@ class ConsumerProcess:
                 log.warning("reporting of %s failed", self.name, exc_info=True)
 
     async def _publish_metrics(self) -> None:
-        self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value)
+        self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value, self.receiver.lag)
         await asyncio.to_thread(
             self._context.repository.put_document, SUBSCRIPTION_METRICS, self._snapshot_key, self.metrics.snapshot()
         )

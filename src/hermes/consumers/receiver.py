@@ -97,6 +97,7 @@ class MessageReceiver:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flow: Flow | None = None
         self.generation = 0
+        self.lag = 0  # messages after the committed offsets of this node's partitions, as of the last commit
 
     def start(self, flow: Flow) -> None:
         self._loop = asyncio.get_running_loop()
@@ -300,6 +301,8 @@ class MessageReceiver:
         else:
             with self._lock:
                 self._tracker.mark_committed(offsets)
+                committed = self._tracker.committed()
+            self.lag = consumer.lag(committed)
         if forget and only is not None:  # revoked: whoever reads them next starts from the last commit
             with self._lock:
                 self._tracker.forget(only)

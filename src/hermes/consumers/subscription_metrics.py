@@ -23,6 +23,7 @@ _RATE = Gauge("hermes_consumers_rate", "Current sending rate limit (messages/s)"
 _TOKEN_REQUESTS = Counter("hermes_consumers_oauth_token_requests", "OAuth token requests sent", _LABELS)
 _TOKEN_FAILURES = Counter("hermes_consumers_oauth_token_failures", "OAuth tokens needed but not obtained", _LABELS)
 _MODE = Gauge("hermes_consumers_rate_mode", "Rate mode: 0 normal, 1 slow, 2 heartbeat", _LABELS)
+_LAG = Gauge("hermes_consumers_lag", "Messages after the committed offsets of this node's partitions", _LABELS)
 
 # Health looks at the last attempts rather than the last second: a failing subscription is slowed down to one
 # attempt a second, then a minute, and must not look healthy in the seconds between its attempts.
@@ -90,9 +91,10 @@ class SubscriptionMetrics:
         self.count(outcome)
         self._recent.append((time.monotonic(), outcome))
 
-    def gauges(self, inflight: int, rate: float, mode: str) -> None:
-        self.inflight, self.rate, self.mode = inflight, rate, mode
+    def gauges(self, inflight: int, rate: float, mode: str, lag: int) -> None:
+        self.inflight, self.rate, self.mode, self.lag = inflight, rate, mode, lag
         labels = self._labels()
+        _LAG.labels(**labels).set(lag)
         _INFLIGHT.labels(**labels).set(inflight)
         _RATE.labels(**labels).set(rate)
         _MODE.labels(**labels).set({"NORMAL": 0, "SLOW": 1, "HEARTBEAT": 2}.get(mode, 0))
