@@ -51,7 +51,7 @@ else
   .venv/bin/pip install -q --upgrade pip
   .venv/bin/pip install --progress-bar off -e ".[$extras]" \
     | { grep --line-buffered -E '^(Collecting|Successfully installed)' || true; } \
-    | sed -u -e 's/^Collecting /setup:   collecting /' -e 's/^Successfully installed .*/setup:   installed/'
+    | sed -u -e 's/ (from .*//' -e 's/^Collecting /setup:   collecting /' -e 's/^Successfully installed .*/setup:   installed/'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi

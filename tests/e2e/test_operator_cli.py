@@ -131,3 +131,20 @@ def test_hermes_help_lists_the_operators_commands_without_importing_the_broker()
     assert result.stdout.strip() == "['hermes.admin_cli', 'hermes.cli', 'hermes.errors']"
     top = subprocess.run([sys.executable, "-m", "hermes", "--help"], capture_output=True, text=True, check=True)
     assert all(f"    {name}" in top.stdout for name in ("topics", "subscriptions", "publish", "tail"))
+
+
+def test_offline_retransmission_is_created_and_its_task_answered(
+    capsys: pytest.CaptureFixture[str], hermes: InProcessHermes
+) -> None:
+    source = f"{unique('g')}.{unique('topic')}"
+    stored = 'offlineStorage={"enabled": true, "retentionTime": {"duration": 7}}'
+    assert _hermes(capsys, hermes, "topics", "create", source, "--set", stored)[0] == 0
+    target = _topic(capsys, hermes)
+    window = ["--start", "2026-11-23T06:00:00Z", "--end", "2026-11-23T07:00:00Z"]
+    code, out, err = _hermes(
+        capsys, hermes, "topics", "retransmit", source, target, *window, "--no-wait", "--output", "json"
+    )
+    task = json.loads(out)
+    assert code == 0 and (task["sourceTopic"], task["targetTopic"], task["status"]) == (source, target, "PENDING"), err
+    code, _, err = _hermes(capsys, hermes, "topics", "retransmit", target, source, *window, "--no-wait")
+    assert code == 1 and "offlineStorage" in err  # the API's own validation message, one line

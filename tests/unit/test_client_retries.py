@@ -88,3 +88,17 @@ def test_the_asgi_subscriber_answers_hermes_statuses() -> None:
     assert run(lambda _: Answer.retry_later(7), b"{}") == (503, {b"retry-after": b"7"})
     assert run(lambda d: d.json(), b"not json")[0] == 400
     assert run(lambda _: 1 / 0, b"{}")[0] == 500  # type: ignore[func-returns-value]
+
+
+def test_credentials_go_in_the_authorization_header_and_never_in_the_repr() -> None:
+    seen: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("Authorization", ""))
+        return httpx.Response(200, json=[])
+
+    for connection in (Connection(user="alice", password="s3cret"), Connection(user="alice", token="t0ken")):
+        with HermesClient(connection, FAST, httpx.MockTransport(handle)) as client:
+            client.topics()
+        assert "s3cret" not in repr(connection) and "t0ken" not in repr(connection)
+    assert seen == ["Basic YWxpY2U6czNjcmV0", "Bearer t0ken"]
