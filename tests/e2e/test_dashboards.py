@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hermes.client import Connection, HermesClient
 from tests.support.hermes import InProcessHermes, unique
-from tests.support.subscriber import SubscriberServer
+from tests.support.subscriber import SubscriberServer, always
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -70,3 +70,21 @@ def test_every_metric_the_dashboard_and_the_rules_name_is_exported(
     named = {_family(name) for expr in _dashboard_expressions() + _rule_expressions() for name in _NAME.findall(expr)}
     assert "hermes_consumers_lag" in named and len(named) > 10
     assert sorted(named - exported - SCRAPE_METRICS) == []
+
+
+def test_the_lag_gauge_counts_what_the_subscriber_has_not_taken(hermes: InProcessHermes) -> None:
+    refusing = SubscriberServer(always(503)).start()
+    try:
+        with HermesClient(Connection(hermes.management_url, hermes.frontend_url)) as client:
+            group = unique("g")
+            client.create_group(group)
+            topic = f"{group}.{unique('topic')}"
+            client.create_topic(topic)
+            client.create_subscription(topic, "slow", refusing.url)
+            wait_until(lambda: client.subscription(topic, "slow")["state"] == "ACTIVE", timeout=20)
+            client.publish_many(topic, [b"{}"] * 5)
+            sample = f'hermes_consumers_lag{{subscription="slow",topic="{topic}"}} 5.0'
+            wait_until(lambda: sample in httpx.get(f"{hermes.management_url}/status/prometheus").text, timeout=20)
+            assert client.subscription_metrics(topic, "slow")["lag"] == "5"  # the API's figure, from the broker
+    finally:
+        refusing.stop()
