@@ -10,10 +10,6 @@ from typing import Any
 from hermes.client import HermesClient
 from hermes.errors import HermesError
 
-# A subscription's messages handled one way or another: each counts once in one of these totals
-_HANDLED = ("delivered", "discarded", "filtered")
-
-
 def _say(line: str) -> None:
     print(f"hermes: {line}", file=sys.stderr, flush=True)
 
@@ -36,8 +32,11 @@ def watch_retransmission(client: HermesClient, topic: str, name: str, moved: dic
 
 
 def _handled(client: HermesClient, topic: str, name: str) -> int:
-    totals = client.subscription_metrics(topic, name).get("totals", {})
-    return sum(int(totals.get(key, 0)) for key in _HANDLED)
+    """Messages delivered, discarded or filtered out: each handled message counts once in one of them. (Hermes'
+    own metrics have no ``totals``: against it, a filtering subscription's filtered messages are not counted.)"""
+    metrics = client.subscription_metrics(topic, name)
+    filtered = metrics.get("totals", {}).get("filtered", 0)
+    return int(metrics.get("delivered", 0)) + int(metrics.get("discarded", 0)) + int(filtered)
 
 
 def _backlog(client: HermesClient, topic: str, name: str, moved: dict[str, Any]) -> int:
