@@ -14,7 +14,7 @@ from typing import Any
 
 from hermes.admin_cli import COMMANDS
 from hermes.admin_cli.output import show
-from hermes.admin_cli.progress import watch_offline_retransmission, watch_retransmission
+from hermes.admin_cli.progress import retransmit_and_watch, watch_offline_retransmission
 from hermes.client import Connection, HermesClient
 from hermes.client import connection as env
 from hermes.errors import GroupNotFound, HermesError, UsageError
@@ -143,11 +143,12 @@ def _subscriptions_create(client: HermesClient, args: argparse.Namespace) -> Any
 
 
 def _subscriptions_retransmit(client: HermesClient, args: argparse.Namespace) -> Any:
-    moved = client.retransmit(args.topic, args.name, args.since, args.dry_run)
+    def retransmit() -> dict[str, Any]:
+        return client.retransmit(args.topic, args.name, args.since, args.dry_run)
+
     if args.dry_run or args.no_wait:
-        return moved
-    watch_retransmission(client, args.topic, args.name, moved, args.interval)
-    return moved
+        return retransmit()
+    return retransmit_and_watch(client, args.topic, args.name, retransmit, args.interval)
 
 
 def _state(change: str) -> Action:

@@ -5,22 +5,30 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from hermes.client import HermesClient
 from hermes.errors import HermesError
 
+
 def _say(line: str) -> None:
     print(f"hermes: {line}", file=sys.stderr, flush=True)
 
 
-def watch_retransmission(client: HermesClient, topic: str, name: str, moved: dict[str, Any], interval: float) -> None:
-    """Until the subscription has handled as many messages as lay between its new offsets (``moved``: the answer of
-    the retransmission) and the log's end, read from its metrics (up to --consumer-metrics-interval behind)."""
-    if client.subscription(topic, name)["state"] != "ACTIVE":
+def retransmit_and_watch(
+    client: HermesClient, topic: str, name: str, retransmit: Callable[[], dict[str, Any]], interval: float
+) -> dict[str, Any]:
+    """Runs ``retransmit`` (its answer: each partition's new offset) and follows the subscription until it has
+    handled as many messages as lay between those offsets and the log's end, read from its metrics (up to
+    --consumer-metrics-interval behind). The count starts before the retransmission, so that a redelivery faster
+    than the metrics is not missed (messages delivered meanwhile count too)."""
+    active = client.subscription(topic, name)["state"] == "ACTIVE"
+    start = _handled(client, topic, name) if active else 0
+    moved = retransmit()
+    if not active:
         _say("the subscription is not active: its new position takes effect when it is activated")
-        return
-    start = _handled(client, topic, name)
+        return moved
     backlog = _backlog(client, topic, name, moved)
     shown = -1
     while (done := _handled(client, topic, name) - start) < backlog:
@@ -29,6 +37,7 @@ def watch_retransmission(client: HermesClient, topic: str, name: str, moved: dic
             shown = done
         time.sleep(interval)
     _say(f"retransmission of {topic}${name}: done, {backlog} messages handled again")
+    return moved
 
 
 def _handled(client: HermesClient, topic: str, name: str) -> int:
