@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import typing
 from collections.abc import Callable, Sequence
@@ -28,26 +27,26 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _connection_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``Connection``, each defaulting to its environment variable (``Connection.from_env``)."""
+    defaults = Connection.from_env()
     group = parser.add_argument_group("connection")
     group.add_argument(
         "--management-url",
         metavar="URL",
-        default=os.environ.get(env.ENV_MANAGEMENT_URL) or env.DEFAULT_MANAGEMENT_URL,
+        default=defaults.management_url,
         help=f"the management API [env {env.ENV_MANAGEMENT_URL}; default {env.DEFAULT_MANAGEMENT_URL}]",
     )
     group.add_argument(
         "--frontend-url",
         metavar="URL",
-        default=os.environ.get(env.ENV_FRONTEND_URL) or env.DEFAULT_FRONTEND_URL,
+        default=defaults.frontend_url,
         help=f"the publishing API [env {env.ENV_FRONTEND_URL}; default {env.DEFAULT_FRONTEND_URL}]",
     )
-    group.add_argument("--user", metavar="NAME", default=os.environ.get(env.ENV_USER), help=f"[env {env.ENV_USER}]")
+    group.add_argument("--user", metavar="NAME", default=defaults.user, help=f"HTTP Basic [env {env.ENV_USER}]")
     group.add_argument(
-        "--password", metavar="PASSWORD", default=os.environ.get(env.ENV_PASSWORD), help=f"[env {env.ENV_PASSWORD}]"
+        "--password", metavar="PASSWORD", default=defaults.password, help=f"HTTP Basic [env {env.ENV_PASSWORD}]"
     )
-    group.add_argument(
-        "--token", metavar="TOKEN", default=os.environ.get(env.ENV_TOKEN), help=f"a bearer token [env {env.ENV_TOKEN}]"
-    )
+    group.add_argument("--token", metavar="TOKEN", default=defaults.token, help=f"a bearer token [env {env.ENV_TOKEN}]")
     group.add_argument(
         "--output", choices=("table", "json"), default="table", help="table for people, json as the API answers"
     )
