@@ -65,6 +65,7 @@ ONLY_IN = {
     "kazoo": ("metadata/", "cluster/"),
     "sqlite3": ("metadata/",),
     "pyspark": ("pipeline/",),
+    "httpx": ("client/",),  # the client's HTTP library; the broker speaks aiohttp (http/)
 }
 # The domain is pure: none of these.
 IO_MODULES = {"asyncio", "aiohttp", "socket", "ssl", "subprocess", "threading", "signal", "sqlite3", "pathlib"}
