@@ -1,5 +1,6 @@
-"""The client's retries: a request is sent again only when the first cannot have taken effect, or when twice is
-the same as once. The transport is scripted (httpx's MockTransport): this is the retry policy alone."""
+"""The client's pure logic: retries (a request is sent again only when the first cannot have taken effect, or when
+twice is the same as once), errors, credentials, the ASGI subscriber. The transport is scripted (httpx's
+MockTransport): no broker here; tests/e2e/test_client.py runs the client against one."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from hermes import errors
 from hermes.client import Connection, HermesClient, RetryPolicy
+from hermes.client.responses import raise_for_error
 from hermes.client.subscriber import Answer, AsgiSubscriber, Delivery
 
 pytestmark = pytest.mark.unit
@@ -102,3 +104,15 @@ def test_credentials_go_in_the_authorization_header_and_never_in_the_repr() -> N
             client.topics()
         assert "s3cret" not in repr(connection) and "t0ken" not in repr(connection)
     assert seen == ["Basic YWxpY2U6czNjcmV0", "Bearer t0ken"]
+
+
+def _subclasses(cls: type[errors.HermesError]) -> list[type[errors.HermesError]]:
+    return [cls, *(sub for child in cls.__subclasses__() for sub in _subclasses(child))]
+
+
+@pytest.mark.parametrize("error", _subclasses(errors.HermesError), ids=lambda cls: cls.__name__)
+def test_every_error_code_reads_back_as_its_type_with_the_apis_message(error: type[errors.HermesError]) -> None:
+    body = f'{{"code": "{error.code}", "message": "said the API"}}'.encode()
+    with pytest.raises(errors.HermesError) as raised:
+        raise_for_error(error.status, {}, body, "/x")
+    assert type(raised.value) is error and raised.value.message == "said the API"
