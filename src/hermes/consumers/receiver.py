@@ -302,7 +302,9 @@ class MessageReceiver:
             with self._lock:
                 self._tracker.mark_committed(offsets)
                 committed = self._tracker.committed()
-            self.lag = consumer.lag(committed)
+            lag = consumer.lag(committed)
+            if lag is not None:  # else the last figure stands until the next commit
+                self.lag = lag
         if forget and only is not None:  # revoked: whoever reads them next starts from the last commit
             with self._lock:
                 self._tracker.forget(only)
