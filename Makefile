@@ -1,10 +1,17 @@
-# The two set-up commands of the README: `make run` and `make test`. Both install what they need first.
-.PHONY: setup run test lint typecheck check bench
+# The two set-up commands of the README: `make run` and `make test`. Both install what they need first: `make run`
+# only what running uses, `make test` the test and benchmark tools too.
+.PHONY: setup setup-run run test lint typecheck check bench
+
+# What `hermes run` uses: the ZooKeeper client (--metadata-store zookeeper), the Spark pipeline, uvloop.
+RUN_EXTRAS = zookeeper,spark,fast
 
 setup:
 	@./scripts/setup.sh
 
-run: setup
+setup-run:
+	@HERMES_EXTRAS=$(RUN_EXTRAS) ./scripts/setup.sh
+
+run: setup-run
 	.venv/bin/hermes run
 
 test: setup

@@ -1,60 +1,93 @@
 #!/usr/bin/env bash
-# Installs everything Hermes needs on a fresh Debian machine: the Debian packages (ZooKeeper for the
-# ZooKeeper metadata repository and its tests, Java for Kafka, ZooKeeper and Spark, Maven to fetch jars, wrk and a
-# C compiler for the benchmark), a virtualenv in .venv with the package and its extras, the benchmark's open-loop
-# generator (bench/openloop/openloop.c) built into .venv/bin, and the pinned jars of jars/*.pom.xml (the embedded
-# Apache Kafka broker, Spark's Kafka connector) in .venv/share/hermes/jars. Safe to run again: every step is
-# idempotent, and nothing is downloaded at run time.
+# Installs what Hermes needs on a fresh Debian machine, in steps it names as it goes: the Debian packages (Java
+# for Kafka and Spark, Maven to fetch jars; with the test and benchmark tools also ZooKeeper for the ZooKeeper
+# metadata repository's tests, wrk and a C compiler), a virtualenv in .venv with the package and the extras of
+# HERMES_EXTRAS (default all,dev: everything; `make run` asks only for what running needs), the benchmark's
+# open-loop generator (bench/openloop/openloop.c) built into .venv/bin, and the pinned jars of jars/*.pom.xml
+# (the embedded Apache Kafka broker, Spark's Kafka connector) in .venv/share/hermes/jars. Safe to run again:
+# every step is idempotent, and nothing is downloaded at run time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+extras="${HERMES_EXTRAS:-all,dev}"
+has_extra() { case ",$extras," in *",$1,"* | *",all,"*) return 0 ;; *) return 1 ;; esac; }
+say() { echo "setup: $*"; }
+steps=4
+step=0
+next() { step=$((step + 1)); say "[$step/$steps] $*"; }
+
+next "Debian packages"
 need_apt=()
-[ -x /usr/share/zookeeper/bin/zkServer.sh ] || need_apt+=(zookeeper)
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
-command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # the load generator of hermes bench's publish maxima
-command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)  # builds hermes-openloop, hermes bench's fixed-rate generator
-[ -f /usr/include/stdio.h ] || need_apt+=(libc6-dev)
+if has_extra dev; then  # the tests' ZooKeeper server
+  [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need_apt+=(zookeeper)
+fi
+if has_extra bench; then
+  command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # the load generator of hermes bench's publish maxima
+  command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)  # builds hermes-openloop, hermes bench's fixed-rate generator
+  [ -f /usr/include/stdio.h ] || need_apt+=(libc6-dev)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
-  echo "setup: installing Debian packages: ${need_apt[*]}"
+  say "  installing ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+else
+  say "  already installed"
 fi
 
+next "Python packages: hermes-broker[$extras] in .venv"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-extras="${HERMES_EXTRAS:-all,dev}"
-stamp=".venv/.installed-$(sha1sum pyproject.toml | cut -c1-12)-${extras//,/_}"
-if [ ! -f "$stamp" ]; then
-  echo "setup: installing hermes-broker[$extras] into .venv (the first run builds pyspark, a few minutes)"
+# One stamp per pyproject.toml and set of extras; a stamp of all,dev covers every smaller set.
+hash="$(sha1sum pyproject.toml | cut -c1-12)"
+stamp=".venv/.installed-$hash-${extras//,/_}"
+if [ -f "$stamp" ] || [ -f ".venv/.installed-$hash-all_dev" ]; then
+  say "  already installed"
+else
+  say "  the first time takes minutes (pyspark alone is 300 MB); each package as it comes:"
   .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -e ".[$extras]"
+  .venv/bin/pip install --progress-bar off -e ".[$extras]" \
+    | { grep --line-buffered -E '^(Collecting|Successfully installed)' || true; } \
+    | sed -u -e 's/ (from .*//' -e 's/^Collecting /setup:   collecting /' -e 's/^Successfully installed .*/setup:   installed/'
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
 
-# hermes-openloop, rebuilt only when its source changes.
+next "hermes-openloop (the benchmark's generator)"
 openloop_stamp=".venv/.openloop-$(sha1sum bench/openloop/openloop.c | cut -c1-12)"
-if [ ! -f "$openloop_stamp" ] || [ ! -x .venv/bin/hermes-openloop ]; then
-  echo "setup: building hermes-openloop"
+if ! has_extra bench; then
+  say "  skipped: only for hermes bench (HERMES_EXTRAS without bench)"
+elif [ ! -f "$openloop_stamp" ] || [ ! -x .venv/bin/hermes-openloop ]; then
   gcc -O2 -Wall -Wextra -o .venv/bin/hermes-openloop bench/openloop/openloop.c
   rm -f .venv/.openloop-*
   touch "$openloop_stamp"
+  say "  built"
+else
+  say "  already built"
 fi
 
 # Each jars/NAME.pom.xml becomes .venv/share/hermes/jars/NAME/*.jar, through a Maven cache inside .venv.
-for pom in jars/*.pom.xml; do
+# jansi.noreset: Maven's console library writes colour resets (ESC[0m) when it closes, -B and style.color or not.
+next "jars, with Maven"
+poms=(jars/*.pom.xml)
+for i in "${!poms[@]}"; do
+  pom="${poms[$i]}"
   name="$(basename "$pom" .pom.xml)"
   target=".venv/share/hermes/jars/$name"
   jar_stamp="$target/.fetched-$(sha1sum "$pom" | cut -c1-12)"
-  if [ ! -f "$jar_stamp" ]; then
-    echo "setup: fetching the $name jars with Maven"
-    rm -rf "$target"
-    mvn -q -B -Dstyle.color=never -f "$pom" -Dmaven.repo.local="$PWD/.venv/share/hermes/maven" \
-      dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$PWD/$target"
-    touch "$jar_stamp"
+  if [ -f "$jar_stamp" ]; then
+    say "  ($((i + 1))/${#poms[@]}) $name: already fetched"
+    continue
   fi
+  say "  ($((i + 1))/${#poms[@]}) $name: fetching"
+  rm -rf "$target"
+  MAVEN_OPTS="${MAVEN_OPTS:-} -Djansi.noreset=true" mvn -q -B -ntp -Dstyle.color=never -f "$pom" \
+    -Dmaven.repo.local="$PWD/.venv/share/hermes/maven" \
+    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$PWD/$target"
+  touch "$jar_stamp"
+  say "  ($((i + 1))/${#poms[@]}) $name: $(find "$target" -name '*.jar' | wc -l) jars"
 done
-echo "setup: ready"
+say "ready"

@@ -1,26 +1,26 @@
 """The ``hermes`` command. Every setting is a flag of the commands that use it (``hermes.config_sections``); usage
-errors are one line and exit code 2."""
+errors are one line and exit code 2. A command's code (and the settings, pydantic's) is imported only when that
+command runs or shows its help, so that ``hermes --help`` and the operator's commands (``hermes.admin_cli``)
+start in a fraction of a second."""
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import sys
 import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hermes import __version__, event_loop
-from hermes.config import ENV_PREFIX, Settings, flag, load_settings
-from hermes.config_sections import commands_of, sections_of
+from hermes import __version__, admin_cli
 from hermes.errors import HermesError, UsageError
-from hermes.logs import configure_logging, log_path
-from hermes.runtime import ALL_ROLES, Role, serve
 
-Command = Callable[[Settings, argparse.Namespace], int]
+if TYPE_CHECKING:
+    from hermes.config import Settings
+
+Command = Callable[["Settings", argparse.Namespace], int]
 Arguments = Callable[[argparse.ArgumentParser], None]
 COMMANDS: dict[str, tuple[str, Command]] = {}
 ARGUMENTS: dict[str, Arguments] = {}  # a command's own flags, beside the settings
@@ -36,7 +36,11 @@ def command(name: str, help_: str, arguments: Arguments | None = None) -> Callab
     return register
 
 
-def _serve(settings: Settings, roles: frozenset[Role]) -> int:
+def _serve(settings: Settings, role: str | None) -> int:
+    from hermes import event_loop
+    from hermes.runtime import ALL_ROLES, Role, serve
+
+    roles = ALL_ROLES if role is None else frozenset({Role(role)})
     event_loop.run(settings.event_loop, serve(settings, roles))
     return 0
 
@@ -45,7 +49,7 @@ def _serve(settings: Settings, roles: frozenset[Role]) -> int:
     "run", "Run the whole broker in one process: embedded Kafka (unless external), management, frontend, consumers."
 )
 def _run(settings: Settings, _: argparse.Namespace) -> int:
-    return _serve(settings, ALL_ROLES)
+    return _serve(settings, None)
 
 
 @command("frontend", "Run only the publishing API, in --workers processes.")
@@ -54,17 +58,17 @@ def _frontend(settings: Settings, _: argparse.Namespace) -> int:
         from hermes.frontend.workers import run_workers
 
         return run_workers(settings)
-    return _serve(settings, frozenset({Role.FRONTEND}))
+    return _serve(settings, "frontend")
 
 
 @command("management", "Run only the management API.")
 def _management(settings: Settings, _: argparse.Namespace) -> int:
-    return _serve(settings, frozenset({Role.MANAGEMENT}))
+    return _serve(settings, "management")
 
 
 @command("consumers", "Run only the consumers (push delivery).")
 def _consumers(settings: Settings, _: argparse.Namespace) -> int:
-    return _serve(settings, frozenset({Role.CONSUMERS}))
+    return _serve(settings, "consumers")
 
 
 @command("pipeline", "Run the Spark data pipeline: offline storage and the jobs of docs/pipeline.md (spark extra).")
@@ -90,6 +94,8 @@ def _bench_arguments(parser: argparse.ArgumentParser) -> None:
     _bench_arguments,
 )
 def _bench(_settings: Settings, args: argparse.Namespace) -> int:
+    import json
+
     from hermes.bench import report, suite
 
     def progress(text: str) -> None:
@@ -125,6 +131,8 @@ def _users(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _add_setting(group: argparse._ArgumentGroup, name: str) -> None:
+    from hermes.config import ENV_PREFIX, Settings, flag
+
     field = Settings.model_fields[name]
     hints = [f"env {ENV_PREFIX}{name.upper()}"]
     if field.default_factory is None and field.default is not None:  # a computed or empty default: nothing to show
@@ -142,8 +150,26 @@ def _add_setting(group: argparse._ArgumentGroup, name: str) -> None:
         return
     # values stay strings here: the settings validate them and name the flag in any error
     choices = typing.get_args(base) if typing.get_origin(base) is typing.Literal else ()
-    metavar = "{" + ",".join(choices) + "}" if choices else name.rsplit("_", maxsplit=1)[-1].upper()
+    metavar = "{" + ",".join(choices) + "}" if choices else value_name(name, base, field.description or "")
     group.add_argument(flag(name), metavar=metavar, **args)
+
+
+def value_name(name: str, kind: object, description: str) -> str:
+    """What a flag's value is, for its help (``--consumers-per-subscription COUNT``): named in
+    ``config_sections.VALUE_NAMES``, else from the field's unit or type."""
+    from hermes.config_sections import VALUE_NAMES
+
+    units = {"Seconds": "SECONDS", "Millis": "MS", "Hours": "HOURS", "Bytes": "BYTES"}
+    suffixes = {"_port": "PORT", "_ms": "MS", "_mb": "MIB", "_bytes": "BYTES", "_size": "BYTES", "_url": "URL"}
+    suffixes |= {"_file": "FILE", "_dir": "DIR", "_location": "FILE"}
+    return (
+        VALUE_NAMES.get(name)
+        or next((value for suffix, value in suffixes.items() if name.endswith(suffix)), None)
+        or next((value for unit, value in units.items() if description.startswith(unit)), None)
+        or ("SECONDS" if kind is float and "seconds" in description.lower() else None)
+        or {int: "COUNT", float: "NUMBER", Path: "PATH"}.get(kind)  # type: ignore[call-overload]
+        or "TEXT"
+    )
 
 
 class _Parser(argparse.ArgumentParser):
@@ -151,39 +177,57 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message.removeprefix("argument "))  # one line, not argparse's usage dump
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The top-level parser (commands, --version) and each command's parser, with the settings it uses."""
-    top = _Parser(
+def top_help() -> str:
+    """``hermes --help``: every command by its one line, the broker's and then the operator's."""
+    top = argparse.ArgumentParser(
         prog="hermes",
         description="Hermes for Python: publish over HTTP, store in Kafka, push to HTTP subscribers. "
-        "`hermes COMMAND --help` lists a command's settings.",
-        allow_abbrev=False,
+        "`hermes COMMAND --help` lists a command's flags.",
     )
     top.add_argument("--version", action="version", version=f"hermes {__version__}")
     sub = top.add_subparsers(dest="command", metavar="COMMAND")
-    parsers: dict[str, argparse.ArgumentParser] = {}
     for name, (help_, _) in COMMANDS.items():
-        parser = sub.add_parser(name, help=help_, description=help_, usage="%(prog)s [flags]", allow_abbrev=False)
-        sections = sections_of(name)
-        if sections:
-            config = parser.add_argument_group(
-                "config",
-                "Precedence, highest first: flags, HERMES_* environment variables, the --config file, defaults.",
-            )
-            config.add_argument(
-                "--config",
-                type=Path,
-                default=argparse.SUPPRESS,
-                help="TOML file with settings (keys as the flags, with underscores) [env HERMES_CONFIG]",
-            )
-        for section in sections:
+        sub.add_parser(name, help=help_)
+    for name, help_ in admin_cli.COMMANDS.items():
+        sub.add_parser(name, help=help_)
+    return top.format_help()
+
+
+def command_parser(name: str) -> argparse.ArgumentParser:
+    """A broker command's parser: the flags most runs need first, then its settings by section, then its own."""
+    from hermes.config_sections import ESSENTIALS, sections_of
+
+    help_ = COMMANDS[name][0]
+    parser = _Parser(
+        prog=f"hermes {name}", description=help_, usage="%(prog)s [flags]", allow_abbrev=False, add_help=False
+    )
+    parser.add_argument("-h", "--help", action="help", help="show this help and exit")
+    sections = sections_of(name)
+    first = [field for field in ESSENTIALS if any(field in section.fields for section in sections)]
+    if sections:
+        config = parser.add_argument_group(
+            "first flags",
+            "The flags most runs need. Precedence, highest first: flags, HERMES_* environment variables, the "
+            "--config file, defaults.",
+        )
+        config.add_argument(
+            "--config",
+            type=Path,
+            metavar="FILE",
+            default=argparse.SUPPRESS,
+            help="TOML file with settings (keys as the flags, with underscores) [env HERMES_CONFIG]",
+        )
+        for field in first:
+            _add_setting(config, field)
+    for section in sections:
+        rest = [field for field in section.fields if field not in first]
+        if rest:
             group = parser.add_argument_group(f"settings: {section.title}")
-            for name_ in section.fields:
-                _add_setting(group, name_)
-        if name in ARGUMENTS:
-            ARGUMENTS[name](parser)
-        parsers[name] = parser
-    return top, parsers
+            for field in rest:
+                _add_setting(group, field)
+    if name in ARGUMENTS:
+        ARGUMENTS[name](parser)
+    return parser
 
 
 def _suggestion(word: str, known: Iterable[str]) -> str:
@@ -192,6 +236,9 @@ def _suggestion(word: str, known: Iterable[str]) -> str:
 
 
 def _unknown(command: str, parser: argparse.ArgumentParser, argument: str) -> str:
+    from hermes.config import Settings
+    from hermes.config_sections import commands_of
+
     if not argument.startswith("-"):
         return f"unexpected argument {argument} (see hermes {command} --help)"
     option = argument.split("=", 1)[0]
@@ -204,34 +251,46 @@ def _unknown(command: str, parser: argparse.ArgumentParser, argument: str) -> st
 
 
 def parse(argv: Sequence[str]) -> tuple[str, argparse.Namespace]:
-    """The command ``argv`` (not empty) names, and its flags."""
-    top, parsers = build_parser()
+    """The broker command ``argv`` (not empty) names, and its flags."""
     command = argv[0]
-    if command in ("-h", "--help", "--version"):
-        top.parse_args(argv[:1])  # prints and exits
+    if command in ("-h", "--help"):
+        print(top_help(), end="")
+        raise SystemExit(0)
+    if command == "--version":
+        print(f"hermes {__version__}")
+        raise SystemExit(0)
     if command.startswith("-"):
         raise UsageError(f"{command}: the command comes first: hermes COMMAND [flags] (see hermes --help)")
-    if command not in parsers:
-        raise UsageError(f"unknown command {command}" + (_suggestion(command, parsers) or " (see hermes --help)"))
-    args, extra = parsers[command].parse_known_args(argv[1:])
+    if command not in COMMANDS:
+        known = [*COMMANDS, *admin_cli.COMMANDS]
+        raise UsageError(f"unknown command {command}" + (_suggestion(command, known) or " (see hermes --help)"))
+    parser = command_parser(command)
+    args, extra = parser.parse_known_args(argv[1:])
     if extra:
-        raise UsageError(_unknown(command, parsers[command], extra[0]))
+        raise UsageError(_unknown(command, parser, extra[0]))
     return command, args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv:
-        build_parser()[0].print_help()
+        print(top_help(), end="")
         return 2
+    if argv[0] in admin_cli.COMMANDS:
+        return admin_cli.main(argv)
     try:
         command, args = parse(argv)
+        from hermes.config import Settings, load_settings
+
         values = {k: v for k, v in vars(args).items() if k in Settings.model_fields}
         settings = load_settings(values, getattr(args, "config", None))
     except UsageError as exc:
         for line in exc.message.splitlines():
             print(f"hermes: {line}", file=sys.stderr)
         return 2
+    from hermes.config_sections import sections_of
+    from hermes.logs import configure_logging, log_path
+
     serves = bool(sections_of(command))  # a role or hermes run, not the benchmark: it has a data directory
     configure_logging(settings.log_level, log_path(settings.data_dir, command) if serves else None)
     try:

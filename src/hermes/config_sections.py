@@ -20,6 +20,53 @@ class Section:
 EVERY_PROCESS = ("run", "frontend", "consumers", "management", "pipeline")
 SERVERS = ("run", "frontend", "consumers", "management")
 
+# Shown first in a command's --help, in this order: what a new user sets before anything else.
+ESSENTIALS = (
+    "data_dir",
+    "host",
+    "frontend_port",
+    "management_port",
+    "log_level",
+    "kafka_bootstrap_servers",
+    "metadata_store",
+    "zookeeper_connect",
+    "pipeline",
+    "pipeline_lake",
+    "tls_cert_file",
+    "tls_key_file",
+    "auth_jwt_issuer",
+)
+
+# What a flag's value is, where neither its unit nor its type says it (the rest: ``hermes.cli.value_name``).
+VALUE_NAMES = {
+    "host": "ADDRESS",
+    "cluster_name": "NAME",
+    "node_id": "NAME",
+    "inactive_topics_whitelist": "TOPIC,...",
+    "auth_jwt_issuer": "URL",
+    "auth_jwt_audience": "AUDIENCE",
+    "kafka_bootstrap_servers": "HOST:PORT,...",
+    "kafka_sasl_mechanism": "MECHANISM",
+    "kafka_sasl_username": "NAME",
+    "kafka_sasl_password": "PASSWORD",
+    "kafka_scram_users": "NAME:PASSWORD,...",
+    "zookeeper_connect": "HOST:PORT,...",
+    "zookeeper_root": "ZNODE",
+    "frontend_propagated_headers": "HEADER,...",
+    "offload_s3_bucket": "BUCKET",
+    "offload_s3_prefix": "PREFIX",
+    "offload_s3_region": "REGION",
+    "endpoint_address_resolver": "MODULE:CLASS",
+    "cluster_session_timeout": "SECONDS",
+    "cluster_load_high": "CORES",
+    "cluster_load_low": "CORES",
+    "spark_master": "MASTER_URL",
+    "spark_remote": "sc://HOST:PORT",
+    "pipeline_lake": "DIR_OR_URI",
+    "pipeline_checkpoints": "DIR_OR_URI",
+    "pipeline_jobs": "JOB,...",
+}
+
 # Every field belongs to one section (a unit test checks); a field missing here is shown by every command.
 SECTIONS = (
     Section("process", (*EVERY_PROCESS, "users"), ("data_dir", "host", "log_level")),

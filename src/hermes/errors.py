@@ -99,6 +99,12 @@ class Unauthorized(HermesError):
     status = 401
 
 
+class InvalidSignature(Unauthorized):
+    """A delivery a subscriber got that no secret it holds signed, or signed too long ago (``hermes.client``)."""
+
+    code = "INVALID_SIGNATURE"
+
+
 class Forbidden(HermesError):
     """The caller is known but may not do this (as Hermes' ``PERMISSION_DENIED``)."""
 

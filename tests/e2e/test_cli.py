@@ -91,3 +91,15 @@ def test_a_config_file_that_is_not_toml_is_an_error(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr.startswith(f"hermes: {config}: not valid TOML: ")
     assert "Traceback" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_run_help_leads_with_the_first_flags_and_names_each_value() -> None:
+    from hermes.cli import command_parser
+
+    text = command_parser("run").format_help()
+    first, rest = text.split("settings: ", 1)
+    assert "--data-dir DIR" in first and "--frontend-port PORT" in first and "--kafka-bootstrap-servers" in first
+    assert "--data-dir" not in rest and "--consumer-commit-interval" not in first
+    for named in ("--consumers-per-subscription COUNT", "--auth-failed-logins-per-minute COUNT"):
+        assert named in rest
+    assert "--consumer-commit-interval SECONDS" in rest and "--frontend-ack-leader-timeout MS" in rest

@@ -454,6 +454,11 @@ def _startup_and_memory(s: dict[str, Any]) -> list[str]:
             f"it left ({start['fresh_s']['n']} start(s) each; the pipeline, a child started beside the roles, "
             "left out)."
         )
+        if "help_s" in start:  # results from before the operator's commands have none
+            lines.append(
+                f"A whole `hermes --help`: {_mmm(start['help_s'], 2)} s; `hermes topics list` against that broker: "
+                f"{_mmm(start['cli_s'], 2)} s ({start['help_s']['n']} runs each, process start to exit)."
+            )
     idle = s["broker_idle_memory_kib"]
     after = s["sustained"].get("memory_kib", {}).get("after", {}).get("broker", {})
     lines += [

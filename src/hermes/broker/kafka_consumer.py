@@ -169,6 +169,23 @@ class BrokerConsumer:
     def resume(self, partitions: Iterable[tuple[str, int]]) -> None:
         self._consumer.resume([TopicPartition(t, p) for t, p in partitions])
 
+    def lag(self, committed: PartitionOffsets) -> int | None:
+        """Messages of the assigned partitions after their ``committed`` offset (else the read position), up to
+        each partition's end as the last fetch saw it: no request to the broker. None when librdkafka cannot tell
+        (the assignment changing under it): a metric must not stop the consumer."""
+        total = 0
+        try:
+            assigned = self._consumer.assignment()
+            for tp in self._consumer.position(assigned) if assigned else []:
+                watermarks = self._consumer.get_watermark_offsets(tp, cached=True)
+                start = committed.get((tp.topic, tp.partition), tp.offset)
+                if watermarks is not None and watermarks[1] >= 0 and start >= 0:
+                    total += max(0, watermarks[1] - start)
+        except KafkaException as exc:
+            log.debug("consumer %s: no lag now: %s", self.group_id, exc)
+            return None
+        return total
+
     def assignment(self) -> list[tuple[str, int]]:
         return [(tp.topic, tp.partition) for tp in self._consumer.assignment()]
 

@@ -70,6 +70,9 @@ class OffsetTracker:
                 out[partition] = offset
         return out
 
+    def committed(self) -> dict[Partition, int]:
+        return dict(self._committed)
+
     def mark_committed(self, offsets: dict[Partition, int]) -> None:
         self._committed.update(offsets)
 

@@ -116,7 +116,7 @@ class ConsumerProcess:
         ``_UNCHANGED_REPORT_INTERVAL``: a write a second per idle subscription was most of what a thousand of them
         cost."""
         self.delivery.failures.flush()
-        self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value)
+        self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value, self.receiver.lag)
         snapshot = self.metrics.snapshot()
         figures = {k: v for k, v in snapshot.items() if k != "updatedAt"}
         now = time.monotonic()

@@ -103,6 +103,7 @@ class Receiver:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flow: Flow | None = None
         self.generation = 0
+        self.lag = 0  # messages after the committed offsets of this node's partitions, as of the last commit
 
     def start(self, flow: Flow) -> None:
         raise NotImplementedError
@@ -322,6 +323,10 @@ class MessageReceiver(Receiver):
         else:
             with self._lock:
                 self._tracker.mark_committed(offsets)
+                committed = self._tracker.committed()
+            lag = consumer.lag(committed)
+            if lag is not None:  # else the last figure stands until the next commit
+                self.lag = lag
         if forget and only is not None:  # revoked: whoever reads them next starts from the last commit
             with self._lock:
                 self._tracker.forget(only)

@@ -23,6 +23,7 @@ _RATE = Gauge("hermes_consumers_rate", "Current sending rate limit (messages/s)"
 _TOKEN_REQUESTS = Counter("hermes_consumers_oauth_token_requests", "OAuth token requests sent", _LABELS)
 _TOKEN_FAILURES = Counter("hermes_consumers_oauth_token_failures", "OAuth tokens needed but not obtained", _LABELS)
 _MODE = Gauge("hermes_consumers_rate_mode", "Rate mode: 0 normal, 1 slow, 2 heartbeat", _LABELS)
+_LAG = Gauge("hermes_consumers_lag", "Messages after the committed offsets of this node's partitions", _LABELS)
 
 # Health looks at the last attempts rather than the last second: a failing subscription is slowed down to one
 # attempt a second, then a minute, and must not look healthy in the seconds between its attempts.
@@ -90,8 +91,8 @@ class SubscriptionMetrics:
         self.count(outcome)
         self._recent.append((time.monotonic(), outcome))
 
-    def gauges(self, inflight: int, rate: float, mode: str) -> None:
-        self.inflight, self.rate, self.mode = inflight, rate, mode
+    def gauges(self, inflight: int, rate: float, mode: str, lag: int) -> None:
+        self.inflight, self.rate, self.mode, self.lag = inflight, rate, mode, lag
         gauges = self._children.get("gauges")
         if gauges is None:  # looked up once: every subscription sets them every second
             labels = self._labels()
@@ -99,10 +100,12 @@ class SubscriptionMetrics:
                 _INFLIGHT.labels(**labels),
                 _RATE.labels(**labels),
                 _MODE.labels(**labels),
+                _LAG.labels(**labels),
             )
         gauges[0].set(inflight)
         gauges[1].set(rate)
         gauges[2].set({"NORMAL": 0, "SLOW": 1, "HEARTBEAT": 2}.get(mode, 0))
+        gauges[3].set(lag)
 
     def snapshot(self) -> dict[str, Any]:
         """Totals, gauges and per-second rates since the previous snapshot."""

@@ -1,0 +1,178 @@
+"""The blocking client: ``HermesClient``. Every method is one request of the public APIs (``calls``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from hermes.client import calls
+from hermes.client.calls import Call, JsonObject
+from hermes.client.connection import Connection
+from hermes.client.responses import PublishResult
+from hermes.client.retries import RetryPolicy, unreachable
+from hermes.errors import HermesError
+
+T = TypeVar("T")
+
+
+class HermesClient:
+    """Pools connections to the management API and the frontend; use it as a context manager, or ``close`` it."""
+
+    def __init__(
+        self,
+        connection: Connection | None = None,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.connection = connection or Connection()
+        self.retry = retry or RetryPolicy()
+        self._management = self.connection.sync_client(self.connection.management_url, transport)
+        self._frontend = self.connection.sync_client(self.connection.frontend_url, transport)
+
+    def __enter__(self) -> HermesClient:
+        return self
+
+    def __exit__(self, *_: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._management.close()
+        self._frontend.close()
+
+    def send(self, call: Call[T], frontend: bool = False) -> T:
+        """Sends one call (retried as ``retry`` allows) and reads its answer; raises ``HermesError``s."""
+        http = self._frontend if frontend else self._management
+        attempt = 0
+        while True:
+            try:
+                response = http.request(
+                    call.method, call.path, params=dict(call.params), content=call.body, headers=dict(call.headers)
+                )
+            except httpx.TransportError as exc:
+                if not self.retry.retries_error(attempt, exc, call.idempotent):
+                    raise unreachable(str(http.base_url), exc) from None
+                time.sleep(self.retry.wait(attempt))
+            else:
+                if not self.retry.retries_status(attempt, response.status_code):
+                    return call.answer(response.status_code, response.headers, response.content)
+                time.sleep(self.retry.wait(attempt, response.headers))
+            attempt += 1
+
+    # Publishing
+
+    def publish(
+        self,
+        topic: str,
+        body: bytes | str | Any,
+        headers: Mapping[str, str] | None = None,
+        partition_key: str | None = None,
+    ) -> PublishResult:
+        """``body``: bytes or text as they are, anything else as JSON."""
+        return self.send(calls.publish(topic, body, headers, partition_key), frontend=True)
+
+    def publish_many(
+        self, topic: str, bodies: Iterable[bytes | str | Any], concurrency: int = 16
+    ) -> list[PublishResult | HermesError]:
+        """Publishes every body, at most ``concurrency`` at once; each one's result or error, in order."""
+
+        def one(body: bytes | str | Any) -> PublishResult | HermesError:
+            try:
+                return self.publish(topic, body)
+            except HermesError as exc:
+                return exc
+
+        with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+            return list(pool.map(one, bodies))
+
+    # Groups
+
+    def groups(self) -> list[str]:
+        return self.send(calls.groups())
+
+    def create_group(self, name: str) -> None:
+        self.send(calls.create_group(name))
+
+    def delete_group(self, name: str) -> None:
+        self.send(calls.delete_group(name))
+
+    # Topics
+
+    def topics(self, group: str | None = None) -> list[str]:
+        return self.send(calls.topics(group))
+
+    def topic(self, name: str) -> JsonObject:
+        return self.send(calls.topic(name))
+
+    def create_topic(self, name: str, **fields: Any) -> JsonObject:
+        """``fields``: the API's, e.g. ``contentType="AVRO"``, ``owner={...}``; JSON and a client owner by default."""
+        return self.send(calls.create_topic(name, fields))
+
+    def update_topic(self, name: str, **changes: Any) -> None:
+        self.send(calls.update_topic(name, changes))
+
+    def delete_topic(self, name: str) -> None:
+        self.send(calls.delete_topic(name))
+
+    def topic_metrics(self, name: str) -> JsonObject:
+        return self.send(calls.topic_metrics(name))
+
+    # Subscriptions
+
+    def subscriptions(self, topic: str) -> list[str]:
+        return self.send(calls.subscriptions(topic))
+
+    def subscription(self, topic: str, name: str) -> JsonObject:
+        return self.send(calls.subscription(topic, name))
+
+    def create_subscription(self, topic: str, name: str, endpoint: str, **fields: Any) -> JsonObject:
+        return self.send(calls.create_subscription(topic, name, endpoint, fields))
+
+    def update_subscription(self, topic: str, name: str, **changes: Any) -> None:
+        self.send(calls.update_subscription(topic, name, changes))
+
+    def delete_subscription(self, topic: str, name: str) -> None:
+        self.send(calls.delete_subscription(topic, name))
+
+    def suspend(self, topic: str, name: str) -> None:
+        self.send(calls.set_state(topic, name, "SUSPENDED"))
+
+    def activate(self, topic: str, name: str) -> None:
+        self.send(calls.set_state(topic, name, "ACTIVE"))
+
+    def subscription_metrics(self, topic: str, name: str) -> JsonObject:
+        return self.send(calls.subscription_metrics(topic, name))
+
+    def subscription_health(self, topic: str, name: str) -> JsonObject:
+        return self.send(calls.subscription_health(topic, name))
+
+    def last_undelivered(self, topic: str, name: str) -> JsonObject | None:
+        return self.send(calls.last_undelivered(topic, name))
+
+    def retransmit(self, topic: str, name: str, since: str, dry_run: bool = False) -> JsonObject:
+        """Moves the subscription back to ``since`` (ISO-8601, or ``-6h``): the partitions and their new offsets."""
+        return self.send(calls.retransmit(topic, name, since, dry_run))
+
+    def consumer_groups(self, topic: str, name: str) -> list[JsonObject]:
+        return self.send(calls.consumer_groups(topic, name))
+
+    def trace(self, topic: str, name: str, message_id: str) -> list[JsonObject]:
+        return self.send(calls.trace(topic, name, message_id))
+
+    # Offline retransmission
+
+    def create_offline_retransmission(self, source: str, target: str, start: str, end: str) -> JsonObject:
+        return self.send(calls.create_offline_retransmission(source, target, start, end))
+
+    def offline_retransmissions(self) -> list[JsonObject]:
+        return self.send(calls.offline_retransmissions())
+
+    def offline_retransmission(self, task_id: str) -> JsonObject:
+        return calls.find_task(self.offline_retransmissions(), task_id)
+
+    def delete_offline_retransmission(self, task_id: str) -> None:
+        self.send(calls.delete_offline_retransmission(task_id))
