@@ -186,6 +186,19 @@ class BrokerConsumer:
             return None
         return total
 
+    def ends(self, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Each partition's end as this consumer's last fetch of it saw it (no request to the broker); partitions
+        it does not read are left out."""
+        out = {}
+        for topic, partition in partitions:
+            try:
+                watermarks = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+            except (KafkaException, RuntimeError):  # RuntimeError: closed meanwhile (by its own thread)
+                continue
+            if watermarks is not None and watermarks[1] >= 0:
+                out[(topic, partition)] = watermarks[1]
+        return out
+
     def assignment(self) -> list[tuple[str, int]]:
         return [(tp.topic, tp.partition) for tp in self._consumer.assignment()]
 

@@ -23,7 +23,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from hermes.broker.admin import SHARED_READER, BrokerAdmin
@@ -71,6 +71,7 @@ class SharedReader:
         self._woken = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._head: BrokerConsumer | None = None
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -134,13 +135,14 @@ class SharedReader:
         while not self._stopping.is_set():
             consumer: BrokerConsumer | None = None
             try:
-                consumer = self._head_consumer()
+                consumer = self._head = self._head_consumer()
                 self._read(consumer)
             except Exception:
                 # the lanes keep their positions: a new head consumer reads on from them a moment later
                 log.exception("the shared Kafka reader failed; it reads on in a second")
                 self._stopping.wait(1.0)
             finally:
+                self._head = None
                 if consumer is not None:
                     consumer.close()
 
@@ -173,6 +175,11 @@ class SharedReader:
             if now - last_metadata >= _METADATA_INTERVAL:
                 last_metadata = now
                 self._look_for_new_partitions(consumer)
+
+    def ends(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
+        """The partitions' ends as the head last fetched them (those it reads)."""
+        head = self._head
+        return head.ends(partitions) if head is not None else {}
 
     def _registered(self) -> list[SharedReceiver]:
         with self.lock:
@@ -458,21 +465,34 @@ class SharedReceiver(Receiver):
                 return
             offsets = self._tracker.committable()
             if not offsets:
-                return
-            self._committing = True
+                committed = self._tracker.committed()
+            else:
+                self._committing = True
+        if not offsets:
+            self._measure_lag(committed)  # messages may have come that it has not finished
+            return
 
         def done(error: Exception | None) -> None:
             with self._lock:
                 self._committing = False
                 if error is None:
                     self._tracker.mark_committed(offsets)
+                    committed = self._tracker.committed()
             if error is not None:
                 log.warning("committing offsets of %s failed: %s", self._name, error)
+            else:
+                self._measure_lag(committed)
 
         try:
             self._reader.admin.set_group_offsets(self._group_id, offsets, self._reader.committer, done)
         except Exception as exc:
             done(exc)
+
+    def _measure_lag(self, committed: dict[Partition, int]) -> None:
+        """``lag``: messages after the committed offsets, up to the ends the head last fetched."""
+        ends = self._reader.ends(committed)
+        if len(ends) == len(committed):  # else the last figure stands until the next commit interval
+            self.lag = sum(max(0, ends[p] - offset) for p, offset in committed.items())
 
     def _commit_now(self, offsets: dict[Partition, int] | None = None) -> None:
         """Commits ``offsets`` (by default what is finished) and waits for it."""
