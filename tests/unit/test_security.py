@@ -41,12 +41,22 @@ def test_the_verified_cache_knows_only_what_it_was_told() -> None:
 
 def test_failed_logins_brake_one_client_until_its_window_ends() -> None:
     failures = FailedLogins(limit=2, window=0.2)
-    failures.failed("10.0.0.1")
+    failures.failed("10.0.0.1", "alice")
     failures.check("10.0.0.1")
-    failures.failed("10.0.0.1")
+    failures.failed("10.0.0.1", "alice")
     with pytest.raises(TooManyFailedLogins):
         failures.check("10.0.0.1")
     failures.check("10.0.0.2")
+
+
+def test_attempts_in_flight_count_once_per_distinct_credential() -> None:
+    failures = FailedLogins(limit=2)
+    with failures.attempt("10.0.0.1", b"a"), failures.attempt("10.0.0.1", b"a"):
+        failures.check("10.0.0.1")  # the same credential twice is one attempt
+        with failures.attempt("10.0.0.1", b"b"), pytest.raises(TooManyFailedLogins):
+            failures.check("10.0.0.1")
+        failures.check("10.0.0.2")
+    failures.check("10.0.0.1")  # done, none failed
 
 
 def test_the_users_file_is_private_and_reread_when_it_changes(tmp_path: Path) -> None:
