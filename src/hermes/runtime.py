@@ -152,7 +152,7 @@ class Hermes:
         check_data_dir(settings)
         self.security = Security.from_settings(settings)
         self._tls = server_context(settings.tls_cert_file, settings.tls_key_file)
-        for role in sorted(self.roles & {Role.MANAGEMENT, Role.FRONTEND}):
+        for role in sorted(self.roles & {Role.MANAGEMENT, Role.FRONTEND, Role.CONSUMERS}):  # each has a port
             self.security.check_listener(settings.host, role.value)
         if Role.FRONTEND in self.roles and not self.worker:  # its journal (and hermes run's files) is its alone
             self._lock = DataDirLock.take(settings.data_dir, self.name)

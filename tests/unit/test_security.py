@@ -12,6 +12,7 @@ import pytest
 
 from hermes.config import load_settings
 from hermes.errors import StartupError, TooManyFailedLogins, UsageError
+from hermes.runtime import Hermes, Role
 from hermes.security.accounts import change_users
 from hermes.security.authenticator import Authenticator, Principal
 from hermes.security.passwords import VerifiedCache, hash_password, verify_password
@@ -107,6 +108,12 @@ def test_an_open_listener_may_only_be_on_loopback(tmp_path: Path) -> None:
     secured = Security.from_settings(load_settings({"data_dir": tmp_path}))
     secured.check_listener("0.0.0.0", "management")
     assert secured.describe().startswith("Basic")
+
+
+def test_consumers_alone_refuse_to_listen_beyond_loopback_without_authentication(tmp_path: Path) -> None:
+    settings = load_settings({"data_dir": tmp_path, "host": "0.0.0.0", "kafka_bootstrap_servers": "127.0.0.1:9"})
+    with pytest.raises(StartupError, match=r"the consumers would listen on \S+ without authentication"):
+        asyncio.run(Hermes(settings, frozenset({Role.CONSUMERS})).start())
 
 
 def test_concurrent_requests_with_one_credential_do_not_each_pay_for_scrypt(
