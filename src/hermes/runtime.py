@@ -33,6 +33,7 @@ from hermes.http.server import Server
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
+from hermes.security.scrape import scrape_guard
 from hermes.security.setup import Security
 from hermes.security.tls import server_context
 
@@ -218,7 +219,14 @@ class Hermes:
                     settings, self._cluster_store(), self.repository, self.cache, self._member_address
                 )
             self.consumers = Consumers(
-                settings, self.connection, self.cache, self.repository, serve_status=alone, node=node, tls=self._tls
+                settings,
+                self.connection,
+                self.cache,
+                self.repository,
+                serve_status=alone,
+                node=node,
+                tls=self._tls,
+                scrape_guard=scrape_guard(self.security),
             )
             await self._start_role(self.consumers)
             assert self.consumers.supervisor is not None

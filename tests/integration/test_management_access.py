@@ -390,6 +390,24 @@ def test_concurrent_guesses_are_braked_and_a_login_from_elsewhere_stays_fast(
     assert re.search(r'^hermes_failed_logins_total\{reason="braked"\} [1-9]', scraped, re.MULTILINE)
 
 
+def test_the_consumers_status_port_serves_metrics_to_authenticated_scrapes_only(
+    kafka: EmbeddedBroker, secured: InProcessHermes
+) -> None:
+    settings = hermes_settings(secured.hermes.settings.data_dir, kafka.bootstrap_servers, consumers_port=0)
+    consumers = InProcessHermes(settings, frozenset({Role.CONSUMERS})).start()
+    try:
+        server = consumers.hermes.consumers.server  # type: ignore[union-attr]
+        assert server is not None
+        url = f"http://127.0.0.1:{server.port}"
+        assert httpx.get(f"{url}/status/health").status_code == 200
+        refused = httpx.get(f"{url}/status/prometheus")
+        assert refused.status_code == 401 and "WWW-Authenticate" in refused.headers
+        assert "hermes_" not in refused.text
+        assert "hermes_" in httpx.get(f"{url}/status/prometheus", headers=basic("root")).text
+    finally:
+        consumers.stop()
+
+
 def test_oversized_headers_and_bodies_are_refused_before_reading(secured: InProcessHermes) -> None:
     with httpx.Client(base_url=secured.management_url) as client:
         assert client.get("/roles", headers={"X-Big": "x" * 20_000}).status_code in (400, 431)
