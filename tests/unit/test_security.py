@@ -140,3 +140,14 @@ def test_concurrent_requests_with_one_credential_do_not_each_pay_for_scrypt(
     known = authenticator.known(header)
     assert known is not None and known.name == "pub"
     assert authenticator.known("Basic " + base64.b64encode(b"pub:wrong-password").decode()) is None
+
+
+def test_a_caller_nobody_authenticated_is_no_admin_and_an_open_one_has_not_signed_in() -> None:
+    from aiohttp.test_utils import make_mocked_request
+
+    from hermes.management.access import principal
+    from hermes.security.authenticator import OPEN
+
+    caller = principal(make_mocked_request("GET", "/status/health"))  # a public route with authentication on
+    assert not caller.is_admin and not caller.signed_in
+    assert OPEN.is_admin and not OPEN.signed_in  # read-only mode holds for it (docs/security.md)

@@ -26,6 +26,7 @@ class Principal:
     name: str
     roles: frozenset[str] = frozenset()
     owners: frozenset[str] = frozenset()
+    signed_in: bool = True
 
     @property
     def is_admin(self) -> bool:
@@ -35,8 +36,11 @@ class Principal:
         return self.is_admin or owner_id in self.owners
 
 
-# What every caller is while authentication is off (loopback only): everything is allowed, as before.
-OPEN = Principal("anonymous", frozenset({ADMIN}))
+# What every caller is while authentication is off (loopback only): an admin, but one who did not sign in, so
+# that read-only mode, which lets only admins who signed in change things, holds for it (docs/security.md).
+OPEN = Principal("anonymous", frozenset({ADMIN}), signed_in=False)
+# A caller of a public route while authentication is on: nobody.
+ANONYMOUS = Principal("anonymous", signed_in=False)
 
 
 class Authenticator:
