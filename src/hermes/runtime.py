@@ -25,7 +25,7 @@ from hermes.broker.topics import KafkaTopics, TopicReconciler
 from hermes.config import Settings, scram_users
 from hermes.consumers.role import Consumers
 from hermes.consumers.supervisor import ConsumersSupervisor
-from hermes.datadir import DataDirLock
+from hermes.datadir import DataDirLock, make_private
 from hermes.domain.trace import TRACKING_TOPIC
 from hermes.errors import StartupError
 from hermes.http.lean import LeanServer
@@ -58,7 +58,7 @@ ALL_ROLES = frozenset(Role)
 
 def check_data_dir(settings: Settings) -> None:
     try:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        make_private(settings.data_dir)
         with tempfile.TemporaryFile(dir=settings.data_dir):
             pass
     except OSError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -71,7 +72,10 @@ class SqliteMetadataRepository(MetadataRepository):
         self._path = path
         self._changes = SqliteChangeLog(self._connect, poll_interval)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # SQLite gives its -wal and -shm files the database file's mode: 0600, as stores made before had 0644
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+            path.chmod(0o600)
             db = self._connect()
             try:
                 db.executescript(_SCHEMA)
