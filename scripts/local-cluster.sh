@@ -33,6 +33,9 @@ zookeeper_ok() { [ "$(exec 3<>/dev/tcp/127.0.0.1/"$ZK_PORT" && echo ruok >&3 && 
 until zookeeper_ok; do sleep 0.2; done
 
 cluster=(--metadata-store zookeeper --zookeeper-connect "127.0.0.1:$ZK_PORT")
+# one key for the stored secrets in every process: each has a data directory of its own (docs/security.md)
+HERMES_SECRETS_KEYS="${HERMES_SECRETS_KEYS:-$("$HERMES" secrets key)}"
+export HERMES_SECRETS_KEYS
 wait_healthy() { until curl -fs "$1/status/health" >/dev/null; do sleep 0.3; done; }
 
 "$HERMES" run "${cluster[@]}" --data-dir "$DIR/run" --node-id node-0 --no-pipeline >"$DIR/run.log" 2>&1 &

@@ -10,6 +10,7 @@ import pytest
 
 from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.metadata.secrets import SecretKeys, StoredSecrets, key_file
 from hermes.metadata.sqlite import SqliteMetadataRepository
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings
 from tests.support.subscriber import SubscriberServer
@@ -37,7 +38,8 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZookeeperSer
 
 @pytest.fixture
 def sqlite_repository(tmp_path: Path) -> Iterator[SqliteMetadataRepository]:
-    repository = SqliteMetadataRepository(tmp_path / "metadata.sqlite3", poll_interval=0.05)
+    keys = SecretKeys(key_file(tmp_path))
+    repository = SqliteMetadataRepository(tmp_path / "metadata.sqlite3", StoredSecrets(keys), poll_interval=0.05)
     yield repository
     repository.close()
 

@@ -130,6 +130,40 @@ def _users(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _secrets_arguments(parser: argparse.ArgumentParser) -> None:
+    from hermes.metadata.secrets import KEYS_VARIABLE
+
+    group = parser.add_argument_group("secrets")
+    group.add_argument(
+        "action",
+        choices=("rotate", "reseal", "key"),
+        help="rotate: put a new key first in the key file and encrypt every stored secret with it; reseal: "
+        f"encrypt them with the first key (after changing {KEYS_VARIABLE}); key: print a new key",
+    )
+
+
+@command(
+    "secrets",
+    "Rotate the key of the metadata store's secrets, or encrypt them anew (see docs/security.md).",
+    _secrets_arguments,
+)
+def _secrets(settings: Settings, args: argparse.Namespace) -> int:
+    from hermes.metadata.factory import open_repository
+    from hermes.metadata.secrets import new_key, rotate
+
+    if args.action == "key":
+        print(new_key())
+        return 0
+    if args.action == "rotate":
+        print(f"the new key is first in {rotate(settings.data_dir)}; the old ones still decrypt")
+    repository = open_repository(settings)
+    try:
+        print(f"encrypted the secrets of {repository.reseal_secrets()} subscriptions and OAuth providers anew")
+    finally:
+        repository.close()
+    return 0
+
+
 def _add_setting(group: argparse._ArgumentGroup, name: str) -> None:
     from hermes.config import ENV_PREFIX, Settings, flag
 

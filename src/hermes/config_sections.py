@@ -69,10 +69,10 @@ VALUE_NAMES = {
 
 # Every field belongs to one section (a unit test checks); a field missing here is shown by every command.
 SECTIONS = (
-    Section("process", (*EVERY_PROCESS, "users"), ("data_dir", "host", "log_level")),
+    Section("process", (*EVERY_PROCESS, "users", "secrets"), ("data_dir", "host", "log_level")),
     Section(
         "authentication",
-        ("run", "frontend", "management"),
+        EVERY_PROCESS,  # each serves metrics to authenticated scrapes
         (
             "auth_jwt_issuer",
             "auth_jwt_jwks_url",
@@ -98,7 +98,7 @@ SECTIONS = (
     ),
     Section(
         "metadata store",
-        EVERY_PROCESS,
+        (*EVERY_PROCESS, "secrets"),
         ("metadata_store", "zookeeper_connect", "zookeeper_root", "metadata_poll_interval"),
     ),
     Section(

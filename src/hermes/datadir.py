@@ -14,6 +14,16 @@ from typing import IO
 from hermes.errors import StartupError
 
 LOCK_FILE = "hermes.lock"
+# The data directory holds the metadata (with its encrypted secrets), their key, the users file and the journal of
+# accepted messages: its owner's alone.
+PRIVATE = 0o700
+
+
+def make_private(data_dir: Path) -> None:
+    """Creates the data directory, or takes from an existing one (made before this rule) what others may do."""
+    data_dir.mkdir(mode=PRIVATE, parents=True, exist_ok=True)
+    if data_dir.stat().st_mode & 0o077:
+        data_dir.chmod(PRIVATE)
 
 
 class DataDirLock:

@@ -25,13 +25,14 @@ from hermes.broker.topics import OFFLOAD_DISCOVERY, TRACKING, KafkaTopics, Topic
 from hermes.config import Settings, scram_users
 from hermes.consumers.role import Consumers
 from hermes.consumers.supervisor import ConsumersSupervisor
-from hermes.datadir import DataDirLock
+from hermes.datadir import DataDirLock, make_private
 from hermes.errors import StartupError
 from hermes.http.lean import LeanServer
 from hermes.http.server import Server
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
+from hermes.security.scrape import scrape_guard
 from hermes.security.setup import Security
 from hermes.security.tls import server_context
 
@@ -56,7 +57,7 @@ ALL_ROLES = frozenset(Role)
 
 def check_data_dir(settings: Settings) -> None:
     try:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        make_private(settings.data_dir)
         with tempfile.TemporaryFile(dir=settings.data_dir):
             pass
     except OSError as exc:
@@ -151,7 +152,7 @@ class Hermes:
         check_data_dir(settings)
         self.security = Security.from_settings(settings)
         self._tls = server_context(settings.tls_cert_file, settings.tls_key_file)
-        for role in sorted(self.roles & {Role.MANAGEMENT, Role.FRONTEND}):
+        for role in sorted(self.roles & {Role.MANAGEMENT, Role.FRONTEND, Role.CONSUMERS}):  # each has a port
             self.security.check_listener(settings.host, role.value)
         if Role.FRONTEND in self.roles and not self.worker:  # its journal (and hermes run's files) is its alone
             self._lock = DataDirLock.take(settings.data_dir, self.name)
@@ -219,7 +220,14 @@ class Hermes:
                     settings, self._cluster_store(), self.repository, self.cache, self._member_address
                 )
             self.consumers = Consumers(
-                settings, self.connection, self.cache, self.repository, serve_status=alone, node=node, tls=self._tls
+                settings,
+                self.connection,
+                self.cache,
+                self.repository,
+                serve_status=alone,
+                node=node,
+                tls=self._tls,
+                scrape_guard=scrape_guard(self.security),
             )
             await self._start_role(self.consumers)
             assert self.consumers.supervisor is not None

@@ -3,24 +3,30 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
+import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import orjson
 import pytest
+from cryptography.fernet import Fernet
 
 from hermes.bench.zookeeper import ZookeeperServer
+from hermes.domain import api_json
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
-from hermes.domain.subscription import Header, Subscription, SubscriptionState
+from hermes.domain.subscription import Header, OAuthPolicy, Subscription, SubscriptionState
 from hermes.domain.topic import Group, Topic
 from hermes.errors import (
     GroupAlreadyExists,
     GroupNotEmpty,
     GroupNotFound,
+    MetadataUnavailable,
     OAuthProviderNotFound,
     SchemaNotFound,
     SubscriptionAlreadyExists,
@@ -31,6 +37,7 @@ from hermes.errors import (
 )
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.repository import ChangeAction, ChangeKind, MetadataChange, MetadataRepository
+from hermes.metadata.secrets import SecretKeys, StoredSecrets, key_file
 from hermes.metadata.sqlite import SqliteMetadataRepository
 from hermes.metadata.zookeeper import ZookeeperMetadataRepository
 from tests.conftest import wait_until
@@ -48,11 +55,12 @@ def open_repository(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
     root = f"/{unique('hermes')}"
 
     def factory() -> MetadataRepository:
+        secrets = StoredSecrets(SecretKeys(key_file(tmp_path)))  # each its own: the file is shared
         if request.param == "sqlite":
-            repository: MetadataRepository = SqliteMetadataRepository(tmp_path / "metadata.sqlite3", 0.05)
+            repository: MetadataRepository = SqliteMetadataRepository(tmp_path / "metadata.sqlite3", secrets, 0.05)
         else:
             server: ZookeeperServer = request.getfixturevalue("zookeeper")
-            repository = ZookeeperMetadataRepository(server.connect, root)
+            repository = ZookeeperMetadataRepository(server.connect, secrets, root)
         opened.append(repository)
         return repository
 
@@ -277,3 +285,100 @@ async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     async with asyncio.timeout(timeout):
         while not condition():
             await asyncio.sleep(0.02)
+
+
+# --- secrets at rest ---
+
+PASSWORD, OAUTH_PASSWORD, CLIENT_SECRET = "endpoint-pass-77", "oauth-pass-77", "client-secret-77"
+SIGNING = "whsec_" + base64.b64encode(b"s" * 32).decode()
+SECRETS = (PASSWORD, OAUTH_PASSWORD, CLIENT_SECRET, SIGNING)
+
+
+def _with_secrets(repo: MetadataRepository) -> tuple[Subscription, OAuthProvider]:
+    _topic(repo)
+    provider = repo.create_oauth_provider(OAuthProvider("auth", "http://auth/token", "client", CLIENT_SECRET))
+    subscription = dataclasses.replace(
+        _subscription(),
+        endpoint=EndpointAddress(f"http://user:{PASSWORD}@service/"),
+        oauth_policy=OAuthPolicy("password", "auth", username="u", password=OAUTH_PASSWORD),
+        signing_secrets=(SIGNING,),
+    )
+    return repo.create_subscription(subscription), provider
+
+
+def _raw(repo: MetadataRepository) -> list[bytes]:
+    """What the store holds of subscriptions and OAuth providers, as it lies there."""
+    if isinstance(repo, SqliteMetadataRepository):
+        db = sqlite3.connect(repo._path)
+        try:
+            return [
+                row[0]
+                for table in ("subscriptions", "oauth_providers")
+                for row in db.execute(f"SELECT body FROM {table}")
+            ]
+        finally:
+            db.close()
+    assert isinstance(repo, ZookeeperMetadataRepository)
+    paths = [repo._subscription_path(TOPIC, name) for name in repo._children(repo._topic_path(TOPIC))]
+    paths += [repo._path("oauth-providers", name) for name in repo._children(repo._path("oauth-providers"))]
+    return [repo._client.get(path)[0] for path in paths]
+
+
+def _write_raw(repo: MetadataRepository, subscription: bytes, provider: bytes) -> None:
+    """Bodies as a version without encryption stored them."""
+    if isinstance(repo, SqliteMetadataRepository):
+        db = sqlite3.connect(repo._path)
+        try:
+            db.execute("UPDATE subscriptions SET body = ?", (subscription,))
+            db.execute("UPDATE oauth_providers SET body = ?", (provider,))
+            db.commit()
+        finally:
+            db.close()
+        return
+    assert isinstance(repo, ZookeeperMetadataRepository)
+    repo._client.set(repo._subscription_path(TOPIC, "s1"), subscription)
+    repo._client.set(repo._path("oauth-providers", "auth"), provider)
+
+
+def test_stored_secrets_are_encrypted_and_read_back(repo: MetadataRepository, tmp_path: Path) -> None:
+    subscription, provider = _with_secrets(repo)
+    raw = b"".join(_raw(repo))
+    assert b"hermes-sealed:" in raw and not [secret for secret in SECRETS if secret.encode() in raw]
+    assert repo.get_subscription(TOPIC, "s1") == subscription and repo.list_oauth_providers() == [provider]
+    assert key_file(tmp_path).stat().st_mode & 0o777 == 0o600
+    assert repo.reseal_secrets() == 0  # sealed with the current key already
+
+
+def test_secrets_stored_in_plain_text_still_load_and_are_sealed_by_reseal(repo: MetadataRepository) -> None:
+    subscription, provider = _with_secrets(repo)
+    plain_subscription = orjson.dumps(api_json.subscription_to_json(subscription, mask_secrets=False))
+    _write_raw(repo, plain_subscription, orjson.dumps(api_json.oauth_provider_to_json(provider, mask_secrets=False)))
+    assert PASSWORD.encode() in b"".join(_raw(repo))
+    assert repo.get_subscription(TOPIC, "s1") == subscription
+    assert repo.reseal_secrets() == 2
+    raw = b"".join(_raw(repo))
+    assert not [secret for secret in SECRETS if secret.encode() in raw]
+    assert repo.get_subscription(TOPIC, "s1") == subscription and repo.get_oauth_provider("auth") == provider
+
+
+def test_a_rotated_key_reseals_and_the_old_one_can_go(open_repository: Factory, tmp_path: Path) -> None:
+    writer, reader = open_repository(), open_repository()
+    subscription, _ = _with_secrets(writer)
+    keys = SecretKeys(key_file(tmp_path))
+    old = keys.keys()
+    keys.write([Fernet.generate_key(), *old])  # hermes secrets rotate: a new key first, then a reseal
+    assert reader.get_subscription(TOPIC, "s1") == subscription  # the old key still reads
+    assert open_repository().reseal_secrets() == 2
+    keys.write(keys.keys()[:1])  # the old key dropped
+    assert reader.get_subscription(TOPIC, "s1") == subscription  # sealed with a key it had not read: re-read
+    assert open_repository().reseal_secrets() == 0
+
+
+def test_a_process_without_the_key_is_told_what_to_do(open_repository: Factory, tmp_path: Path) -> None:
+    _with_secrets(open_repository())
+    key_file(tmp_path).write_bytes(Fernet.generate_key() + b"\n")  # another machine's key
+    with pytest.raises(MetadataUnavailable, match="does not decrypt with the keys of"):
+        open_repository().get_subscription(TOPIC, "s1")
+    key_file(tmp_path).unlink()
+    with pytest.raises(MetadataUnavailable, match="has no key: copy the key file"):
+        open_repository().get_subscription(TOPIC, "s1")

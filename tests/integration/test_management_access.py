@@ -4,6 +4,7 @@ answer, log line or metric."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -347,6 +348,64 @@ def test_failed_logins_are_braked_per_client(api: httpx.Client, secured: InProce
         assert braked.json()["code"] == "TOO_MANY_FAILED_LOGINS"
     finally:
         authenticator.failures = FailedLogins()
+
+
+def test_concurrent_guesses_are_braked_and_a_login_from_elsewhere_stays_fast(
+    secured: InProcessHermes, records: LogRecords
+) -> None:
+    """60 concurrent wrong passwords from 127.0.0.2 (the loopback network: a socket bound to 127.0.0.1 accepts it)
+    while a user never verified before signs in from 127.0.0.1."""
+    authenticator = secured.hermes.security.authenticator  # type: ignore[union-attr]
+    assert authenticator is not None
+    authenticator.failures = FailedLogins()
+    UserStore.in_data_dir(secured.hermes.settings.data_dir).save(User("carol", hash_password("carol-password-01")))
+    right = {"Authorization": "Basic " + base64.b64encode(b"carol:carol-password-01").decode()}
+    wait_until(lambda: authenticator.users.get("carol") is not None)
+    before = len(records.lines)
+
+    async def attack_and_login() -> tuple[list[int], float, float]:
+        attacker = httpx.AsyncClient(
+            base_url=secured.management_url, timeout=120, transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2")
+        )
+        async with attacker, httpx.AsyncClient(base_url=secured.management_url, timeout=120) as user:
+            started = time.monotonic()
+            wrong = ["Basic " + base64.b64encode(f"alice:guess-{n}".encode()).decode() for n in range(60)]
+            guesses = [asyncio.create_task(attacker.get("/roles", headers={"Authorization": w})) for w in wrong]
+            await asyncio.wait(guesses, return_when=asyncio.FIRST_COMPLETED)  # the attack is under way
+            login = time.monotonic()
+            assert (await user.get("/roles", headers=right)).status_code == 200
+            login = time.monotonic() - login
+            statuses = [answer.status_code for answer in await asyncio.gather(*guesses)]
+            return statuses, login, time.monotonic() - started
+
+    try:
+        statuses, login, attack = asyncio.run(attack_and_login())
+    finally:
+        authenticator.failures = FailedLogins()
+    assert statuses.count(429) >= 45 and statuses.count(401) <= 10, statuses
+    assert login < 5, (login, attack)
+    failures = [line for line in records.lines[before:] if "failed login" in line]
+    assert len(failures) == 1 and "'alice'" in failures[0] and "127.0.0.2" in failures[0], failures
+    scraped = httpx.get(f"{secured.management_url}/status/prometheus", headers=basic("root")).text
+    assert re.search(r'^hermes_failed_logins_total\{reason="braked"\} [1-9]', scraped, re.MULTILINE)
+
+
+def test_the_consumers_status_port_serves_metrics_to_authenticated_scrapes_only(
+    kafka: EmbeddedBroker, secured: InProcessHermes
+) -> None:
+    settings = hermes_settings(secured.hermes.settings.data_dir, kafka.bootstrap_servers, consumers_port=0)
+    consumers = InProcessHermes(settings, frozenset({Role.CONSUMERS})).start()
+    try:
+        server = consumers.hermes.consumers.server  # type: ignore[union-attr]
+        assert server is not None
+        url = f"http://127.0.0.1:{server.port}"
+        assert httpx.get(f"{url}/status/health").status_code == 200
+        refused = httpx.get(f"{url}/status/prometheus")
+        assert refused.status_code == 401 and "WWW-Authenticate" in refused.headers
+        assert "hermes_" not in refused.text
+        assert "hermes_" in httpx.get(f"{url}/status/prometheus", headers=basic("root")).text
+    finally:
+        consumers.stop()
 
 
 def test_oversized_headers_and_bodies_are_refused_before_reading(secured: InProcessHermes) -> None:

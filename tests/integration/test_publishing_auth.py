@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import bson
+import httpx
 import pytest
 
 from hermes.bench.zookeeper import ZookeeperServer
@@ -18,6 +19,7 @@ from hermes.runtime import Role
 from hermes.security.passwords import hash_password
 from hermes.security.users import ADMIN, User, UserStore
 from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, hermes_settings, unique
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -115,6 +117,17 @@ def test_the_topics_auth_decides_who_publishes(rig: Rig) -> None:
                 assert response.status_code == 403, (topic, response.text)
                 assert response.json() == {"message": "Permission denied.", "code": "AUTH_ERROR"}
                 assert response.headers["Hermes-Message-Id"]
+
+
+def test_metrics_name_topics_to_authenticated_scrapes_only(rig: Rig) -> None:
+    topic = topic_with(rig.client)
+    wait_until(lambda: rig.client.publish(topic, BODY).status_code in ACCEPTED)
+    url = f"{rig.optional.frontend_url}/status/prometheus"  # optional: publishing needs no credentials here
+    for headers in ({}, basic("alice", WRONG)):
+        refused = httpx.get(url, headers=headers, timeout=30)
+        assert refused.status_code == 401 and "WWW-Authenticate" in refused.headers, refused.text
+        assert topic not in refused.text
+    assert topic in httpx.get(url, headers=basic("alice"), timeout=30).text
 
 
 def test_wrong_credentials_are_a_401_even_where_anyone_may_publish(rig: Rig) -> None:

@@ -12,6 +12,7 @@ import httpx
 
 from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.metadata.secrets import KEYS_VARIABLE, new_key
 from tests.support.hermes import HermesProcess
 
 SESSION_TIMEOUT = 2.0  # a dead member leaves the cluster this long after its last heartbeat
@@ -26,6 +27,7 @@ class Cluster:
     def __init__(self, tmp: Path, kafka: EmbeddedBroker, zookeeper: ZookeeperServer, root: str) -> None:
         self.tmp, self.kafka, self.zookeeper, self.root = tmp, kafka, zookeeper, root
         self.processes: dict[str, HermesProcess] = {}
+        self.secrets_keys = new_key()  # every process reads the secrets any of them stored
 
     def flags(self) -> list[str]:
         return [
@@ -54,7 +56,8 @@ class Cluster:
             "consumers": [f"--node-id={name}", f"--cluster-standby-timeout={STANDBY_TIMEOUT}"],
             "frontend": ["--workers=1"],
         }.get(command, [])
-        process = HermesProcess(self.tmp / name, *self.flags(), *extra, *args, command=command)
+        env = {KEYS_VARIABLE: self.secrets_keys}
+        process = HermesProcess(self.tmp / name, *self.flags(), *extra, *args, command=command, env=env)
         wait_for = {"consumers": "nothing", "frontend": "frontend"}.get(command, "management")
         self.processes[name] = process.start(wait_for=wait_for, own_group=True)
         return process

@@ -107,7 +107,10 @@ def test_credentials_go_in_the_authorization_header_and_never_in_the_repr() -> N
 
 
 def _subclasses(cls: type[errors.HermesError]) -> list[type[errors.HermesError]]:
-    return [cls, *(sub for child in cls.__subclasses__() for sub in _subclasses(child))]
+    """The error types with a code of their own (a subclass that keeps its parent's code reads back as the
+    parent: the wire does not tell them apart)."""
+    children = [sub for child in cls.__subclasses__() for sub in _subclasses(child)]
+    return [cls, *(sub for sub in children if sub.code != cls.code)]
 
 
 @pytest.mark.parametrize("error", _subclasses(errors.HermesError), ids=lambda cls: cls.__name__)

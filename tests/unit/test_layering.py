@@ -38,7 +38,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "management": _BASE | {"broker", "cluster", "config", "domain", "http", "metadata", "security"},
     # distributed mode's membership and assignment: a consumers node steers its supervisor
     "cluster": _BASE | {"config", "consumers", "domain", "http", "metadata"},
-    "pipeline": _BASE | {"broker", "config", "domain", "http", "jars", "logs", "metadata"},
+    "pipeline": _BASE | {"broker", "config", "domain", "http", "jars", "logs", "metadata", "security"},
     # large messages: the offload service on the frontend's port, and its blob stores
     "offload": _BASE | {"broker", "domain", "frontend", "http", "metadata"},
     "runtime": _BASE
@@ -50,7 +50,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "admin_cli": _BASE | {"client"},  # the operator's commands, over the public APIs only
     "cli": _BASE
     | {"__version__", "bench", "config", "config_sections", "event_loop", "frontend", "logs", "pipeline", "runtime"}
-    | {"admin_cli", "security"},
+    | {"admin_cli", "metadata", "security"},
     "__main__": {"cli"},
 }
 # Single modules allowed one more edge, and why.

@@ -12,6 +12,7 @@ import pytest
 
 from hermes.config import load_settings
 from hermes.errors import StartupError, TooManyFailedLogins, UsageError
+from hermes.runtime import Hermes, Role
 from hermes.security.accounts import change_users
 from hermes.security.authenticator import Authenticator, Principal
 from hermes.security.passwords import VerifiedCache, hash_password, verify_password
@@ -41,12 +42,22 @@ def test_the_verified_cache_knows_only_what_it_was_told() -> None:
 
 def test_failed_logins_brake_one_client_until_its_window_ends() -> None:
     failures = FailedLogins(limit=2, window=0.2)
-    failures.failed("10.0.0.1")
+    failures.failed("10.0.0.1", "alice")
     failures.check("10.0.0.1")
-    failures.failed("10.0.0.1")
+    failures.failed("10.0.0.1", "alice")
     with pytest.raises(TooManyFailedLogins):
         failures.check("10.0.0.1")
     failures.check("10.0.0.2")
+
+
+def test_attempts_in_flight_count_once_per_distinct_credential() -> None:
+    failures = FailedLogins(limit=2)
+    with failures.attempt("10.0.0.1", b"a"), failures.attempt("10.0.0.1", b"a"):
+        failures.check("10.0.0.1")  # the same credential twice is one attempt
+        with failures.attempt("10.0.0.1", b"b"), pytest.raises(TooManyFailedLogins):
+            failures.check("10.0.0.1")
+        failures.check("10.0.0.2")
+    failures.check("10.0.0.1")  # done, none failed
 
 
 def test_the_users_file_is_private_and_reread_when_it_changes(tmp_path: Path) -> None:
@@ -99,6 +110,12 @@ def test_an_open_listener_may_only_be_on_loopback(tmp_path: Path) -> None:
     assert secured.describe().startswith("Basic")
 
 
+def test_consumers_alone_refuse_to_listen_beyond_loopback_without_authentication(tmp_path: Path) -> None:
+    settings = load_settings({"data_dir": tmp_path, "host": "0.0.0.0", "kafka_bootstrap_servers": "127.0.0.1:9"})
+    with pytest.raises(StartupError, match=r"the consumers would listen on \S+ without authentication"):
+        asyncio.run(Hermes(settings, frozenset({Role.CONSUMERS})).start())
+
+
 def test_concurrent_requests_with_one_credential_do_not_each_pay_for_scrypt(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -119,7 +136,39 @@ def test_concurrent_requests_with_one_credential_do_not_each_pay_for_scrypt(
         return await asyncio.gather(*(authenticator.authenticate(header, "127.0.0.1") for _ in range(20)))
 
     assert {principal.name for principal in asyncio.run(burst())} == {"pub"}
-    assert len(checks) <= 2  # two hash at once; the others find it verified once one is done
+    assert len(checks) == 1  # one check at a time per address: the others find it verified once it is done
     known = authenticator.known(header)
     assert known is not None and known.name == "pub"
     assert authenticator.known("Basic " + base64.b64encode(b"pub:wrong-password").decode()) is None
+
+
+def test_a_caller_nobody_authenticated_is_no_admin_and_an_open_one_has_not_signed_in() -> None:
+    from aiohttp.test_utils import make_mocked_request
+
+    from hermes.management.access import principal
+    from hermes.security.authenticator import OPEN
+
+    caller = principal(make_mocked_request("GET", "/status/health"))  # a public route with authentication on
+    assert not caller.is_admin and not caller.signed_in
+    assert OPEN.is_admin and not OPEN.signed_in  # read-only mode holds for it (docs/security.md)
+
+
+def test_a_status_port_serves_metrics_to_authenticated_scrapes_only(tmp_path: Path) -> None:
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from hermes.http.status import status_app
+    from hermes.security.scrape import scrape_guard
+
+    UserStore.in_data_dir(tmp_path).save(User("prometheus", hash_password("scrape-password-1")))
+    security = Security.from_settings(load_settings({"data_dir": tmp_path}))
+    right = "Basic " + base64.b64encode(b"prometheus:scrape-password-1").decode()
+
+    async def scrape() -> list[int]:
+        async with TestClient(TestServer(status_app(scrape_guard(security)))) as client:
+            statuses = [(await client.get("/status/health")).status]
+            for headers in ({}, {"Authorization": right}):
+                statuses.append((await client.get("/status/prometheus", headers=headers)).status)
+            return statuses
+
+    assert asyncio.run(scrape()) == [200, 401, 200]
+    assert scrape_guard(Security.from_settings(load_settings({"data_dir": tmp_path / "open"}))) is None

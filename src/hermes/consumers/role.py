@@ -14,7 +14,7 @@ from hermes.broker.producer import BrokerProducer
 from hermes.config import Settings
 from hermes.consumers.supervisor import ConsumersSupervisor
 from hermes.http.server import Server
-from hermes.http.status import status_app
+from hermes.http.status import ScrapeGuard, status_app
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.repository import MetadataRepository
 from hermes.tracker import Tracker
@@ -37,6 +37,7 @@ class Consumers:
         serve_status: bool,
         node: ConsumersNode | None = None,
         tls: ssl.SSLContext | None = None,
+        scrape_guard: ScrapeGuard | None = None,
     ) -> None:
         self._settings = settings
         self._connection = connection
@@ -45,6 +46,7 @@ class Consumers:
         self._serve_status = serve_status
         self.node = node
         self._tls = tls
+        self._scrape_guard = scrape_guard
         self._exit = contextlib.AsyncExitStack()
         self.supervisor: ConsumersSupervisor | None = None
         self.server: Server | None = None
@@ -61,7 +63,9 @@ class Consumers:
         await self.supervisor.start()
         self._exit.push_async_callback(self.supervisor.stop)
         if self._serve_status:
-            self.server = Server(status_app(), settings.host, settings.consumers_port, "consumers", self._tls)
+            self.server = Server(
+                status_app(self._scrape_guard), settings.host, settings.consumers_port, "consumers", self._tls
+            )
             await self.server.start()
             self._exit.push_async_callback(self.server.stop)
         if node is not None:  # after the supervisor, so that the first assignment finds it

@@ -82,7 +82,7 @@ class PublishingApi:
         self._cache = cache
         self._topics = TopicLookup(cache)
         self._published = published
-        self._lookups: set[asyncio.Task[None]] = set()  # tasks looking up topics missing from the cache
+        self._lookups: set[asyncio.Task[None]] = set()  # tasks checking credentials or looking up topics
 
     def __call__(self, request: Request) -> None:
         path = request.path
@@ -98,7 +98,7 @@ class PublishingApi:
             if request.method not in ("GET", "HEAD"):
                 _not_allowed(request, "GET,HEAD")
             elif path == "/status/prometheus":
-                request.respond(200, body=self._exposition(), content_type=CONTENT_TYPE_LATEST)
+                self._scrape(request)
             elif path == _READY:
                 ready = self._readiness.ready
                 request.respond(200 if ready else 503, body=b"READY" if ready else b"NOT_READY", content_type=TEXT)
@@ -113,6 +113,28 @@ class PublishingApi:
             self._offload(request)
         else:
             _not_found(request)
+
+    def _scrape(self, request: Request) -> None:
+        """Metrics name topics: while authentication is on, only an authenticated caller scrapes them."""
+        authenticator = self._access.authenticator
+        authorization = request.headers.get("authorization")
+        if authenticator is None or (authorization is not None and authenticator.known(authorization) is not None):
+            request.respond(200, body=self._exposition(), content_type=CONTENT_TYPE_LATEST)
+            return
+
+        async def check_and_scrape() -> None:
+            assert authenticator is not None
+            try:
+                await authenticator.authenticate(authorization, request.client)
+            except HermesError as exc:
+                headers = self._access.challenge(exc)
+                request.respond(exc.status, headers, body=orjson.dumps(exc.to_body()), content_type=JSON)
+                return
+            request.respond(200, body=self._exposition(), content_type=CONTENT_TYPE_LATEST)
+
+        task = asyncio.get_running_loop().create_task(check_and_scrape())
+        self._lookups.add(task)
+        task.add_done_callback(self._lookups.discard)
 
     def _publish(self, request: Request, name: str) -> None:
         started = time.perf_counter()

@@ -111,7 +111,8 @@ class Journal:
         until this process sees them acknowledged."""
         self._directory.mkdir(parents=True, exist_ok=True)
         own = self._directory / f"{os.getpid()}-{secrets.token_hex(4)}{SUFFIX}"
-        self._file = open(own, "ab")  # noqa: SIM115 - kept open (and locked) for the journal's lifetime
+        # kept open (and locked) for the journal's lifetime; 0600: it holds message bodies
+        self._file = open(own, "ab", opener=_private)  # noqa: SIM115
         fcntl.flock(self._file, fcntl.LOCK_EX)
         entries: dict[str, JournalEntry] = {}
         claimed = []
@@ -190,6 +191,10 @@ class Journal:
         """Nothing is pending: empty the file instead of growing it forever (in place: the lock stays)."""
         assert self._file is not None
         self._file.truncate(0)
+
+
+def _private(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
 
 
 def _claim(path: Path) -> tuple[BinaryIO, dict[str, JournalEntry]] | None:

@@ -63,7 +63,14 @@ _DOCUMENT: dict[str, Any] = {
         "/status/ping": _HEALTH,
         "/status/health": _HEALTH,
         "/status/ready": _text("Whether the frontend takes publishes", {"200": "READY", "503": "NOT_READY"}),
-        "/status/prometheus": _text("Prometheus metrics", {"200": "the exposition"}),
+        "/status/prometheus": {
+            "get": {
+                "summary": "Prometheus metrics",
+                "description": "With authentication on, for authenticated callers only (docs/security.md#metrics).",
+                "security": [*SIGNED_IN, {}],
+                "responses": {**_text("", {"200": "the exposition"})["get"]["responses"], "401": _ERROR, "429": _ERROR},
+            }
+        },
         "/openapi.json": {
             "get": {
                 "summary": "This document",

@@ -14,7 +14,7 @@ from hermes.domain.names import TopicName
 from hermes.errors import Forbidden, HermesError, PayloadTooLarge, TooManyFailedLogins, Unauthorized
 from hermes.http.server import json_response, read_json
 from hermes.management.context import SERVICE
-from hermes.security.authenticator import OPEN, Principal, challenge
+from hermes.security.authenticator import ANONYMOUS, OPEN, Principal, challenge
 from hermes.security.setup import Security
 
 SECURITY = web.AppKey("security", Security)
@@ -100,15 +100,9 @@ def rule_of(method: str, path: str) -> Rule:
 
 
 def principal(request: web.Request) -> Principal:
-    """The authenticated caller (everyone is an admin while authentication is off)."""
-    caller: Principal = request.get(_PRINCIPAL, OPEN)
+    """The caller: the authenticated one; ``OPEN`` while authentication is off; ``ANONYMOUS`` on a public route."""
+    caller: Principal = request.get(_PRINCIPAL, ANONYMOUS)
     return caller
-
-
-def authenticated_admin(request: web.Request) -> bool:
-    """An admin who signed in (while authentication is off, nobody is told apart)."""
-    caller = request.get(_PRINCIPAL)
-    return caller is not None and caller.is_admin
 
 
 @web.middleware
@@ -118,7 +112,10 @@ async def access_middleware(request: web.Request, handler: Handler) -> web.Strea
     authenticator = request.app[SECURITY].authenticator
     resource = request.match_info.route.resource
     rule = rule_of(request.method, resource.canonical) if resource is not None else Rule.ANY
-    if authenticator is None or rule is Rule.PUBLIC:
+    if authenticator is None:
+        request[_PRINCIPAL] = OPEN
+        return await handler(request)
+    if rule is Rule.PUBLIC:
         return await handler(request)
     try:
         caller = await authenticator.authenticate(request.headers.get("Authorization"), request.remote or "")

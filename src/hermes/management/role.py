@@ -3,12 +3,15 @@ topics, served on ``--management-port``."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import ssl
 from typing import TYPE_CHECKING
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.topics import KafkaTopics
 from hermes.config import Settings
+from hermes.errors import MetadataUnavailable
 from hermes.http.server import Server
 from hermes.management.app import create_app
 from hermes.management.services import ManagementService
@@ -17,6 +20,8 @@ from hermes.security.setup import Security
 
 if TYPE_CHECKING:
     from hermes.cluster.registry import ClusterStore
+
+log = logging.getLogger(__name__)
 
 
 class Management:
@@ -32,6 +37,7 @@ class Management:
         cluster: ClusterStore | None = None,
         tls: ssl.SSLContext | None = None,
     ) -> None:
+        self._repository = repository
         app = create_app(ManagementService(settings, repository, admin, kafka_topics), security)
         if cluster is not None:
             from hermes.cluster.nodes_api import CLUSTER
@@ -40,6 +46,14 @@ class Management:
         self.server = Server(app, settings.host, settings.management_port, "management", tls)
 
     async def start(self) -> None:
+        # secrets an earlier version stored in plain text, or under a key since rotated, are encrypted anew
+        try:
+            resealed = await asyncio.to_thread(self._repository.reseal_secrets)
+        except MetadataUnavailable as exc:  # a key missing here: the API tells callers the same, per entity
+            log.error("the stored secrets cannot be encrypted anew: %s", exc.message)
+        else:
+            if resealed:
+                log.info("encrypted the stored secrets of %d subscriptions and OAuth providers anew", resealed)
         await self.server.start()
 
     async def stop(self) -> None:

@@ -167,4 +167,10 @@ class MetadataRepository(ABC):
     def watch(self, listener: Listener) -> Unwatch: ...
 
     @abstractmethod
+    def reseal_secrets(self) -> int:
+        """Encrypts every stored secret with the current key (``secrets.py``): those stored in plain text by an
+        earlier version, or with an older key. Changes no entity, records no change; answers how many it
+        rewrote."""
+
+    @abstractmethod
     def close(self) -> None: ...

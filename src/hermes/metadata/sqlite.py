@@ -1,6 +1,6 @@
 """The embedded metadata repository: one SQLite file in the data directory.
 
-Entities are stored as their Hermes JSON (secrets included, as Hermes stores them in ZooKeeper). Every
+Entities are stored as their Hermes JSON, their secrets encrypted (``secrets.py``). Every
 write records its change in the same transaction, in the change log that watchers follow (``sqlite_changes.py``).
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -47,6 +48,7 @@ from hermes.metadata.repository import (
     now_ms,
     subscription_key,
 )
+from hermes.metadata.secrets import StoredSecrets
 from hermes.metadata.sqlite_changes import SqliteChangeLog, record
 
 log = logging.getLogger(__name__)
@@ -68,11 +70,15 @@ CREATE TABLE IF NOT EXISTS changes (seq INTEGER PRIMARY KEY AUTOINCREMENT, kind 
 
 
 class SqliteMetadataRepository(MetadataRepository):
-    def __init__(self, path: Path, poll_interval: float = 0.2) -> None:
+    def __init__(self, path: Path, secrets: StoredSecrets, poll_interval: float = 0.2) -> None:
         self._path = path
+        self._secrets = secrets
         self._changes = SqliteChangeLog(self._connect, poll_interval)
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # SQLite gives its -wal and -shm files the database file's mode: 0600, as stores made before had 0644
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+            path.chmod(0o600)
             db = self._connect()
             try:
                 db.executescript(_SCHEMA)
@@ -251,10 +257,20 @@ class SqliteMetadataRepository(MetadataRepository):
     def _subscription_not_found(topic: TopicName, name: str) -> SubscriptionNotFound:
         return SubscriptionNotFound(f"Subscription {topic.qualified}${name} not found")
 
-    @staticmethod
-    def _load_subscription(body: bytes) -> Subscription:
-        data = orjson.loads(body)
+    def _load_subscription(self, body: bytes) -> Subscription:
+        data = self._secrets.unseal_subscription(orjson.loads(body))
         return api_json.subscription_from_json(data, TopicName.parse(data["topicName"]))
+
+    def _dump_subscription(self, subscription: Subscription) -> bytes:
+        return orjson.dumps(
+            self._secrets.seal_subscription(api_json.subscription_to_json(subscription, mask_secrets=False))
+        )
+
+    def _load_provider(self, body: bytes) -> OAuthProvider:
+        return api_json.oauth_provider_from_json(self._secrets.unseal_provider(orjson.loads(body)))
+
+    def _dump_provider(self, provider: OAuthProvider) -> bytes:
+        return orjson.dumps(self._secrets.seal_provider(api_json.oauth_provider_to_json(provider, mask_secrets=False)))
 
     def create_subscription(self, subscription: Subscription) -> Subscription:
         now = now_ms()
@@ -262,7 +278,7 @@ class SqliteMetadataRepository(MetadataRepository):
         topic = subscription.topic_name
         with self._tx() as db:
             self._one(db, "SELECT name FROM topics WHERE name = ?", (topic.qualified,), self._topic_not_found(topic))
-            body = orjson.dumps(api_json.subscription_to_json(stored, mask_secrets=False))
+            body = self._dump_subscription(stored)
             self._insert(
                 db,
                 "INSERT INTO subscriptions VALUES (?, ?, ?)",
@@ -301,7 +317,7 @@ class SqliteMetadataRepository(MetadataRepository):
             )
             db.execute(
                 "UPDATE subscriptions SET body = ? WHERE topic = ? AND name = ?",
-                (orjson.dumps(api_json.subscription_to_json(updated, mask_secrets=False)), topic.qualified, name),
+                (self._dump_subscription(updated), topic.qualified, name),
             )
             record(db, ChangeKind.SUBSCRIPTION, ChangeAction.UPDATED, subscription_key(topic, name))
         return updated
@@ -319,9 +335,27 @@ class SqliteMetadataRepository(MetadataRepository):
 
     # --- OAuth providers ---
 
+    def reseal_secrets(self) -> int:
+        with self._tx() as db:
+            resealed = 0
+            for topic, name, body in db.execute("SELECT topic, name, body FROM subscriptions").fetchall():
+                sealed = self._secrets.reseal_subscription(orjson.loads(body))
+                if sealed is not None:
+                    db.execute(
+                        "UPDATE subscriptions SET body = ? WHERE topic = ? AND name = ?",
+                        (orjson.dumps(sealed), topic, name),
+                    )
+                    resealed += 1
+            for name, body in db.execute("SELECT name, body FROM oauth_providers").fetchall():
+                sealed = self._secrets.reseal_provider(orjson.loads(body))
+                if sealed is not None:
+                    db.execute("UPDATE oauth_providers SET body = ? WHERE name = ?", (orjson.dumps(sealed), name))
+                    resealed += 1
+        return resealed
+
     def create_oauth_provider(self, provider: OAuthProvider) -> OAuthProvider:
         with self._tx() as db:
-            body = orjson.dumps(api_json.oauth_provider_to_json(provider, mask_secrets=False))
+            body = self._dump_provider(provider)
             self._insert(
                 db,
                 "INSERT INTO oauth_providers VALUES (?, ?)",
@@ -335,11 +369,11 @@ class SqliteMetadataRepository(MetadataRepository):
         rows = self._read("SELECT body FROM oauth_providers WHERE name = ?", (name,))
         if not rows:
             raise OAuthProviderNotFound(f"OAuth provider {name} not found")
-        return api_json.oauth_provider_from_json(orjson.loads(rows[0][0]))
+        return self._load_provider(rows[0][0])
 
     def list_oauth_providers(self) -> list[OAuthProvider]:
         rows = self._read("SELECT body FROM oauth_providers ORDER BY name")
-        return [api_json.oauth_provider_from_json(orjson.loads(r[0])) for r in rows]
+        return [self._load_provider(r[0]) for r in rows]
 
     def update_oauth_provider(self, name: str, change: Callable[[OAuthProvider], OAuthProvider]) -> OAuthProvider:
         with self._tx() as db:
@@ -349,10 +383,10 @@ class SqliteMetadataRepository(MetadataRepository):
                 (name,),
                 OAuthProviderNotFound(f"OAuth provider {name} not found"),
             )
-            updated = _replace(change(api_json.oauth_provider_from_json(orjson.loads(body))), name=name)
+            updated = _replace(change(self._load_provider(body)), name=name)
             db.execute(
                 "UPDATE oauth_providers SET body = ? WHERE name = ?",
-                (orjson.dumps(api_json.oauth_provider_to_json(updated, mask_secrets=False)), name),
+                (self._dump_provider(updated), name),
             )
             record(db, ChangeKind.OAUTH_PROVIDER, ChangeAction.UPDATED, name)
         return updated

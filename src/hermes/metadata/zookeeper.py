@@ -60,6 +60,7 @@ from hermes.metadata.repository import (
     now_ms,
     subscription_key,
 )
+from hermes.metadata.secrets import StoredSecrets
 from hermes.metadata.zookeeper_changes import ZookeeperChangeLog
 
 log = logging.getLogger(__name__)
@@ -67,8 +68,9 @@ T = TypeVar("T")
 
 
 class ZookeeperMetadataRepository(MetadataRepository):
-    def __init__(self, connect: str, root: str = "/hermes", timeout: float = 10.0) -> None:
+    def __init__(self, connect: str, secrets: StoredSecrets, root: str = "/hermes", timeout: float = 10.0) -> None:
         self._root = root.rstrip("/") or "/hermes"
+        self._secrets = secrets
         self._client = KazooClient(hosts=connect, timeout=timeout)
         try:
             self._client.start(timeout=timeout)
@@ -245,12 +247,11 @@ class ZookeeperMetadataRepository(MetadataRepository):
     def _subscription_path(self, topic: TopicName, name: str) -> str:
         return f"{self._topic_path(topic)}/{name}"
 
-    @staticmethod
-    def _dump_subscription(sub: Subscription) -> bytes:
-        return orjson.dumps(api_json.subscription_to_json(sub, mask_secrets=False))
+    def _dump_subscription(self, sub: Subscription) -> bytes:
+        return orjson.dumps(self._secrets.seal_subscription(api_json.subscription_to_json(sub, mask_secrets=False)))
 
-    @staticmethod
-    def _load_subscription(data: Any) -> Subscription:
+    def _load_subscription(self, data: Any) -> Subscription:
+        data = self._secrets.unseal_subscription(data)
         return api_json.subscription_from_json(data, TopicName.parse(data["topicName"]))
 
     def create_subscription(self, subscription: Subscription) -> Subscription:
@@ -318,9 +319,43 @@ class ZookeeperMetadataRepository(MetadataRepository):
     def _provider_path(self, name: str) -> str:
         return self._path("oauth-providers", name)
 
-    @staticmethod
-    def _dump_provider(provider: OAuthProvider) -> bytes:
-        return orjson.dumps(api_json.oauth_provider_to_json(provider, mask_secrets=False))
+    def _dump_provider(self, provider: OAuthProvider) -> bytes:
+        return orjson.dumps(self._secrets.seal_provider(api_json.oauth_provider_to_json(provider, mask_secrets=False)))
+
+    def _load_provider(self, data: Any) -> OAuthProvider:
+        return api_json.oauth_provider_from_json(self._secrets.unseal_provider(data))
+
+    def reseal_secrets(self) -> int:
+        paths = [
+            (self._subscription_path(topic.name, name), self._secrets.reseal_subscription)
+            for topic in self.list_topics()
+            for name in self._children(self._topic_path(topic.name))
+        ]
+        paths += [
+            (self._provider_path(name), self._secrets.reseal_provider)
+            for name in self._children(self._path("oauth-providers"))
+        ]
+        resealed = 0
+        for path, reseal in paths:
+            while True:
+                try:
+                    data, version = self._read_json(path)
+                    sealed = reseal(data)
+                    if sealed is not None:
+                        self._client.set(path, orjson.dumps(sealed), version=version)
+                        resealed += 1
+                except NoNodeError:
+                    pass  # deleted meanwhile
+                except BadVersionError:
+                    continue  # changed meanwhile: seal its new version
+                break
+        return resealed
+
+    def _children(self, path: str) -> list[str]:
+        try:
+            return list(self._client.get_children(path))
+        except NoNodeError:
+            return []
 
     def create_oauth_provider(self, provider: OAuthProvider) -> OAuthProvider:
         try:
@@ -337,7 +372,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             data, _ = self._read_json(self._provider_path(name))
         except NoNodeError:
             raise OAuthProviderNotFound(f"OAuth provider {name} not found") from None
-        return api_json.oauth_provider_from_json(data)
+        return self._load_provider(data)
 
     def list_oauth_providers(self) -> list[OAuthProvider]:
         providers = []
@@ -350,7 +385,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
         try:
             return self._update(
                 self._provider_path(name),
-                api_json.oauth_provider_from_json,
+                self._load_provider,
                 self._dump_provider,
                 lambda p: dataclasses.replace(change(p), name=name),
                 (ChangeKind.OAUTH_PROVIDER, ChangeAction.UPDATED, name),

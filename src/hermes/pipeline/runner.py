@@ -94,14 +94,18 @@ class Pipeline:
         from hermes.pipeline.connector import client_options
         from hermes.pipeline.prometheus import StatusServer
         from hermes.pipeline.session import build_session
+        from hermes.security.scrape import scrape_guard
+        from hermes.security.setup import Security
 
         settings = self.settings
         if settings.kafka_bootstrap_servers is None:
             raise StartupError(
                 "hermes pipeline needs the Kafka cluster (--kafka-bootstrap-servers); `hermes run` passes its own"
             )
+        security = Security.from_settings(settings)
+        security.check_listener(settings.host, "pipeline status")
         ensure_port_free(settings.host, settings.pipeline_port, "pipeline status")
-        self.status = StatusServer(settings.host, settings.pipeline_port)
+        self.status = StatusServer(settings.host, settings.pipeline_port, scrape_guard(security))
         self.status.start()
         connection = KafkaConnection.from_settings(settings, settings.kafka_bootstrap_servers)
         client_options(connection)  # settings the Kafka connector cannot use fail here, not in every query

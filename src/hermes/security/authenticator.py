@@ -7,6 +7,9 @@ import asyncio
 import base64
 import binascii
 import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from hermes.errors import HermesError, Unauthorized
@@ -23,6 +26,7 @@ class Principal:
     name: str
     roles: frozenset[str] = frozenset()
     owners: frozenset[str] = frozenset()
+    signed_in: bool = True
 
     @property
     def is_admin(self) -> bool:
@@ -32,8 +36,11 @@ class Principal:
         return self.is_admin or owner_id in self.owners
 
 
-# What every caller is while authentication is off (loopback only): everything is allowed, as before.
-OPEN = Principal("anonymous", frozenset({ADMIN}))
+# What every caller is while authentication is off (loopback only): an admin, but one who did not sign in, so
+# that read-only mode, which lets only admins who signed in change things, holds for it (docs/security.md).
+OPEN = Principal("anonymous", frozenset({ADMIN}), signed_in=False)
+# A caller of a public route while authentication is on: nobody.
+ANONYMOUS = Principal("anonymous", signed_in=False)
 
 
 class Authenticator:
@@ -46,7 +53,11 @@ class Authenticator:
         # made from (a reload of the users file makes new entries, so changed roles or passwords miss) and until
         # when it holds (a bearer token: its expiry at the latest)
         self._callers: dict[bytes, tuple[Principal, User | None, float]] = {}
-        self._hashing = asyncio.Semaphore(2)  # scrypt takes 128 MiB and a core: bound what a flood can take
+        # scrypt takes 128 MiB and a core: two checks at once, in threads of their own (the loop's default pool
+        # serves everything else), and one at a time per client address, so that a flood from one address holds
+        # one thread and a login from another address waits for one check at most
+        self._hashing = ThreadPoolExecutor(2, thread_name_prefix="hermes-password-check")
+        self._clients: dict[str, tuple[asyncio.Lock, int]] = {}
         self._dummy: str | None = None
 
     @property
@@ -55,18 +66,24 @@ class Authenticator:
 
     async def authenticate(self, authorization: str | None, client: str) -> Principal:
         self.failures.check(client)
+        if authorization is None:
+            raise Unauthorized("authentication required")  # how HTTP clients ask first: not a failure
+        known = self.known(authorization)
+        if known is not None:
+            return known
+        scheme, _, credentials = authorization.partition(" ")
+        user = "(bearer token)" if scheme.lower() == "bearer" else "(malformed)"
         try:
-            if authorization is None:
-                raise Unauthorized("authentication required")
-            scheme, _, credentials = authorization.partition(" ")
-            if scheme.lower() == "basic":
-                return await self._basic(credentials.strip())
-            if scheme.lower() == "bearer" and self.tokens is not None:
-                return self.known(authorization) or await self._bearer(authorization, credentials.strip())
-            raise Unauthorized(f"unsupported authorization scheme; use {' or '.join(self.methods)}")
+            with self.failures.attempt(client, self._verified.digest(authorization)):
+                if scheme.lower() == "basic":
+                    user, password = _basic_credentials(credentials.strip())
+                    return await self._basic(user, password, client)
+                if scheme.lower() == "bearer" and self.tokens is not None:
+                    return await self._bearer(authorization, credentials.strip())
+                user = f"({scheme[:16]})"
+                raise Unauthorized(f"unsupported authorization scheme; use {' or '.join(self.methods)}")
         except Unauthorized:
-            if authorization is not None:  # asking without credentials first is how HTTP clients work
-                self.failures.failed(client)
+            self.failures.failed(client, user)
             raise
 
     def known(self, authorization: str) -> Principal | None:
@@ -109,24 +126,36 @@ class Authenticator:
             self._callers.clear()  # a flood of distinct credentials: start again rather than grow
         self._callers[key] = (caller, made_from, expires)
 
-    async def _basic(self, credentials: str) -> Principal:
-        name, password = _basic_credentials(credentials)
+    async def _basic(self, name: str, password: str, client: str) -> Principal:
         user = self.users.get(name) if name else None
         encoded = user.password_hash if user is not None else None
-        if encoded is not None and self._verified.known(name, encoded, password):
-            return self._principal(name)
-        async with self._hashing:
+        async with self._one_check_at_a_time(client):
             if encoded is not None and self._verified.known(name, encoded, password):
                 return self._principal(name)  # verified while this request waited: one scrypt per credential
+            loop = asyncio.get_running_loop()
             if encoded is None:  # hash anyway: the answer's timing must not tell which user names exist
                 if self._dummy is None:
-                    self._dummy = await asyncio.to_thread(hash_password, "")
-                await asyncio.to_thread(verify_password, "\0" + password, self._dummy)
+                    self._dummy = await loop.run_in_executor(self._hashing, hash_password, "")
+                await loop.run_in_executor(self._hashing, verify_password, "\0" + password, self._dummy)
                 raise Unauthorized("wrong user name or password")
-            if not await asyncio.to_thread(verify_password, password, encoded):
+            if not await loop.run_in_executor(self._hashing, verify_password, password, encoded):
                 raise Unauthorized("wrong user name or password")
         self._verified.remember(name, encoded, password)
         return self._principal(name)
+
+    @asynccontextmanager
+    async def _one_check_at_a_time(self, client: str) -> AsyncIterator[None]:
+        lock, waiting = self._clients.get(client, (asyncio.Lock(), 0))
+        self._clients[client] = (lock, waiting + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, waiting = self._clients[client]
+            if waiting == 1:
+                del self._clients[client]
+            else:
+                self._clients[client] = (lock, waiting - 1)
 
     def _principal(self, name: str) -> Principal:
         return _principal(name, self.users.get(name))
