@@ -94,8 +94,10 @@ async def serial_fanout(
         return {"error": "the subscriptions never started receiving", "void": True}
     url = f"{system.frontend}/topics/{topic}"
     drain = 60.0 + burst * subscriptions / 500
-    latency_runs = [await delivered(sink, names, lambda: _open(url, rate, seconds), drain) for _ in range(reps)]
     pid = system.processes["consumers"].pid
+    latency_runs = [
+        await delivered(sink, names, lambda: _open(url, rate, seconds), drain, consumers_pid=pid) for _ in range(reps)
+    ]
     throughput_runs = [
         await delivered(sink, names, lambda: publish_count(url, BODY, burst, 32), drain, consumers_pid=pid)
         for _ in range(reps)

@@ -553,7 +553,26 @@ def plot(results: dict[str, Any], directory: Path) -> list[Path]:
         ax.set(xlabel="subscriptions on the topic", ylabel="deliveries/s", xscale="log")
         ax.set_title("Delivery throughput versus subscriptions (1 KB)")
         out.append(_save(plt, fig, ax, directory / "delivery-vs-subscriptions.png", legend_size=8))
+        cpu = _cpu_per_delivery(fanouts, results["scenarios"].get("many_subscriptions"))
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for label, points in cpu.items():
+            ax.plot([n for n, _ in points], [us for _, us in points], "-o", label=label)
+        ax.set(xlabel="subscriptions on the topic", ylabel="consumers CPU per delivery (µs)", xscale="log")
+        ax.set_title("Consumers CPU per delivery versus subscriptions (1 KB)")
+        out.append(_save(plt, fig, ax, directory / "cpu-per-delivery-vs-subscriptions.png", legend_size=8))
     return out
+
+
+def _cpu_per_delivery(fanouts: list[dict[str, Any]], many: dict[str, Any] | None) -> dict[str, list[tuple[int, float]]]:
+    """Consumers CPU per delivery by subscription count: in bursts (the fan-outs' throughput runs) and at a
+    fixed low rate (the fan-outs' latency runs, and the many-subscriptions scenario's run)."""
+    at_rate = [(f["subscriptions"], f["latency"]["consumers_cpu_us"]["median"]) for f in fanouts]
+    if many and "at_rate" in many:
+        at_rate.append((many["at_rate"]["subscriptions"], many["at_rate"]["consumers_cpu_us"]))
+    return {
+        "a burst": [(f["subscriptions"], f["throughput"]["consumers_cpu_us"]["median"]) for f in fanouts],
+        "a fixed rate": at_rate,
+    }
 
 
 def _save(plt: Any, fig: Any, ax: Any, path: Path, legend_size: int) -> Path:
