@@ -80,6 +80,26 @@ def test_a_slow_subscription_reads_on_its_own_and_the_fast_one_is_not_held_back(
         assert Counter(r.message_id for r in server.received) == Counter(ids)
 
 
+def test_each_subscription_gets_its_own_topics_messages_when_one_read_holds_several_topics(
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer, kafka: EmbeddedBroker
+) -> None:
+    """The head reads every topic at once: produced together, one poll holds partition 0 of several topics side
+    by side (a run of one partition was once taken across them: a message went to another topic's subscribers)."""
+    topics = [client.create_topic() for _ in range(3)]
+    for topic in topics:
+        name = client.create_subscription(topic, f"{subscriber.url}{topic}", subscriptionPolicy=FAST)
+        wait_until(lambda topic=topic, name=name: _receiver(hermes, topic, name).in_lanes, timeout=20)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap_servers, "linger.ms": 200})
+    for i in range(5):
+        for topic in topics:
+            producer.produce(topic, f'{{"n": {i}}}'.encode(), partition=0)
+    producer.flush(10)
+    wait_until(lambda: len(subscriber.received) >= 15, timeout=30)
+    for received in subscriber.received:  # records without Hermes' headers have ids made of topic and offset
+        assert (received.message_id or "").startswith(received.path.rsplit("/", 1)[-1] + "-0-")
+    assert len(subscriber.received) == 15
+
+
 def test_partitions_added_to_a_topic_are_read_too(
     hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer, kafka: EmbeddedBroker
 ) -> None:
@@ -97,17 +117,18 @@ def test_partitions_added_to_a_topic_are_read_too(
     wait_until(lambda: receiver.in_lanes, timeout=20)
 
 
-def _message(partition: int, offset: int, size: int = 10) -> Message:
-    return Message("t", partition, offset, f"id{offset}", b"x" * size, 0)
+def _message(partition: int, offset: int, size: int = 10, topic: str = "t") -> Message:
+    return Message(topic, partition, offset, f"id{offset}", b"x" * size, 0)
 
 
 @pytest.mark.unit
 def test_runs_split_a_read_by_partition_in_order() -> None:
-    read = [_message(0, 1), _message(0, 2), _message(1, 7), _message(0, 3)]
+    read = [_message(0, 1), _message(0, 2), _message(1, 7), _message(0, 3), _message(0, 9, topic="u")]
     assert [(p, [m.offset for m in run]) for p, run in _runs(read)] == [
         (("t", 0), [1, 2]),
         (("t", 1), [7]),
         (("t", 0), [3]),
+        (("u", 0), [9]),  # the same partition number of another topic: another run
     ]
     assert list(_runs([])) == []
 

@@ -1,6 +1,6 @@
-"""What subscriptions cost at rest and at a low rate each: N active SERIAL subscriptions with no traffic on one
-consumers process, its CPU (as a share of one core) and resident memory against the same process with none;
-then, with the most of them, publish-to-deliver latency at a few messages per second each."""
+"""What subscriptions cost at rest and at a low rate each: N active SERIAL subscriptions (ten to a topic) with no
+traffic on one consumers process, its CPU (as a share of one core) and resident memory against the same process
+with none; then, with the most of them, publish-to-deliver latency at a few messages per second each."""
 
 from __future__ import annotations
 
@@ -11,13 +11,17 @@ import sys
 import time
 from typing import Any
 
-from hermes.bench.delivery import _open, delivered
-from hermes.bench.load import Sink
+from hermes.bench.delivery import _open
+from hermes.bench.load import Sink, gc_paused
+from hermes.bench.stats import first_arrivals, latency_ms, reconcile
 from hermes.bench.system import Management, System, cpu_seconds, memory_kib, run_alone, thread_cpu_seconds, warm_up
 
 # Seconds each idle measurement lasts: long enough for every periodic task (heartbeats, metadata refreshes,
 # metrics snapshots, offset commits) to run several times.
 IDLE_SECONDS = 20.0
+# Subscriptions to a topic: an installation's topics have a few each (one topic with a thousand would make each
+# message a burst of a thousand deliveries; the fan-out scenario measures that shape up to a hundred)
+PER_TOPIC = 10
 
 
 def _threads(pid: int) -> int:
@@ -27,21 +31,30 @@ def _threads(pid: int) -> int:
 
 
 async def idle_cost(
-    system: System, sink: Sink, management: Management, counts: tuple[int, ...], rate: float, seconds: float
+    system: System,
+    sink: Sink,
+    management: Management,
+    counts: tuple[int, ...],
+    rate: float,
+    seconds: float,
+    per_topic: int = PER_TOPIC,
 ) -> dict[str, Any]:
-    """For each count in ``counts`` (ascending), that many subscriptions of one topic in all, each of them having
-    received a message (its consumer reads from the topic's end), then ``IDLE_SECONDS`` with no traffic. Then
-    ``rate`` messages/s to the topic for ``seconds`` (each message delivered to every subscription)."""
+    """For each count in ``counts`` (ascending), that many subscriptions in all, ``per_topic`` to a topic, each of
+    them having received a message (its consumer reads from its topic's end), then ``IDLE_SECONDS`` with no
+    traffic. Then ``rate`` messages/s to every topic for ``seconds``: ``rate`` deliveries/s to each subscription."""
     pid = system.processes["consumers"].pid
-    topic = await management.topic("bench", "idle", contentType="JSON")
+    topics: dict[str, list[str]] = {}
     runs = [await _measure(pid, 0)]
-    made = 0
     for count in counts:
-        names = [f"idle{i}" for i in range(made, count)]
-        for name in names:
-            await management.subscription(topic, name, sink.url(name), inflightSize=10)
-        made = count
-        if not await warm_up(system.frontend, topic, sink, [f"idle{i}" for i in range(count)], within=300.0):
+        made = sum(map(len, topics.values()))
+        for i in range(made, count):
+            if i % per_topic == 0:
+                topics[await management.topic("bench", f"idle{i // per_topic}", contentType="JSON")] = []
+            topic = list(topics)[i // per_topic]
+            await management.subscription(topic, f"idle{i}", sink.url(f"idle{i}"), inflightSize=10)
+            topics[topic].append(f"idle{i}")
+        warm = await asyncio.gather(*(warm_up(system.frontend, t, sink, names, 300.0) for t, names in topics.items()))
+        if not all(warm):
             raise RuntimeError(f"{count} subscriptions did not all receive a probe in 300 s")
         await asyncio.sleep(3.0)  # the probes' deliveries and commits settle
         runs.append(await _measure(pid, count))
@@ -49,14 +62,46 @@ async def idle_cost(
     for run in runs[1:]:
         run["per_subscription_cpu_pct"] = round((run["cpu_pct"] - base["cpu_pct"]) / run["subscriptions"], 4)
         run["per_subscription_kib"] = round((run["rss_kib"] - base["rss_kib"]) / run["subscriptions"], 1)
-    names = [f"idle{i}" for i in range(made)]
-    url = f"{system.frontend}/topics/{topic}"
-    at_rate = await delivered(sink, names, lambda: _open(url, rate, seconds), 120.0, consumers_pid=pid)
-    at_rate = {k: at_rate[k] for k in ("published", "missing", "duplicates", "latency_ms", "consumers_cpu_us")}
+    at_rate = await _at_rate(system, sink, topics, rate, seconds, pid)
+    subscriptions = sum(map(len, topics.values()))
     return {
         "idle_seconds": IDLE_SECONDS,
+        "per_topic": per_topic,
         "runs": runs,
-        "at_rate": {"subscriptions": made, "rate_each": rate, "seconds": seconds, **at_rate},
+        "at_rate": {"subscriptions": subscriptions, "rate_each": rate, "seconds": seconds, **at_rate},
+    }
+
+
+async def _at_rate(
+    system: System, sink: Sink, topics: dict[str, list[str]], rate: float, seconds: float, pid: int
+) -> dict[str, Any]:
+    """``rate`` messages/s to each topic at once; every accepted message reconciled for each subscription of its
+    topic, latency from its scheduled publish to its first arrival."""
+    for names in topics.values():
+        for name in names:
+            sink.arrivals[name] = []
+    cpu_before = cpu_seconds(pid)
+    with gc_paused():  # the sink records arrival times in this process
+        sent = await asyncio.gather(*(_open(f"{system.frontend}/topics/{t}", rate, seconds) for t in topics))
+        deadline = time.monotonic() + 120.0
+        for names, accepted in zip(topics.values(), sent, strict=True):
+            for name in names:
+                await sink.wait_for(name, len(accepted.accepted), max(0.1, deadline - time.monotonic()))
+    cpu = cpu_seconds(pid) - cpu_before
+    latencies: list[float] = []
+    missing = duplicates = 0
+    for names, accepted in zip(topics.values(), sent, strict=True):
+        for name in names:
+            got = sink.arrivals.get(name, [])
+            reconciliation = reconcile(accepted.accepted, (m for m, _ in got))
+            missing, duplicates = missing + reconciliation.missing, duplicates + reconciliation.duplicates
+            latencies += [at - scheduled for scheduled, at in first_arrivals(accepted.accepted, got)]
+    return {
+        "published": sum(len(s.accepted) for s in sent),
+        "missing": missing,
+        "duplicates": duplicates,
+        "latency_ms": latency_ms(latencies),
+        "consumers_cpu_us": round(cpu / max(len(latencies), 1) * 1e6, 1),
     }
 
 

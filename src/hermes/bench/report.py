@@ -470,9 +470,10 @@ def _startup_and_memory(s: dict[str, Any]) -> list[str]:
 
 
 def _many_subscriptions(m: dict[str, Any] | None) -> list[str]:
-    lines = ["", "### 10. Many subscriptions on one consumers process (SERIAL, one topic)", ""]
+    lines = ["", "### 10. Many subscriptions on one consumers process (SERIAL, 1 KB)", ""]
     if not m:
         return [*lines, "Not run."]
+    lines += [f"{m['per_topic']} subscriptions to a topic.", ""]
     lines += [
         f"Each count of subscriptions active with no traffic for {m['idle_seconds']:.0f} s (each had received a "
         "message first); the `hermes consumers` process's CPU as a share of one core and its resident memory, "

@@ -193,7 +193,7 @@ class BrokerConsumer:
         for topic, partition in partitions:
             try:
                 watermarks = self._consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-            except (KafkaException, RuntimeError):  # RuntimeError: closed meanwhile (by its own thread)
+            except KafkaException:
                 continue
             if watermarks is not None and watermarks[1] >= 0:
                 out[(topic, partition)] = watermarks[1]

@@ -71,7 +71,7 @@ class SharedReader:
         self._woken = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._head: BrokerConsumer | None = None
+        self._ends: dict[Partition, int] = {}  # each lane's end, read from the head once per commit round
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -135,14 +135,13 @@ class SharedReader:
         while not self._stopping.is_set():
             consumer: BrokerConsumer | None = None
             try:
-                consumer = self._head = self._head_consumer()
+                consumer = self._head_consumer()
                 self._read(consumer)
             except Exception:
                 # the lanes keep their positions: a new head consumer reads on from them a moment later
                 log.exception("the shared Kafka reader failed; it reads on in a second")
                 self._stopping.wait(1.0)
             finally:
-                self._head = None
                 if consumer is not None:
                     consumer.close()
 
@@ -170,6 +169,9 @@ class SharedReader:
             now = time.monotonic()
             if now - last_commit >= c.commit_interval:
                 last_commit = now
+                with self.lock:
+                    partitions = list(self._lanes)
+                self._ends = consumer.ends(partitions)  # for the receivers' lag: one look per lane, not per member
                 for receiver in self._registered():
                     receiver.commit()
             if now - last_metadata >= _METADATA_INTERVAL:
@@ -177,9 +179,9 @@ class SharedReader:
                 self._look_for_new_partitions(consumer)
 
     def ends(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
-        """The partitions' ends as the head last fetched them (those it reads)."""
-        head = self._head
-        return head.ends(partitions) if head is not None else {}
+        """The partitions' ends as the head last fetched them (those it reads), as of the last commit round."""
+        ends = self._ends
+        return {p: ends[p] for p in partitions if p in ends}
 
     def _registered(self) -> list[SharedReceiver]:
         with self.lock:
@@ -251,8 +253,13 @@ def _runs(messages: list[Message]) -> Iterator[tuple[Partition, list[Message]]]:
     """``messages`` in runs of one partition each, in order."""
     start = 0
     for index in range(1, len(messages) + 1):
-        if index == len(messages) or messages[index].partition != messages[start].partition:
-            yield (messages[start].topic, messages[start].partition), messages[start:index]
+        first = messages[start]
+        if (
+            index == len(messages)
+            or messages[index].partition != first.partition
+            or messages[index].topic != first.topic
+        ):
+            yield (first.topic, first.partition), messages[start:index]
             start = index
 
 
