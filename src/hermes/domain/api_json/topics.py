@@ -30,6 +30,7 @@ from hermes.domain.topic import (
     RetentionUnit,
     Topic,
 )
+from hermes.errors import ValidationError
 
 MAX_CHAOS_DELAY_MS = 300_000
 MIN_MAX_MESSAGE_SIZE = 1024
@@ -41,6 +42,18 @@ def owner_from_json(value: Any, field: str = "owner") -> Owner:
     return Owner(
         source=read_str(data, "source", "Plaintext", f"{field}.source"), id=read_str(data, "id", "", f"{field}.id")
     )
+
+
+def check_owner_named(body: Json) -> None:
+    """A request's owner must name one: the console submits an empty id when nothing was typed, and a topic
+    without an owner id has no owner to edit it. (Stored documents from before this check may still have one.)"""
+    owner = body.get("owner")
+    if owner is None and body.get("supportTeam") is not None:
+        owner, field = {"id": body["supportTeam"]}, "supportTeam"
+    else:
+        field = "owner.id"
+    if isinstance(owner, dict) and isinstance(owner.get("id", ""), str) and not owner.get("id", "").strip():
+        raise ValidationError("must not be empty: name the owning team", field)
 
 
 def owner_to_json(owner: Owner) -> Json:

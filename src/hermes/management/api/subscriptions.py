@@ -38,6 +38,7 @@ async def list_subscriptions(request: web.Request) -> web.Response:
 async def create_subscription(request: web.Request) -> web.Response:
     topic = topic_name(request)
     body = await read_object(request)
+    api_json.check_owner_named(body)
     created = await request.app[SERVICE].create_subscription(
         api_json.subscription_from_json(body, topic), inflight_size_changes=principal(request).is_admin
     )
@@ -54,6 +55,7 @@ async def get_subscription(request: web.Request) -> web.Response:
 @routes.put("/topics/{topic}/subscriptions/{subscription}")
 async def update_subscription(request: web.Request) -> web.Response:
     patch = await read_object(request)
+    api_json.check_owner_named(patch)
     updated = await request.app[SERVICE].update_subscription(
         topic_name(request),
         request.match_info["subscription"],

@@ -182,7 +182,7 @@ PATHS: dict[str, dict[str, Schema]] = {
             ref("OfflineRetransmissionTask"),
             obj(
                 {
-                    "type": {"const": "TOPIC"},
+                    "type": {"enum": ["topic", "TOPIC"], "description": "Hermes spells it topic; older, TOPIC"},
                     "sourceTopic": TOPIC_NAME,
                     "targetTopic": TOPIC_NAME,
                     "startTimestamp": {"type": "string", "format": "date-time"},
@@ -223,7 +223,11 @@ PATHS: dict[str, dict[str, Schema]] = {
     "/stats": {"get": _op("Topic and subscription counts", body=ref("Stats"))},
     "/owners/sources": {"get": _op("Owner sources (Plaintext)", body=array(ref("OwnerSource")))},
     "/owners/sources/{source}": {
-        "get": _op("Owners whose id contains search", body=array(ref("Owner")), query={"search": STR})
+        "get": _op(
+            "Owners matching search, from a source with autocomplete (Plaintext has none: 400)",
+            body=array(ref("Owner")),
+            query={"search": STR},
+        )
     },
     "/owners/sources/{source}/{id}": {"get": _op("An owner", body=ref("Owner"))},
     "/topics/owner/{source}/{id}": {"get": _op("The owner's topics", body=array(ref("Topic")))},

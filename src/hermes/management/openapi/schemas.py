@@ -53,7 +53,9 @@ def enum(*values: str) -> Schema:
 
 
 def ranged(lo: int, hi: int | None = None) -> Schema:
-    return {"type": "integer", "minimum": lo, **({"maximum": hi} if hi is not None else {})}
+    """A request's integer field; as in Hermes, a string of its decimal digits ("2") is taken for it too."""
+    bounds = {"minimum": lo, **({"maximum": hi} if hi is not None else {})}
+    return {"type": "integer", **bounds, "description": 'a JSON string of the integer ("2") is accepted too'}
 
 
 OWNER = obj({"source": STR, "id": STR})
