@@ -285,6 +285,7 @@ def test_unhealthy_respects_severity_and_filters(client: HermesClient) -> None:
     assert (only["name"], only["severity"], only["problems"][0]["code"]) == (loud, "CRITICAL", "UNREACHABLE")
     assert unhealthy(respectMonitoringSeverity="false", subscriptionNames=quiet)[0]["name"] == quiet
     assert unhealthy(ownerSourceName="Plaintext", ownerId="nobody") == []
+    assert unhealthy(ownerId="nobody") == unhealthy(ownerSourceName="Crowd", ownerId="nobody") == [only]
     text = client.management.get("/unhealthy/", params={"qualifiedTopicNames": topic}, headers={"Accept": "text/plain"})
     assert text.headers["Content-Type"].startswith("text/plain") and text.text.startswith(f"{loud} - ")
 

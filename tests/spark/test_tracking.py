@@ -19,7 +19,7 @@ from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.domain.trace import TRACKING_TOPIC, TraceEvent, TraceStatus
 from hermes.pipeline.connector import kafka_options
-from hermes.pipeline.traces import TRACES, TrackingStore, table_files, tracking_root
+from hermes.pipeline.traces import TRACES, TrackingStore, checkpoint_root, table_files, tracking_root
 from hermes.pipeline.tracking_job import (
     STATISTICS_APP_ID,
     TrackingJob,
@@ -34,6 +34,7 @@ from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.pipeline import pipeline_context
 from tests.support.subscriber import Reply, SubscriberServer
 
+PROGRESS = "Hermes-Tracking-Progress"
 FAST = {"messageBackoff": 100, "messageTtl": 60, "requestTimeout": 10_000}
 
 
@@ -43,7 +44,9 @@ def tracking_job(spark: Any, hermes: InProcessHermes, tmp_path_factory: pytest.T
     first micro-batches of a cold query and the first write of each Delta table take many seconds (Python
     workers start, the table is created), so a first tracked delivery goes all the way through both tables
     before the tests measure anything."""
-    job = TrackingJob(pipeline_context(spark, hermes, tmp_path_factory, pipeline_statistics_trigger=2.0))
+    # the checkpoints where management looks for the job's progress
+    checkpoints = checkpoint_root(hermes.hermes.settings)
+    job = TrackingJob(pipeline_context(spark, hermes, tmp_path_factory, checkpoints, pipeline_statistics_trigger=2.0))
     job.start()
     root = tracking_root(hermes.hermes.settings)
     api = HermesClient(hermes.management_url, hermes.frontend_url)
@@ -97,6 +100,8 @@ def test_the_trace_of_a_retried_message_is_served_within_ten_seconds(tracking_jo
         stats_path = f"/topics/{topic}/subscriptions/{sub}/statistics"
         # FAILED and SUCCESS may reach the statistics in different micro-batches: wait for the delivery
         wait_until(lambda: [m["delivered"] for m in client.management.get(stats_path).json()] == [1], 30, 0.5)
+        for read in (path, stats_path):  # nothing is published any more: both queries have read everything
+            wait_until(lambda r=read: client.management.get(r).headers[PROGRESS] == "caught-up", 30, 0.5)
         (minute,) = client.management.get(stats_path).json()
         assert (minute["delivered"], minute["discarded"], minute["failedAttempts"]) == (1, 0, 1)
         assert 0 < minute["latency"]["p50"] == minute["latency"]["max"] < 30_000

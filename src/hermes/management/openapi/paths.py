@@ -19,6 +19,13 @@ from hermes.management.openapi.schemas import (
     ref,
 )
 
+_PROGRESS = {
+    "Hermes-Tracking-Progress": {
+        "description": "How far the pipeline's tracking job has read the tracking topic: not-started, caught-up, "
+        "behind=<events not yet read> or unknown (see docs/management.md)",
+        "schema": STR,
+    }
+}
 _IGNORED = {
     "Hermes-Ignored-Fields": {
         "description": "Request fields that were ignored (unknown to this API), as comma-separated JSON paths",
@@ -54,6 +61,12 @@ def _op(
         op["parameters"] = [{"name": n, "in": "query", "required": False, "schema": s} for n, s in query.items()]
     if request is not None:
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": request}}}
+    return op
+
+
+def _tracking(op: Schema) -> Schema:
+    """A read of the tracking tables: its answer says how far the tracking job has got."""
+    op["responses"]["200"]["headers"] = _PROGRESS
     return op
 
 
@@ -149,15 +162,19 @@ PATHS: dict[str, dict[str, Schema]] = {
         )
     },
     _S + "/events/{messageId}/trace": {
-        "get": _op("The message's trace events in time order (tracking)", body=array(ref("TraceEvent")))
+        "get": _tracking(_op("The message's trace events in time order (tracking)", body=array(ref("TraceEvent"))))
     },
     _S + "/undelivered": {
-        "get": _op("The last 100 undelivered messages, newest first (tracking)", body=array(ref("TraceEvent")))
+        "get": _tracking(
+            _op("The last 100 undelivered messages, newest first (tracking)", body=array(ref("TraceEvent")))
+        )
     },
     _S + "/statistics": {
-        "get": _op(
-            "Per-minute delivery statistics of the last ?minutes= (default 60; tracking; an addition)",
-            body=array(ref("DeliveryStatistics")),
+        "get": _tracking(
+            _op(
+                "Per-minute delivery statistics of the last ?minutes= (default 60; tracking; an addition)",
+                body=array(ref("DeliveryStatistics")),
+            )
         )
     },
     "/unhealthy": {"get": _UNHEALTHY},
