@@ -15,8 +15,9 @@ E = TypeVar("E", bound=StrEnum)
 Json = dict[str, Any]
 
 # Hermes' JSON binding (Jackson) takes a JSON string of an integer for an integer field, and the console sends
-# typed counts so ("consumersNumber": "2"). Only the plain decimal form: no blanks, fraction, or empty string.
-_INTEGER_TEXT = re.compile(r"-?[0-9]{1,18}")
+# typed counts so ("consumersNumber": "2"). Only the plain decimal form (Java's parseInt): no blanks (Jackson
+# would trim them), fraction, exponent or empty string (Jackson would take it for 0).
+_INTEGER_TEXT = re.compile(r"[-+]?[0-9]{1,18}")
 
 
 def read_object(value: Any, field: str) -> Mapping[str, Any]:
