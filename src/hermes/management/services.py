@@ -361,7 +361,7 @@ class ManagementService:
         batch finished: the pipeline is starting, or not running), ``caught-up``, ``behind=<events not yet
         read>``, or ``unknown`` (the checkpoints are not a local directory)."""
         checkpoint = query_checkpoint(self.settings, STATISTICS_QUERY if statistics else TRACE_QUERY)
-        if "://" in checkpoint:
+        if checkpoint is None:
             return "unknown"
         done = await self._run(read_offsets, checkpoint, TRACKING_TOPIC)
         if done is None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import orjson
 
@@ -56,21 +57,26 @@ def checkpoint_root(settings: Settings) -> str:
     return settings.pipeline_checkpoints or str((settings.data_dir / "pipeline" / "checkpoints").absolute())
 
 
-def query_checkpoint(settings: Settings, query: str) -> str:
-    """The checkpoint of the tracking job's ``query`` (``TRACE_QUERY`` or ``STATISTICS_QUERY``)."""
-    return f"{checkpoint_root(settings).rstrip('/')}/{TRACKING_JOB}/{query}"
+def query_checkpoint(settings: Settings, query: str) -> Path | None:
+    """The checkpoint of the tracking job's ``query`` (``TRACE_QUERY`` or ``STATISTICS_QUERY``), when it is a
+    local directory (a plain path or a ``file:`` URI)."""
+    checkpoint = f"{checkpoint_root(settings).rstrip('/')}/{TRACKING_JOB}/{query}"
+    parsed = urlparse(checkpoint)
+    if not parsed.scheme:
+        return Path(checkpoint)
+    return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
 
 
-def read_offsets(checkpoint: str, topic: str) -> dict[int, int] | None:
+def read_offsets(checkpoint: Path, topic: str) -> dict[int, int] | None:
     """Per partition of ``topic``, the offset up to which a streaming query's table holds its records: the end
     of the query's newest finished micro-batch (Spark's ``offsets/<batch>``, finished once ``commits/<batch>``
-    is written). None when the checkpoint is no local directory or holds no finished batch yet."""
-    commits = Path(checkpoint) / "commits"
+    is written). None when the checkpoint holds no finished batch yet."""
+    commits = checkpoint / "commits"
     batches = [int(f.name) for f in commits.iterdir() if f.name.isdigit()] if commits.is_dir() else []
     if not batches:
         return None
     try:  # "v1", the batch's metadata, then one line per source: {"<topic>": {"<partition>": <offset>}}
-        lines = (Path(checkpoint) / "offsets" / str(max(batches))).read_text().splitlines()
+        lines = (checkpoint / "offsets" / str(max(batches))).read_text().splitlines()
         positions = orjson.loads(lines[-1]).get(topic, {})
     except (OSError, IndexError, orjson.JSONDecodeError, AttributeError):
         return None  # a checkpoint pruned or written in a form this reader does not know

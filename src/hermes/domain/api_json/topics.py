@@ -52,7 +52,8 @@ def check_owner_named(body: Json) -> None:
         owner, field = {"id": body["supportTeam"]}, "supportTeam"
     else:
         field = "owner.id"
-    if isinstance(owner, dict) and isinstance(owner.get("id", ""), str) and not owner.get("id", "").strip():
+    owner_id = (owner.get("id") or "") if isinstance(owner, dict) else None
+    if isinstance(owner_id, str) and not owner_id.strip():  # a wrong type is the parser's to name
         raise ValidationError("must not be empty: name the owning team", field)
 
 
