@@ -244,6 +244,10 @@ def test_the_console_forms_as_hermes_takes_them(client: HermesClient) -> None:
     _refused(api.put(f"/topics/{topic}", json={"owner": nobody}), "owner.id")
     sub = {"name": "s", "endpoint": "http://localhost:1/", "owner": nobody}
     _refused(api.post(f"/topics/{topic}/subscriptions", json=sub), "owner.id")
+    _refused(api.post(f"/topics/{topic}/subscriptions", json={**sub, "owner": None, "supportTeam": " "}), "supportTeam")
+    del sub["owner"]  # no owner at all: as Hermes, whose owner is @NotNull
+    _refused(api.post(f"/topics/{topic}/subscriptions", json=sub), "owner")
+    _refused(api.post("/topics", json={"name": f"{client.create_group()}.t"}), "owner")
     # counts typed into text fields arrive as strings, as Jackson takes them for integer fields
     typed = {"topicName": topic, "constraints": {"consumersNumber": "2", "reason": "console"}}
     assert api.put("/workload-constraints/topic", json=typed).is_success
@@ -251,7 +255,8 @@ def test_the_console_forms_as_hermes_takes_them(client: HermesClient) -> None:
     for text in ("2.5", "", " 2", "abc", "0"):
         bad = {"topicName": topic, "constraints": {"consumersNumber": text}}
         _refused(api.put("/workload-constraints/topic", json=bad), "constraints.consumersNumber")
-    sub = {"name": "s", "endpoint": "http://localhost:1/", "subscriptionPolicy": {"rate": "40", "messageTtl": "60"}}
+    policy = {"rate": "40", "messageTtl": "60"}
+    sub = {"name": "s", "endpoint": "http://localhost:1/", "owner": {"id": "Team"}, "subscriptionPolicy": policy}
     created = api.post(f"/topics/{topic}/subscriptions", json=sub)
     assert created.status_code == 201 and created.json()["subscriptionPolicy"]["rate"] == 40, created.text
     _refused(

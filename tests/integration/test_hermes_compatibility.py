@@ -88,6 +88,7 @@ def test_unknown_fields_are_accepted_and_named(client: HermesClient, caplog: pyt
             json={
                 "name": "misspelt",
                 "endpoint": "http://x",
+                "owner": {"source": "Plaintext", "id": "tests"},
                 "subscriptionPolicy": {"rat": 5, "rate": 7, "batchSize": 3},
                 "filters": [{"type": "header", "header": "h", "matcher": "x", "pth": "$.a"}],
                 "endpointAddressResolverMetadata": {"anything": {"goes": 1}},

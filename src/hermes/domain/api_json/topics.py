@@ -44,14 +44,17 @@ def owner_from_json(value: Any, field: str = "owner") -> Owner:
     )
 
 
-def check_owner_named(body: Json) -> None:
-    """A request's owner must name one: the console submits an empty id when nothing was typed, and a topic
-    without an owner id has no owner to edit it. (Stored documents from before this check may still have one.)"""
-    owner = body.get("owner")
-    if owner is None and body.get("supportTeam") is not None:
+def check_owner_named(body: Json, *, created: bool) -> None:
+    """A request's owner must name one, and a new topic or subscription must have one, as Hermes' owner is
+    ``@NotNull``: the console submits an empty id when nothing was typed, and without an owner id the console
+    offers nobody to edit it. (Documents stored before this check may still have an empty one.)"""
+    owner, field = body.get("owner"), "owner.id"
+    if owner is None and body.get("supportTeam") is not None:  # a subscription's older shape
         owner, field = {"id": body["supportTeam"]}, "supportTeam"
-    else:
-        field = "owner.id"
+    if owner is None:
+        if created:
+            raise ValidationError("is required: {source: Plaintext, id: the owning team}", "owner")
+        return
     owner_id = (owner.get("id") or "") if isinstance(owner, dict) else None
     if isinstance(owner_id, str) and not owner_id.strip():  # a wrong type is the parser's to name
         raise ValidationError("must not be empty: name the owning team", field)
