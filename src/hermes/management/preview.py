@@ -66,7 +66,8 @@ def message_at(admin: BrokerAdmin, topic: Topic, partition: int, offset: int) ->
 
 
 def as_json(repository: MetadataRepository, topic: Topic, message: Message) -> bytes:
-    """The message as its subscribers see it: Avro shown as JSON (the raw bytes if that fails, as Hermes)."""
+    """The message as Hermes' preview shows it: Avro as JSON, with the message's id and publish time in the
+    schema's ``__metadata`` (the raw bytes if it does not decode, as Hermes)."""
     if topic.content_type is not ContentType.AVRO:
         return message.body
     try:

@@ -373,7 +373,7 @@ class ManagementService:
     # --- preview ---
 
     async def recent_messages(self, topic: Topic) -> list[bytes]:
-        """The newest messages of the topic as its subscribers see them (Avro as JSON), oldest first."""
+        """The newest messages of the topic as Hermes' preview shows them (Avro as JSON), oldest first."""
 
         def read() -> list[bytes]:
             messages = preview.recent_messages(self._admin, topic)
