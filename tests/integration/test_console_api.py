@@ -242,6 +242,7 @@ def test_the_console_forms_as_hermes_takes_them(client: HermesClient) -> None:
     _refused(api.post("/topics", json={"name": f"{client.create_group()}.t", "owner": nobody}), "owner.id")
     topic = client.create_topic(offlineStorage={"enabled": True})
     _refused(api.put(f"/topics/{topic}", json={"owner": nobody}), "owner.id")
+    _refused(api.put(f"/topics/{topic}", json={"owner": None}), "owner")
     sub = {"name": "s", "endpoint": "http://localhost:1/", "owner": nobody}
     _refused(api.post(f"/topics/{topic}/subscriptions", json=sub), "owner.id")
     _refused(api.post(f"/topics/{topic}/subscriptions", json={**sub, "owner": None, "supportTeam": " "}), "supportTeam")

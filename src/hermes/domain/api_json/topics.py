@@ -52,7 +52,7 @@ def check_owner_named(body: Json, *, created: bool) -> None:
     if owner is None and body.get("supportTeam") is not None:  # a subscription's older shape
         owner, field = {"id": body["supportTeam"]}, "supportTeam"
     if owner is None:
-        if created:
+        if created or "owner" in body:  # a change to "owner": null would leave nobody owning it
             raise ValidationError("is required: {source: Plaintext, id: the owning team}", "owner")
         return
     owner_id = (owner.get("id") or "") if isinstance(owner, dict) else None
