@@ -44,6 +44,12 @@ class InvalidQuery(ValidationError):
     code = "INVALID_QUERY"
 
 
+class OwnerSourceWithoutAutocomplete(ValidationError):
+    """A search of an owner source that only takes typed ids (Hermes' ``Plaintext``)."""
+
+    code = "OWNER_SOURCE_DOESNT_SUPPORT_AUTOCOMPLETE"
+
+
 class OffsetsNotMovable(ValidationError):
     """A retransmission asked of a subscription no consumer has run yet (PENDING), as Hermes refuses it."""
 

@@ -72,6 +72,7 @@ class Addresses:
     management: int
     kafka: int
     subscriber: int
+    data_dir: Path  # the running Hermes', seen by every example as .hermes (make run's data directory)
 
     def apply(self, code: str) -> str:
         code = code.replace("127.0.0.1:8080", f"127.0.0.1:{self.frontend}")
@@ -82,10 +83,38 @@ class Addresses:
         return code.replace(".venv/bin/", str(Path(sys.executable).parent) + "/")
 
 
+def archived_lake(root: Path, topic: str) -> None:
+    """A lake holding two archived messages of ``topic``, in the archive's columns and partitions, for the
+    examples that read one: written with deltalake, since the pipeline (Spark) takes too long to start here."""
+    from datetime import UTC, datetime
+
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    now = datetime.now(UTC)
+    rows = pa.table(
+        {
+            "message_id": ["m-1", "m-2"],
+            "publish_timestamp": pa.array([now, now], pa.timestamp("us", "UTC")),
+            "partition": pa.array([0, 0], pa.int32()),
+            "offset": pa.array([0, 1], pa.int64()),
+            "key": pa.array([None, None], pa.binary()),
+            "schema_version": pa.array([None, None], pa.int32()),
+            "headers": pa.array([[], []], pa.map_(pa.string(), pa.string())),
+            "body": pa.array([b'{"n": 1}', b'{"n": 2}'], pa.binary()),
+            "topic": [topic, topic],
+            "hour": [now.strftime("%Y-%m-%d-%H")] * 2,
+        }
+    )
+    write_deltalake(str(root), rows, partition_by=["topic", "hour"])
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Addresses]:
-    hermes = HermesProcess(tmp_path_factory.mktemp("docs")).start()
-    yield Addresses(hermes.frontend_port, hermes.management_port, hermes.kafka_port, free_port())
+    data_dir = tmp_path_factory.mktemp("docs")
+    archived_lake(data_dir / "pipeline" / "lake", "com.example.orders")  # the run has no pipeline (--no-pipeline)
+    hermes = HermesProcess(data_dir).start()
+    yield Addresses(hermes.frontend_port, hermes.management_port, hermes.kafka_port, free_port(), data_dir)
     assert hermes.stop() == 0
 
 
@@ -110,6 +139,7 @@ def test_example_runs(
     if example.skip is not None:
         pytest.skip(example.skip)
     code = broker.apply(example.code)
+    (tmp_path / ".hermes").symlink_to(broker.data_dir)  # the examples run where make run's data directory is
     argv = ["bash", "-euo", "pipefail", "-c", code] if example.language == "sh" else [sys.executable, "-c", code]
     log = tmp_path / "output"
     with open(log, "wb") as output:  # a file, not a pipe: a background job keeps a pipe open after the shell ends

@@ -5,6 +5,8 @@ with the request bodies its forms send: every one gets a 2xx and the fields the 
 from __future__ import annotations
 
 import base64
+import json
+import time
 from typing import Any
 
 import httpx
@@ -181,8 +183,7 @@ def test_the_console_calls_get_what_the_console_reads(client: HermesClient, subs
     assert api.get(f"/tracking-urls/topics/{topic}/subscriptions/printer").json() == []
     for path in ("/roles", f"/roles/topics/{topic}", f"/roles/topics/{topic}/subscriptions/printer"):
         assert "admin" in api.get(path).json()
-    _reads(api.get("/owners/sources"), "OwnerSource")
-    _reads(api.get("/owners/sources/Plaintext", params={"search": "console"}), "Owner")
+    assert not _reads(api.get("/owners/sources"), "OwnerSource")[0]["autocomplete"]  # the console shows a text box
     _reads(api.get("/owners/sources/Plaintext/Console Team"), "Owner")
     _reads(api.get("/stats"), "Stats")
     _reads(api.get("/search/query", params={"q": "orders"}), "SearchResults")
@@ -227,3 +228,71 @@ def test_the_console_calls_get_what_the_console_reads(client: HermesClient, subs
     assert api.delete(sub).is_success
     assert api.delete(f"/topics/{topic}").is_success
     assert api.delete(f"/groups/{group}").is_success
+
+
+def _refused(response: httpx.Response, field: str) -> None:
+    assert response.status_code == 400, response.text
+    assert response.json()["message"].startswith(field), response.text
+
+
+def test_the_console_forms_as_hermes_takes_them(client: HermesClient) -> None:
+    api = client.management
+    # an owner typed in nowhere: the form sends an empty id
+    nobody = {"source": "Plaintext", "id": ""}
+    _refused(api.post("/topics", json={"name": f"{client.create_group()}.t", "owner": nobody}), "owner.id")
+    topic = client.create_topic(offlineStorage={"enabled": True})
+    _refused(api.put(f"/topics/{topic}", json={"owner": nobody}), "owner.id")
+    _refused(api.put(f"/topics/{topic}", json={"owner": None}), "owner")
+    sub = {"name": "s", "endpoint": "http://localhost:1/", "owner": nobody}
+    _refused(api.post(f"/topics/{topic}/subscriptions", json=sub), "owner.id")
+    _refused(api.post(f"/topics/{topic}/subscriptions", json={**sub, "owner": None, "supportTeam": " "}), "supportTeam")
+    del sub["owner"]  # no owner at all: as Hermes, whose owner is @NotNull
+    _refused(api.post(f"/topics/{topic}/subscriptions", json=sub), "owner")
+    _refused(api.post("/topics", json={"name": f"{client.create_group()}.t"}), "owner")
+    # counts typed into text fields arrive as strings, as Jackson takes them for integer fields
+    typed = {"topicName": topic, "constraints": {"consumersNumber": "2", "reason": "console"}}
+    assert api.put("/workload-constraints/topic", json=typed).is_success
+    assert api.get("/workload-constraints").json()["topicConstraints"][topic]["consumersNumber"] == 2
+    for text in ("2.5", "", " 2", "abc", "0"):
+        bad = {"topicName": topic, "constraints": {"consumersNumber": text}}
+        _refused(api.put("/workload-constraints/topic", json=bad), "constraints.consumersNumber")
+    policy = {"rate": "40", "messageTtl": "60"}
+    sub = {"name": "s", "endpoint": "http://localhost:1/", "owner": {"id": "Team"}, "subscriptionPolicy": policy}
+    created = api.post(f"/topics/{topic}/subscriptions", json=sub)
+    assert created.status_code == 201 and created.json()["subscriptionPolicy"]["rate"] == 40, created.text
+    _refused(
+        api.put(f"/topics/{topic}/subscriptions/s", json={"subscriptionPolicy": {"rate": "4e1"}}),
+        "subscriptionPolicy.rate",
+    )
+    # offline retransmission, as the console spells its kind
+    task = {
+        "type": "topic",
+        "sourceTopic": topic,
+        "targetTopic": client.create_topic(),
+        "startTimestamp": "2026-01-01T00:00:00.000Z",
+        "endTimestamp": "2026-01-01T01:00:00.000Z",
+    }
+    assert api.post("/offline-retransmission/tasks", json=task).status_code == 201
+    _refused(api.post("/offline-retransmission/tasks", json={**task, "type": "view"}), "type")
+    # the new subscription form warns only above the default request timeout
+    config = api.get("/console").json()["subscription"]
+    assert config["requestTimeoutWarningThreshold"] > config["defaults"]["subscriptionPolicy"]["requestTimeout"]
+
+
+def test_an_avro_preview_carries_the_message_id_and_time(client: HermesClient) -> None:
+    schema = {
+        "type": "record",
+        "name": "User",
+        "fields": [
+            {"name": "name", "type": "string"},
+            {"name": "__metadata", "type": ["null", {"type": "map", "values": "string"}], "default": None},
+        ],
+    }
+    topic = client.create_topic(contentType="AVRO", schema=json.dumps(schema))
+    published = client.publish(topic, '{"name": "Ann"}')
+    assert published.status_code == 201, published.text
+    wait_until(lambda: bool(client.management.get(f"/topics/{topic}/preview").json()), 20)
+    [shown] = client.management.get(f"/topics/{topic}/preview").json()
+    metadata = json.loads(shown["content"])["__metadata"]
+    assert metadata["messageId"] == published.headers["Hermes-Message-Id"]
+    assert abs(int(metadata["timestamp"]) / 1000 - time.time()) < 600

@@ -88,6 +88,7 @@ def test_unknown_fields_are_accepted_and_named(client: HermesClient, caplog: pyt
             json={
                 "name": "misspelt",
                 "endpoint": "http://x",
+                "owner": {"source": "Plaintext", "id": "tests"},
                 "subscriptionPolicy": {"rat": 5, "rate": 7, "batchSize": 3},
                 "filters": [{"type": "header", "header": "h", "matcher": "x", "pth": "$.a"}],
                 "endpointAddressResolverMetadata": {"anything": {"goes": 1}},
@@ -188,11 +189,10 @@ def test_owners_and_roles(client: HermesClient) -> None:
     topic = client.create_topic(owner=owner)
     sub = client.create_subscription(topic, "http://x", owner=owner)
     assert client.management.get("/owners/sources").json() == [
-        {"name": "Plaintext", "autocomplete": True, "deprecated": False}
+        {"name": "Plaintext", "autocomplete": False, "deprecated": False}
     ]
-    assert {"id": "Owners Team", "name": "Owners Team"} in client.management.get(
-        "/owners/sources/Plaintext", params={"search": "owners t"}
-    ).json()
+    search = client.management.get("/owners/sources/Plaintext", params={"search": "owners t"})
+    _error(search, 400, "OWNER_SOURCE_DOESNT_SUPPORT_AUTOCOMPLETE")
     assert client.management.get("/owners/sources/Plaintext/Owners Team").json()["name"] == "Owners Team"
     assert [t["name"] for t in client.management.get("/topics/owner/Plaintext/Owners Team").json()] == [topic]
     assert [s["name"] for s in client.management.get("/subscriptions/owner/Plaintext/Owners Team").json()] == [sub]
@@ -286,6 +286,7 @@ def test_unhealthy_respects_severity_and_filters(client: HermesClient) -> None:
     assert (only["name"], only["severity"], only["problems"][0]["code"]) == (loud, "CRITICAL", "UNREACHABLE")
     assert unhealthy(respectMonitoringSeverity="false", subscriptionNames=quiet)[0]["name"] == quiet
     assert unhealthy(ownerSourceName="Plaintext", ownerId="nobody") == []
+    assert unhealthy(ownerId="nobody") == unhealthy(ownerSourceName="Crowd", ownerId="nobody") == [only]
     text = client.management.get("/unhealthy/", params={"qualifiedTopicNames": topic}, headers={"Accept": "text/plain"})
     assert text.headers["Content-Type"].startswith("text/plain") and text.text.startswith(f"{loud} - ")
 

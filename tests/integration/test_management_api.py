@@ -161,11 +161,14 @@ def test_errors_have_one_shape_and_the_right_status(client: HermesClient) -> Non
     _error(client.management.get(f"/topics/{group}.missing"), 404, "TOPIC_NOT_EXISTS")
     _error(client.management.get(f"/topics/{topic}/subscriptions/missing"), 400, "SUBSCRIPTION_NOT_EXISTS")
     _error(client.management.post("/groups", json={"groupName": group}), 400, "GROUP_ALREADY_EXISTS")
-    _error(client.management.post("/topics", json={"name": topic}), 400, "TOPIC_ALREADY_EXISTS")
+    owner = {"source": "Plaintext", "id": "tests"}
+    _error(client.management.post("/topics", json={"name": topic, "owner": owner}), 400, "TOPIC_ALREADY_EXISTS")
     _error(client.management.delete(f"/groups/{group}"), 403, "GROUP_NOT_EMPTY")
     name = client.create_subscription(topic, "http://my-service")
     _error(
-        client.management.post(f"/topics/{topic}/subscriptions", json={"name": name, "endpoint": "http://x"}),
+        client.management.post(
+            f"/topics/{topic}/subscriptions", json={"name": name, "endpoint": "http://x", "owner": owner}
+        ),
         400,
         "SUBSCRIPTION_ALREADY_EXISTS",
     )
@@ -189,7 +192,8 @@ def test_groups_topics_and_their_kafka_topics(hermes: Any, client: HermesClient)
     topic = client.create_topic(f"{group}.orders", retentionTime={"duration": 2, "retentionUnit": "HOURS"})
     assert admin.topic_exists(topic) and len(admin.partitions(topic)) == 2
     avro_only = client.management.post(
-        f"/topics/{topic}/subscriptions", json={"name": "a", "endpoint": "http://x", "contentType": "AVRO"}
+        f"/topics/{topic}/subscriptions",
+        json={"name": "a", "endpoint": "http://x", "contentType": "AVRO", "owner": {"id": "tests"}},
     )
     assert avro_only.status_code == 400 and "contentType" in avro_only.json()["message"]
     assert client.management.get("/groups").json().count(group) == 1

@@ -115,6 +115,8 @@ def test_tracking_reads_of_an_untracked_subscription(client: HermesClient, topic
     ):
         response = client.management.get(base + path)
         assert response.status_code == 200 and response.json() == [], response.text
+        # no pipeline runs here: the empty answer says the tracking job has not read anything yet
+        assert response.headers["Hermes-Tracking-Progress"] == "not-started"
         conforms_to_openapi("/topics/{topic}/subscriptions/{subscription}" + template, "get", response)
         unknown = client.management.get(f"/topics/{topic}/subscriptions/nosuch{path}")
         assert unknown.status_code == 400 and unknown.json()["code"] == "SUBSCRIPTION_NOT_EXISTS"  # as Hermes

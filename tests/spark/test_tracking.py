@@ -19,7 +19,7 @@ from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.domain.trace import TRACKING_TOPIC, TraceEvent, TraceStatus
 from hermes.pipeline.connector import kafka_options
-from hermes.pipeline.traces import TRACES, TrackingStore, table_files, tracking_root
+from hermes.pipeline.traces import TRACES, TrackingStore, checkpoint_root, table_files, tracking_root
 from hermes.pipeline.tracking_job import (
     STATISTICS_APP_ID,
     TrackingJob,
@@ -34,6 +34,7 @@ from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.pipeline import pipeline_context
 from tests.support.subscriber import Reply, SubscriberServer
 
+PROGRESS = "Hermes-Tracking-Progress"
 FAST = {"messageBackoff": 100, "messageTtl": 60, "requestTimeout": 10_000}
 
 
@@ -43,7 +44,9 @@ def tracking_job(spark: Any, hermes: InProcessHermes, tmp_path_factory: pytest.T
     first micro-batches of a cold query and the first write of each Delta table take many seconds (Python
     workers start, the table is created), so a first tracked delivery goes all the way through both tables
     before the tests measure anything."""
-    job = TrackingJob(pipeline_context(spark, hermes, tmp_path_factory, pipeline_statistics_trigger=2.0))
+    # the checkpoints where management looks for the job's progress
+    checkpoints = checkpoint_root(hermes.hermes.settings)
+    job = TrackingJob(pipeline_context(spark, hermes, tmp_path_factory, checkpoints, pipeline_statistics_trigger=2.0))
     job.start()
     root = tracking_root(hermes.hermes.settings)
     api = HermesClient(hermes.management_url, hermes.frontend_url)
@@ -125,6 +128,14 @@ def test_undelivered_lists_the_discarded_messages_newest_first(tracking_job: Pat
         ], "discardedOnly: the trace holds just the discard"
     finally:
         subscriber.stop()
+
+
+def test_the_answers_say_how_far_the_tracking_job_has_read(tracking_job: Path, client: HermesClient) -> None:
+    topic = client.create_topic()
+    base = f"/topics/{topic}/subscriptions/{client.create_subscription(topic, 'http://127.0.0.1:9/')}"
+    # the warm-up's events were read, and nothing is tracked now: both queries have read the whole topic
+    for path in (f"{base}/events/some-id/trace", f"{base}/undelivered", f"{base}/statistics"):
+        wait_until(lambda p=path: client.management.get(p).headers[PROGRESS] == "caught-up", 60, 0.5)
 
 
 def test_the_trace_table_is_partitioned_by_topic_and_date(tracking_job: Path) -> None:

@@ -31,10 +31,14 @@ RETRANSMISSION_TASKS = "/offline-retransmission/tasks"
 
 
 def pipeline_context(
-    spark: Any, hermes: InProcessHermes, tmp_path_factory: pytest.TempPathFactory, **settings: Any
+    spark: Any,
+    hermes: InProcessHermes,
+    tmp_path_factory: pytest.TempPathFactory,
+    checkpoints: str | None = None,
+    **settings: Any,
 ) -> PipelineContext:
     """What the ``hermes pipeline`` process would give its jobs: Hermes' settings (with ``settings`` changed),
-    broker connection and metadata repository, a fresh lake and fresh checkpoints."""
+    broker connection and metadata repository, a fresh lake and fresh checkpoints (unless ``checkpoints``)."""
     running = hermes.hermes
     assert running.connection is not None and running.repository is not None
     return PipelineContext(
@@ -43,7 +47,7 @@ def pipeline_context(
         connection=running.connection,
         repository=running.repository,
         lake=Lake(str(tmp_path_factory.mktemp("lake"))),
-        checkpoints=str(tmp_path_factory.mktemp("checkpoints")),
+        checkpoints=checkpoints or str(tmp_path_factory.mktemp("checkpoints")),
         trigger_interval=1.0,
         max_records_per_batch=None,
         retention_interval=3600.0,

@@ -1,6 +1,7 @@
 import pytest
 
 from hermes.domain import api_json
+from hermes.domain.api_json.fields import read_int
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import TopicName
 from hermes.errors import ValidationError
@@ -64,3 +65,35 @@ def test_a_subscription_survives_its_storage_round_trip() -> None:
     assert api_json.subscription_from_json(stored, TOPIC) == sub
     shown = api_json.subscription_to_json(sub)
     assert shown["oAuthPolicy"]["password"] == "******" and ":p@" not in shown["endpoint"]
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "said"),
+    [
+        ("localhost:8299", "has no scheme: write it as http://localhost:8299 (or https://)"),
+        ("my-service/events", "has no scheme: write it as http://my-service/events (or https://)"),
+        ("ftp://x", "scheme 'ftp' is not supported"),
+    ],
+)
+def test_an_endpoint_without_a_scheme_is_shown_with_one(endpoint: str, said: str) -> None:
+    with pytest.raises(ValidationError) as error:
+        EndpointAddress.parse(endpoint)
+    assert error.value.message.startswith(f"endpoint: {said}")
+
+
+def test_an_endpoint_without_a_scheme_keeps_its_password_out_of_the_answer() -> None:
+    with pytest.raises(ValidationError) as error:
+        EndpointAddress.parse("bob:s3cret@service:8080/events")
+    assert "s3cret" not in error.value.message and "http://user:password@host:port/path" in error.value.message
+
+
+@pytest.mark.parametrize(("given", "taken"), [(2, 2), (2.0, 2), ("2", 2), ("-3", -3), ("+40", 40)])
+def test_an_integer_field_takes_a_string_of_digits(given: object, taken: int) -> None:
+    assert read_int({"n": given}, "n", 0, "n") == taken
+
+
+@pytest.mark.parametrize("given", ["2.5", "", " 2", "2 ", "abc", "1e3", "\u0663", 2.5, True, [2]])
+def test_an_integer_field_refuses_other_strings_and_fractions(given: object) -> None:
+    with pytest.raises(ValidationError) as error:
+        read_int({"n": given}, "n", 0, "n")
+    assert error.value.field == "n"

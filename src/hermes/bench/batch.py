@@ -152,7 +152,8 @@ async def batch_throughput(
                 await _call(api, "POST", f"{management}/groups", {"groupName": group})
             await _call(api, "POST", f"{management}/topics", {"name": topic, "owner": {"id": "bench"}})
             policy = {"batchSize": batch_size, "batchTime": 200, "batchVolume": 64 * 1024 * 1024}
-            body = {"name": name, "endpoint": sink.url, "deliveryType": "BATCH", "subscriptionPolicy": policy}
+            body = {"name": name, "endpoint": sink.url, "owner": {"id": "bench"}, "deliveryType": "BATCH"}
+            body["subscriptionPolicy"] = policy
             await _call(api, "POST", f"{management}/topics/{topic}/subscriptions", body)
             publish_url = f"{frontend}/topics/{topic}"
             warm = await _publish(api, publish_url, range(-1, 0), 1)

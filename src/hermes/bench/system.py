@@ -198,12 +198,14 @@ class Management:
         body = {
             "name": name,
             "endpoint": endpoint,
+            "owner": {"id": "bench"},
             "subscriptionPolicy": {"inflightSize": 100, "rate": 100_000, "requestTimeout": 10_000, **policy},
         }
         await self._call("POST", f"/topics/{topic}/subscriptions", body)
 
     async def batch_subscription(self, topic: str, name: str, endpoint: str, **policy: Any) -> None:
-        body = {"name": name, "endpoint": endpoint, "deliveryType": "BATCH", "subscriptionPolicy": policy}
+        body = {"name": name, "endpoint": endpoint, "owner": {"id": "bench"}, "deliveryType": "BATCH"}
+        body["subscriptionPolicy"] = policy
         await self._call("POST", f"/topics/{topic}/subscriptions", body)
 
     async def state(self, topic: str, name: str, state: str) -> None:

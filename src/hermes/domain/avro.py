@@ -48,11 +48,48 @@ def json_to_avro(schema: str, body: bytes) -> bytes:
     try:
         validate(record, parsed, raise_errors=True)
     except fastavro.validation.ValidationError as exc:
-        fields = ", ".join(str(e).split(" is ")[0] for e in exc.errors) or "message"
-        raise ValidationError(f"the message does not match the topic's Avro schema ({fields})", fields) from None
+        detail = _mismatches(exc.errors, parsed.get("name", "") if isinstance(parsed, dict) else "")
+        raise ValidationError(f"the message does not match the topic's Avro schema: {detail}") from None
     buffer = io.BytesIO()
     fastavro.schemaless_writer(buffer, parsed, record)
     return buffer.getvalue()
+
+
+_JSON_TYPES = {str: "a string", bool: "true or false", int: "a number", float: "a number", list: "an array"}
+
+
+def _mismatches(errors: Any, top: str) -> str:
+    """fastavro's errors (``field`` is the record's full name and the field's: ``ns.User.name``) in words, each
+    field once: a union's alternatives are one error each."""
+    expected: dict[str, list[str]] = {}
+    given: dict[str, Any] = {}
+    for error in errors:
+        expected.setdefault(error.field, []).append(_schema_name(error.schema))
+        given[error.field] = error.datum
+    said = []
+    for path, types in expected.items():
+        record, _, name = path.rpartition(".")
+        if not path:
+            said.append(f"it must be a JSON object, the record `{_short(top)}`")
+            continue
+        where = "" if record == top else f" of record `{_short(record)}`"
+        if given[path] is None:
+            said.append(f"missing required field `{name}`{where}")
+        else:
+            found = _JSON_TYPES.get(type(given[path]), "an object")
+            said.append(f"field `{name}`{where} must be {' or '.join(types)}, not {found}")
+    return "; ".join(said)
+
+
+def _schema_name(schema: Any) -> str:
+    if isinstance(schema, dict):
+        named = schema.get("name")
+        return f"{schema.get('type')} `{_short(named)}`" if named else str(schema.get("type"))
+    return str(schema)
+
+
+def _short(name: str) -> str:
+    return name.rpartition(".")[2]
 
 
 def avro_json_to_avro(schema: str, body: bytes) -> bytes:

@@ -37,6 +37,10 @@ class EndpointAddress:
             port = parts.port  # raises ValueError on a bad port
         except ValueError as exc:
             raise ValidationError(f"is not a valid URI ({exc})", field) from None
+        if "://" not in raw:  # "localhost:8299" parses as scheme "localhost"
+            # an address with credentials is not repeated: the answer would show the password
+            guess = f"http://{raw}" if "@" not in raw else "http://user:password@host:port/path"
+            raise ValidationError(f"has no scheme: write it as {guess} (or https://)", field)
         if parts.scheme not in SUPPORTED_SCHEMES:
             supported = ", ".join(sorted(SUPPORTED_SCHEMES))
             raise ValidationError(f"scheme '{parts.scheme}' is not supported (use one of: {supported})", field)

@@ -88,8 +88,8 @@ def task_from_request(body: Any) -> RetransmissionTask:
     """A new PENDING task from a POST body; checks the shape only (topics are checked against metadata)."""
     if not isinstance(body, dict):
         raise FormattingError("the body must be a JSON object")
-    kind = body.get("type", "TOPIC")
-    if kind != "TOPIC":
+    kind = body.get("type", "topic")
+    if kind not in ("topic", "TOPIC"):  # Hermes' request names its kind "topic"; its older one, "TOPIC"
         raise ValidationError("only TOPIC retransmission is supported (views are not)", "type")
     for field in ("sourceTopic", "targetTopic", "startTimestamp", "endTimestamp"):
         if body.get(field) in (None, ""):

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import time
 
+import orjson
+
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.kafka_consumer import BrokerConsumer
-from hermes.domain.avro import avro_to_json
+from hermes.domain.avro import avro_to_record
 from hermes.domain.message import Message
 from hermes.domain.topic import ContentType, Topic
 from hermes.errors import HermesError, ValidationError
@@ -64,14 +66,19 @@ def message_at(admin: BrokerAdmin, topic: Topic, partition: int, offset: int) ->
 
 
 def as_json(repository: MetadataRepository, topic: Topic, message: Message) -> bytes:
-    """The message as its subscribers see it: Avro shown as JSON (the raw bytes if that fails, as Hermes)."""
+    """The message as Hermes' preview shows it: Avro as JSON, with the message's id and publish time in the
+    schema's ``__metadata`` (the raw bytes if it does not decode, as Hermes)."""
     if topic.content_type is not ContentType.AVRO:
         return message.body
     try:
         _, schema = repository.get_schema(topic.name, message.schema_version)
-        return avro_to_json(schema, message.body)
+        record = avro_to_record(schema, message.body)
     except (HermesError, ValueError, TypeError, EOFError, IndexError, KeyError):
         return message.body  # a preview shows what it can: a message that does not decode is shown raw
+    if isinstance(record, dict) and "__metadata" in record and record["__metadata"] is None:
+        # Hermes' frontend writes the message's id and publish time into a schema's __metadata map
+        record["__metadata"] = {"messageId": message.message_id, "timestamp": str(message.publish_timestamp)}
+    return orjson.dumps(record, default=str)
 
 
 def preview(content: bytes) -> dict[str, object]:

@@ -38,7 +38,14 @@ from hermes.errors import (
 )
 from hermes.management import monitoring, offline_retransmission, preview, retransmission
 from hermes.metadata.repository import MetadataRepository
-from hermes.pipeline.traces import TrackingStore, tracking_root
+from hermes.pipeline.traces import (
+    STATISTICS_QUERY,
+    TRACE_QUERY,
+    TrackingStore,
+    query_checkpoint,
+    read_offsets,
+    tracking_root,
+)
 
 log = logging.getLogger(__name__)
 
@@ -360,10 +367,25 @@ class ManagementService:
         topic, name = subscription.topic_name.qualified, subscription.name
         return await self._run(self._tracking.statistics, topic, name, since_ms)
 
+    async def tracking_progress(self, *, statistics: bool = False) -> str:
+        """How far the tracking job's trace (or ``statistics``) query has read the tracking topic, so that an
+        empty answer says whether nothing was tracked or the pipeline has not got there: ``not-started`` (no
+        batch finished: the pipeline is starting, or not running), ``caught-up``, ``behind=<events not yet
+        read>``, or ``unknown`` (the checkpoints are not a local directory)."""
+        checkpoint = query_checkpoint(self.settings, STATISTICS_QUERY if statistics else TRACE_QUERY)
+        if checkpoint is None:
+            return "unknown"
+        done = await self._run(read_offsets, checkpoint, TRACKING_TOPIC)
+        if done is None:
+            return "not-started"
+        end = await self._run(self._admin.end_offsets, TRACKING_TOPIC)
+        behind = sum(max(0, offset - done.get(partition, 0)) for partition, offset in end.items())
+        return f"behind={behind}" if behind else "caught-up"
+
     # --- preview ---
 
     async def recent_messages(self, topic: Topic) -> list[bytes]:
-        """The newest messages of the topic as its subscribers see them (Avro as JSON), oldest first."""
+        """The newest messages of the topic as Hermes' preview shows them (Avro as JSON), oldest first."""
 
         def read() -> list[bytes]:
             messages = preview.recent_messages(self._admin, topic)

@@ -36,7 +36,12 @@ LAKE_COLUMNS_DDL = (
 
 @dataclass(frozen=True)
 class Lake:
-    root: str  # a local path or a URI (file:, hdfs:, s3a:, ...)
+    root: str  # a local path or a URI (file:, hdfs:, s3a:, ...); a relative path is made absolute
+
+    def __post_init__(self) -> None:
+        # Delta takes a relative path in SQL (delta.`.hermes/pipeline/lake`) for no table (TABLE_OR_VIEW_NOT_FOUND)
+        if not urlparse(self.root).scheme and not Path(self.root).is_absolute():
+            object.__setattr__(self, "root", str(Path(self.root).absolute()))
 
     @property
     def table(self) -> str:

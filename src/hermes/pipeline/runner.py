@@ -31,6 +31,7 @@ from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
 from hermes.pipeline.job import Job
 from hermes.pipeline.lake import Lake
+from hermes.pipeline.traces import checkpoint_root
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +77,6 @@ def selected_jobs(settings: Settings) -> list[type[Any]]:
 
 def lake_root(settings: Settings) -> str:
     return settings.pipeline_lake or str((settings.data_dir / "pipeline" / "lake").absolute())
-
-
-def checkpoint_root(settings: Settings) -> str:
-    return settings.pipeline_checkpoints or str((settings.data_dir / "pipeline" / "checkpoints").absolute())
 
 
 class Pipeline:

@@ -18,11 +18,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
+
+import orjson
 
 from hermes.config import Settings
 
 TRACES = "traces"
 STATISTICS = "delivery-statistics"
+# The tracking job's name (its checkpoints' directory) and its two streaming queries' checkpoints in it
+TRACKING_JOB = "tracking"
+TRACE_QUERY = "traces"
+STATISTICS_QUERY = "statistics"
 UNDELIVERED_LIMIT = 100
 
 # Hermes' trace fields, in Hermes' order; absent values are left out of the JSON, as Hermes does.
@@ -43,6 +50,37 @@ TRACE_FIELDS = (
 def tracking_root(settings: Settings) -> Path:
     """Next to the lake (which may be remote): DuckDB in management reads these tables from a local path."""
     return (settings.pipeline_tracking_dir or settings.data_dir / "pipeline" / "tracking").absolute()
+
+
+def checkpoint_root(settings: Settings) -> str:
+    """The pipeline's streaming checkpoints, one subdirectory per job (a directory or a URI)."""
+    return settings.pipeline_checkpoints or str((settings.data_dir / "pipeline" / "checkpoints").absolute())
+
+
+def query_checkpoint(settings: Settings, query: str) -> Path | None:
+    """The checkpoint of the tracking job's ``query`` (``TRACE_QUERY`` or ``STATISTICS_QUERY``), when it is a
+    local directory (a plain path or a ``file:`` URI)."""
+    checkpoint = f"{checkpoint_root(settings).rstrip('/')}/{TRACKING_JOB}/{query}"
+    parsed = urlparse(checkpoint)
+    if not parsed.scheme:
+        return Path(checkpoint)
+    return Path(unquote(parsed.path)) if parsed.scheme == "file" else None
+
+
+def read_offsets(checkpoint: Path, topic: str) -> dict[int, int] | None:
+    """Per partition of ``topic``, the offset up to which a streaming query's table holds its records: the end
+    of the query's newest finished micro-batch (Spark's ``offsets/<batch>``, finished once ``commits/<batch>``
+    is written). None when the checkpoint holds no finished batch yet."""
+    commits = checkpoint / "commits"
+    batches = [int(f.name) for f in commits.iterdir() if f.name.isdigit()] if commits.is_dir() else []
+    if not batches:
+        return None
+    try:  # "v1", the batch's metadata, then one line per source: {"<topic>": {"<partition>": <offset>}}
+        lines = (checkpoint / "offsets" / str(max(batches))).read_text().splitlines()
+        positions = orjson.loads(lines[-1]).get(topic, {})
+    except (OSError, IndexError, orjson.JSONDecodeError, AttributeError):
+        return None  # a checkpoint pruned or written in a form this reader does not know
+    return {int(p): int(o) for p, o in positions.items()}
 
 
 class TrackingStore:

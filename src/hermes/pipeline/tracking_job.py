@@ -28,7 +28,14 @@ from hermes.pipeline.job import LoopingJob
 from hermes.pipeline.lake import DELTA_LOG
 from hermes.pipeline.lake_maintenance import sql_literal
 from hermes.pipeline.offline_storage import source_options
-from hermes.pipeline.traces import STATISTICS, TRACES, tracking_root
+from hermes.pipeline.traces import (
+    STATISTICS,
+    STATISTICS_QUERY,
+    TRACE_QUERY,
+    TRACES,
+    TRACKING_JOB,
+    tracking_root,
+)
 from hermes.pipeline.tracking_migration import migrate_tracking
 
 if TYPE_CHECKING:
@@ -83,7 +90,7 @@ def start_tracking(
         .withColumn("date", f.date_format(f.timestamp_millis(f.col("timestamp")), "yyyy-MM-dd"))
         .writeStream.queryName("hermes-tracking-traces")
         .format("delta")
-        .option("checkpointLocation", f"{checkpoints.rstrip('/')}/traces")
+        .option("checkpointLocation", f"{checkpoints.rstrip('/')}/{TRACE_QUERY}")
         .partitionBy("topic", "date")
         .trigger(processingTime=trace_trigger)
         .start(str(root / TRACES))
@@ -92,7 +99,7 @@ def start_tracking(
         statistics = (
             trace_events(spark, source_options)
             .writeStream.queryName("hermes-tracking-statistics")
-            .option("checkpointLocation", f"{checkpoints.rstrip('/')}/statistics")
+            .option("checkpointLocation", f"{checkpoints.rstrip('/')}/{STATISTICS_QUERY}")
             .foreachBatch(lambda batch, batch_id: write_statistics(batch, batch_id, root / STATISTICS))
             .trigger(processingTime=statistics_trigger)
             .start()
@@ -189,7 +196,7 @@ class TrackingJob(LoopingJob):
     """Keeps both tracking queries running (a failed one is started again from its checkpoint), and maintains
     the tracking tables periodically."""
 
-    name = "tracking"
+    name = TRACKING_JOB
 
     def __init__(self, context: PipelineContext) -> None:
         super().__init__(context)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -12,6 +13,11 @@ SECRET_MASK = "******"
 
 E = TypeVar("E", bound=StrEnum)
 Json = dict[str, Any]
+
+# Hermes' JSON binding (Jackson) takes a JSON string of an integer for an integer field, and the console sends
+# typed counts so ("consumersNumber": "2"). Only the plain decimal form (Java's parseInt): no blanks (Jackson
+# would trim them), fraction, exponent or empty string (Jackson would take it for 0).
+_INTEGER_TEXT = re.compile(r"[-+]?[0-9]{1,18}")
 
 
 def read_object(value: Any, field: str) -> Mapping[str, Any]:
@@ -47,20 +53,25 @@ def read_bool(data: Mapping[str, Any], key: str, default: bool, field: str | Non
     return value
 
 
+def as_int(value: Any, field: str, lo: int | None = None, hi: int | None = None) -> int:
+    """An integer given as a JSON number without a fraction or as a string of decimal digits."""
+    if isinstance(value, str) and _INTEGER_TEXT.fullmatch(value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise ValidationError("must be an integer", field)
+    number = int(value)
+    if lo is not None and number < lo:
+        raise ValidationError(f"must be at least {lo}", field)
+    if hi is not None and number > hi:
+        raise ValidationError(f"must be at most {hi}", field)
+    return number
+
+
 def read_int(
     data: Mapping[str, Any], key: str, default: int, field: str, lo: int | None = None, hi: int | None = None
 ) -> int:
     value = data.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
-        raise ValidationError("must be an integer", field)
-    value = int(value)
-    if lo is not None and value < lo:
-        raise ValidationError(f"must be at least {lo}", field)
-    if hi is not None and value > hi:
-        raise ValidationError(f"must be at most {hi}", field)
-    return value
+    return default if value is None else as_int(value, field, lo, hi)
 
 
 def read_float(data: Mapping[str, Any], key: str, default: float, field: str, lo: float, hi: float) -> float:

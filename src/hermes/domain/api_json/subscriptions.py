@@ -12,6 +12,7 @@ from jsonpath_ng.ext import parse as parse_jsonpath  # type: ignore[attr-defined
 from hermes.domain.api_json.fields import (
     SECRET_MASK,
     Json,
+    as_int,
     read_bool,
     read_enum,
     read_float,
@@ -224,17 +225,10 @@ def _metrics_config(value: Any) -> MessageProcessingMetrics:
     field = "metricsConfig.messageProcessing"
     data = read_object(read_object(value, "metricsConfig").get("messageProcessing"), field)
     thresholds = data.get("thresholdsMilliseconds") or []
-    if (
-        not isinstance(thresholds, list)
-        or len(thresholds) > 10
-        or not all(
-            isinstance(t, int | float) and not isinstance(t, bool) and t == int(t) and 0 < t <= 3_600_000
-            for t in thresholds
-        )
-    ):
+    if not isinstance(thresholds, list) or len(thresholds) > 10:
         raise ValidationError("must be at most 10 integers from 1 to 3600000", f"{field}.thresholdsMilliseconds")
-    enabled = read_bool(data, "enabled", False, f"{field}.enabled")
-    return MessageProcessingMetrics(enabled, tuple(int(t) for t in thresholds))
+    millis = tuple(as_int(t, f"{field}.thresholdsMilliseconds[{i}]", 1, 3_600_000) for i, t in enumerate(thresholds))
+    return MessageProcessingMetrics(read_bool(data, "enabled", False, f"{field}.enabled"), millis)
 
 
 def _policy_to_json(sub: Subscription) -> Json:

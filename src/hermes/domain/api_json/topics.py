@@ -30,6 +30,7 @@ from hermes.domain.topic import (
     RetentionUnit,
     Topic,
 )
+from hermes.errors import ValidationError
 
 MAX_CHAOS_DELAY_MS = 300_000
 MIN_MAX_MESSAGE_SIZE = 1024
@@ -41,6 +42,22 @@ def owner_from_json(value: Any, field: str = "owner") -> Owner:
     return Owner(
         source=read_str(data, "source", "Plaintext", f"{field}.source"), id=read_str(data, "id", "", f"{field}.id")
     )
+
+
+def check_owner_named(body: Json, *, created: bool) -> None:
+    """A request's owner must name one, and a new topic or subscription must have one, as Hermes' owner is
+    ``@NotNull``: the console submits an empty id when nothing was typed, and without an owner id the console
+    offers nobody to edit it. (Documents stored before this check may still have an empty one.)"""
+    owner, field = body.get("owner"), "owner.id"
+    if owner is None and body.get("supportTeam") is not None:  # a subscription's older shape
+        owner, field = {"id": body["supportTeam"]}, "supportTeam"
+    if owner is None:
+        if created or "owner" in body:  # a change to "owner": null would leave nobody owning it
+            raise ValidationError("is required: {source: Plaintext, id: the owning team}", "owner")
+        return
+    owner_id = (owner.get("id") or "") if isinstance(owner, dict) else None
+    if isinstance(owner_id, str) and not owner_id.strip():  # a wrong type is the parser's to name
+        raise ValidationError("must not be empty: name the owning team", field)
 
 
 def owner_to_json(owner: Owner) -> Json:

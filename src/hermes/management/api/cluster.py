@@ -9,6 +9,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from hermes.domain.api_json.fields import as_int
 from hermes.domain.names import SubscriptionName, TopicName, validate_simple_name
 from hermes.errors import HermesError, ValidationError
 from hermes.http.server import json_response
@@ -93,12 +94,7 @@ def _constraints(body: dict[str, Any]) -> dict[str, Any]:
     data = body.get("constraints")
     if not isinstance(data, dict):
         raise ValidationError("must be an object {consumersNumber, reason}", "constraints")
-    number = data.get("consumersNumber")
-    if not isinstance(number, int | float) or isinstance(number, bool) or number != int(number):
-        raise ValidationError("must be an integer", "constraints.consumersNumber")
-    if not 1 <= number <= MAX_CONSUMERS_NUMBER:
-        raise ValidationError(f"must be from 1 to {MAX_CONSUMERS_NUMBER}", "constraints.consumersNumber")
-    number = int(number)
+    number = as_int(data.get("consumersNumber"), "constraints.consumersNumber", 1, MAX_CONSUMERS_NUMBER)
     reason = data.get("reason", "")
     if not isinstance(reason, str):
         raise ValidationError("must be a string", "constraints.reason")

@@ -71,7 +71,8 @@ async def configuration(request: web.Request) -> web.Response:
         },
         "subscription": {
             "endpointAddressResolverMetadata": {},
-            "requestTimeoutWarningThreshold": serial.request_timeout,
+            # Hermes' value: the console warns from it on, so the default timeout (1000) gets no warning
+            "requestTimeoutWarningThreshold": 1001,
             "defaults": {
                 "subscriptionPolicy": {"messageTtl": serial.message_ttl, "requestTimeout": serial.request_timeout},
                 "deliveryType": "SERIAL",

@@ -88,16 +88,17 @@ async def topic_metrics(request: web.Request) -> web.Response:
 @routes.get("/unhealthy/")
 async def unhealthy(request: web.Request) -> web.Response:
     """Hermes' ``/unhealthy``: by default only subscriptions whose ``monitoringDetails.severity`` matters
-    (``respectMonitoringSeverity=false`` lists all), optionally of one owner, some subscription names or
-    topics; ``Accept: text/plain`` answers one ``name - problems`` line each."""
+    (``respectMonitoringSeverity=false`` lists all, also those of the default severity, NON_IMPORTANT),
+    optionally of one owner, some subscription names or topics; ``Accept: text/plain`` answers one
+    ``name - problems`` line each."""
     service = request.app[SERVICE]
     params = request.query
     respect = flag(request, "respectMonitoringSeverity", default=True)
     names = set(params.getall("subscriptionNames", []))
     topics = set(params.getall("qualifiedTopicNames", []))
     owner: Owner | None = None
-    if "ownerSourceName" in params or "ownerId" in params:
-        owner = Owner(params.get("ownerSourceName", PLAINTEXT), params.get("ownerId", ""))
+    if params.get("ownerSourceName") == PLAINTEXT:  # as Hermes: no or an unknown source does not narrow it down
+        owner = Owner(PLAINTEXT, params.get("ownerId", ""))
 
     def wanted(sub: Subscription) -> bool:
         return not (

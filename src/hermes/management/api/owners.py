@@ -1,5 +1,6 @@
-"""Owners and roles. Owners come from one source, Hermes' ``Plaintext``: an owner is any id, and searching
-it suggests the ids topics and subscriptions already name. Roles: the caller's, as the access rules see them."""
+"""Owners and roles. Owners come from one source, Hermes' ``Plaintext``: an owner is any id the caller types
+(it has no autocomplete, so the console shows a text field), and its name is its id. Roles: the caller's, as the
+access rules see them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hermes.domain import api_json
 from hermes.domain.names import validate_simple_name
 from hermes.domain.subscription import Subscription
 from hermes.domain.topic import Owner, Topic
-from hermes.errors import NotFoundError, OwnerSourceNotFound
+from hermes.errors import NotFoundError, OwnerSourceNotFound, OwnerSourceWithoutAutocomplete
 from hermes.http.server import json_response
 from hermes.management.access import principal
 from hermes.management.api.topics import topic_name
@@ -35,17 +36,13 @@ def _owner_json(owner_id: str) -> dict[str, str]:
 
 @routes.get("/owners/sources")
 async def list_sources(_: web.Request) -> web.Response:
-    return json_response([{"name": PLAINTEXT, "autocomplete": True, "deprecated": False}])
+    return json_response([{"name": PLAINTEXT, "autocomplete": False, "deprecated": False}])
 
 
 @routes.get("/owners/sources/{source}")
 async def search_owners(request: web.Request) -> web.Response:
     _owner(request)
-    text = request.query.get("search", "").lower()
-    service = request.app[SERVICE]
-    known = {t.owner.id for t in await service.topics()} | {s.owner.id for s in await service.subscriptions()}
-    ids = sorted(i for i in known if i and text in i.lower())
-    return json_response([_owner_json(i) for i in ids])
+    raise OwnerSourceWithoutAutocomplete(f"Owner source '{PLAINTEXT}' doesn't support autocomplete")
 
 
 @routes.get("/owners/sources/{source}/{id}")

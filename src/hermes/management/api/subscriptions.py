@@ -38,8 +38,10 @@ async def list_subscriptions(request: web.Request) -> web.Response:
 async def create_subscription(request: web.Request) -> web.Response:
     topic = topic_name(request)
     body = await read_object(request)
+    subscription = api_json.subscription_from_json(body, topic)
+    api_json.check_owner_named(body, created=True)  # once every field's own check passed
     created = await request.app[SERVICE].create_subscription(
-        api_json.subscription_from_json(body, topic), inflight_size_changes=principal(request).is_admin
+        subscription, inflight_size_changes=principal(request).is_admin
     )
     headers = ignored_fields_header(request, body, request_schema(created))
     return json_response(api_json.subscription_to_json(created), status=201, headers=headers)
@@ -54,6 +56,7 @@ async def get_subscription(request: web.Request) -> web.Response:
 @routes.put("/topics/{topic}/subscriptions/{subscription}")
 async def update_subscription(request: web.Request) -> web.Response:
     patch = await read_object(request)
+    api_json.check_owner_named(patch, created=False)
     updated = await request.app[SERVICE].update_subscription(
         topic_name(request),
         request.match_info["subscription"],

@@ -50,6 +50,7 @@ def _schema_text(value: Any, field: str = "schema") -> str:
 async def create_topic(request: web.Request) -> web.Response:
     body = await read_object(request)
     topic = api_json.topic_from_json(body)
+    api_json.check_owner_named(body, created=True)  # once every field's own check passed
     schema = body.get("schema")
     if schema is not None and topic.content_type is not ContentType.AVRO:
         raise ValidationError("is only for AVRO topics", "schema")
@@ -115,6 +116,7 @@ async def get_topic(request: web.Request) -> web.Response:
 async def update_topic(request: web.Request) -> web.Response:
     """Changes the fields sent; a ``schema`` different from the latest adds a schema version, as in Hermes."""
     patch = await read_object(request)
+    api_json.check_owner_named(patch, created=False)
     service = request.app[SERVICE]
     name = topic_name(request)
     schema = patch.pop("schema", None)

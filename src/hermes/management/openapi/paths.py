@@ -19,6 +19,13 @@ from hermes.management.openapi.schemas import (
     ref,
 )
 
+_PROGRESS = {
+    "Hermes-Tracking-Progress": {
+        "description": "How far the pipeline's tracking job has read the tracking topic: not-started, caught-up, "
+        "behind=<events not yet read> or unknown (see docs/management.md)",
+        "schema": STR,
+    }
+}
 _IGNORED = {
     "Hermes-Ignored-Fields": {
         "description": "Request fields that were ignored (unknown to this API), as comma-separated JSON paths",
@@ -54,6 +61,12 @@ def _op(
         op["parameters"] = [{"name": n, "in": "query", "required": False, "schema": s} for n, s in query.items()]
     if request is not None:
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": request}}}
+    return op
+
+
+def _tracking(op: Schema) -> Schema:
+    """A read of the tracking tables: its answer says how far the tracking job has got."""
+    op["responses"]["200"]["headers"] = _PROGRESS
     return op
 
 
@@ -155,15 +168,19 @@ PATHS: dict[str, dict[str, Schema]] = {
         )
     },
     _S + "/events/{messageId}/trace": {
-        "get": _op("The message's trace events in time order (tracking)", body=array(ref("TraceEvent")))
+        "get": _tracking(_op("The message's trace events in time order (tracking)", body=array(ref("TraceEvent"))))
     },
     _S + "/undelivered": {
-        "get": _op("The last 100 undelivered messages, newest first (tracking)", body=array(ref("TraceEvent")))
+        "get": _tracking(
+            _op("The last 100 undelivered messages, newest first (tracking)", body=array(ref("TraceEvent")))
+        )
     },
     _S + "/statistics": {
-        "get": _op(
-            "Per-minute delivery statistics of the last ?minutes= (default 60; tracking; an addition)",
-            body=array(ref("DeliveryStatistics")),
+        "get": _tracking(
+            _op(
+                "Per-minute delivery statistics of the last ?minutes= (default 60; tracking; an addition)",
+                body=array(ref("DeliveryStatistics")),
+            )
         )
     },
     "/unhealthy": {"get": _UNHEALTHY},
@@ -188,7 +205,7 @@ PATHS: dict[str, dict[str, Schema]] = {
             ref("OfflineRetransmissionTask"),
             obj(
                 {
-                    "type": {"const": "TOPIC"},
+                    "type": {"enum": ["topic", "TOPIC"], "description": "Hermes spells it topic; older, TOPIC"},
                     "sourceTopic": TOPIC_NAME,
                     "targetTopic": TOPIC_NAME,
                     "startTimestamp": {"type": "string", "format": "date-time"},
@@ -229,7 +246,11 @@ PATHS: dict[str, dict[str, Schema]] = {
     "/stats": {"get": _op("Topic and subscription counts", body=ref("Stats"))},
     "/owners/sources": {"get": _op("Owner sources (Plaintext)", body=array(ref("OwnerSource")))},
     "/owners/sources/{source}": {
-        "get": _op("Owners whose id contains search", body=array(ref("Owner")), query={"search": STR})
+        "get": _op(
+            "Owners matching search, from a source with autocomplete (Plaintext has none: 400)",
+            body=array(ref("Owner")),
+            query={"search": STR},
+        )
     },
     "/owners/sources/{source}/{id}": {"get": _op("An owner", body=ref("Owner"))},
     "/topics/owner/{source}/{id}": {"get": _op("The owner's topics", body=array(ref("Topic")))},

@@ -53,10 +53,14 @@ def enum(*values: str) -> Schema:
 
 
 def ranged(lo: int, hi: int | None = None) -> Schema:
-    return {"type": "integer", "minimum": lo, **({"maximum": hi} if hi is not None else {})}
+    """A request's integer field; as in Hermes, a string of its decimal digits ("2") is taken for it too."""
+    bounds = {"minimum": lo, **({"maximum": hi} if hi is not None else {})}
+    return {"type": "integer", **bounds, "description": 'a JSON string of the integer ("2") is accepted too'}
 
 
-OWNER = obj({"source": STR, "id": STR})
+# a request's owner names one (api_json.check_owner_named): some character that is not blank
+_OWNER_ID: Schema = {"type": "string", "pattern": r"\S"}
+OWNER = obj({"source": STR, "id": _OWNER_ID})
 _CHAOS_POLICY = obj(
     {
         "probability": ranged(0, 100),
@@ -143,9 +147,14 @@ _SUBSCRIPTION_RULES: list[Schema] = [
 ]
 
 
+# a new subscription names its owner, in either shape (as Hermes: its owner is @NotNull)
+_OWNED: Schema = {"anyOf": [{"required": ["owner"]}, {"required": ["supportTeam"]}]}
+
+
 def patch(schema: Schema) -> Schema:
     """The schema of a PUT: the fields sent change, so none is required."""
-    return {**schema, "required": []}
+    rules = [rule for rule in schema.get("allOf", []) if rule is not _OWNED]
+    return {**schema, "required": [], **({"allOf": rules} if rules else {})}
 
 
 ENTITIES: dict[str, Schema] = {
@@ -189,7 +198,7 @@ ENTITIES: dict[str, Schema] = {
             "createdAt": EPOCH_SECONDS,
             "modifiedAt": EPOCH_SECONDS,
         },
-        ["name"],
+        ["name", "owner"],
     ),
     "Subscription": obj(
         {
@@ -198,7 +207,7 @@ ENTITIES: dict[str, Schema] = {
             "endpoint": HTTP_URL,
             "description": STR,
             "owner": OWNER,
-            "supportTeam": {"type": "string", "description": "older request shape: the owner's id"},
+            "supportTeam": {**_OWNER_ID, "description": "older request shape: the owner's id"},
             "contact": STR,
             "state": enum("PENDING", "ACTIVE", "SUSPENDED"),
             "contentType": enum("JSON", "AVRO"),
@@ -261,7 +270,7 @@ ENTITIES: dict[str, Schema] = {
         },
         ["name", "endpoint"],
     )
-    | {"allOf": _SUBSCRIPTION_RULES},
+    | {"allOf": [*_SUBSCRIPTION_RULES, _OWNED]},
     "OAuthProvider": obj(
         {
             "name": SIMPLE_NAME,
