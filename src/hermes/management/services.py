@@ -24,6 +24,7 @@ from hermes.domain.oauth import OAuthProvider
 from hermes.domain.retransmission_task import RetransmissionTask
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.domain.topic import ContentType, Group, Topic
+from hermes.domain.trace import TRACKING_TOPIC
 from hermes.errors import (
     BrokerError,
     BrokerUnavailable,
