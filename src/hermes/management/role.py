@@ -4,6 +4,7 @@ topics, served on ``--management-port``."""
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hermes.broker.admin import BrokerAdmin
@@ -14,6 +15,9 @@ from hermes.management.app import create_app
 from hermes.management.services import ManagementService
 from hermes.metadata.repository import MetadataRepository
 from hermes.security.setup import Security
+from hermes.ui import PREFIX
+from hermes.ui.api import Upstream
+from hermes.ui.app import create_app as create_console
 
 if TYPE_CHECKING:
     from hermes.cluster.registry import ClusterStore
@@ -31,13 +35,34 @@ class Management:
         security: Security,
         cluster: ClusterStore | None = None,
         tls: ssl.SSLContext | None = None,
+        frontend_url: Callable[[], str] | None = None,
     ) -> None:
+        """``frontend_url``: the publishing API beside it in this process, for the console."""
         app = create_app(ManagementService(settings, repository, admin, kafka_topics), security)
         if cluster is not None:
             from hermes.cluster.nodes_api import CLUSTER
 
             app[CLUSTER] = cluster
         self.server = Server(app, settings.host, settings.management_port, "management", tls)
+        if settings.ui:
+            app.add_subapp(PREFIX, create_console(self._upstream(settings, frontend_url)))
+
+    def _upstream(self, settings: Settings, frontend_url: Callable[[], str] | None) -> Upstream:
+        """The console calls this server over loopback, and the publishing API beside it (or where it is told)."""
+        scheme = "https" if settings.tls_cert_file is not None else "http"
+        host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+        if settings.ui_frontend_url is not None:
+            configured = settings.ui_frontend_url.rstrip("/")
+            frontend_url = lambda: configured  # noqa: E731
+        elif frontend_url is None:
+            frontend_url = lambda: f"{scheme}://{host}:{settings.frontend_port}"  # noqa: E731
+        tls = None
+        if settings.tls_cert_file is not None:
+            tls = ssl.create_default_context()
+            tls.load_verify_locations(settings.tls_cert_file)  # our own chain, beside the system's authorities
+            tls.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+            tls.check_hostname = False  # it is our own listener, reached over loopback
+        return Upstream(lambda: f"{scheme}://{host}:{self.server.port}", frontend_url, tls)
 
     async def start(self) -> None:
         await self.server.start()
