@@ -21,7 +21,7 @@ def _next(value: str | None) -> str:
 
 @routes.get("/login")
 async def login_page(request: web.Request) -> web.Response:
-    return render(request, "login.html", next=_next(request.query.get("next")), error=None, name="")
+    return render(request, "login.html", next=_next(request.query.get("next")), login_error=None, name="")
 
 
 @routes.post("/login")
@@ -36,7 +36,7 @@ async def login(request: web.Request) -> web.StreamResponse:
         await Api(found.client, found.upstream, authorization).get("/roles")
     except ApiRefused as refused:
         message = "wrong name or password" if refused.status == 401 else refused.message
-        return render(request, "login.html", status=refused.status, next=target, error=message, name=name)
+        return render(request, "login.html", status=refused.status, next=target, login_error=message, name=name)
     response = web.HTTPSeeOther(target)
     cookie_path = PREFIX + "/"
     response.set_cookie(

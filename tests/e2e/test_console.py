@@ -1,0 +1,192 @@
+"""The web console in a real browser (Debian's Chromium through its chromedriver, nothing downloaded): a topic and
+a subscription made through the forms, a test message published and watched arriving, retransmission, a trace,
+suspension; then, with authentication on, the login page and a forbidden action refused. The screenshots of
+docs/console.md are taken here, so that they show the console as it is."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.chrome.webdriver import WebDriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.expected_conditions import staleness_of
+from selenium.webdriver.support.select import Select
+from selenium.webdriver.support.wait import WebDriverWait
+
+from hermes.broker.embedded import EmbeddedBroker
+from hermes.runtime import Role
+from hermes.security.passwords import hash_password
+from hermes.security.users import ADMIN, User, UserStore
+from tests.support.hermes import InProcessHermes, hermes_settings, unique
+from tests.support.subscriber import SubscriberServer
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"  # Debian's chromium, chromium-driver
+SCREENSHOTS = Path(__file__).parents[2] / "docs" / "console"
+PASSWORDS = {"root": "root-password-0001", "alice": "alice-password-0001", "bob": "bob-password-00001"}
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must not fetch a browser or a driver
+    options = Options()
+    options.binary_location = CHROMIUM
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000"):
+        options.add_argument(argument)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def secured(kafka: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessHermes]:
+    """A management process with authentication on: root (admin), alice (team-a) and bob (team-b)."""
+    data_dir = tmp_path_factory.mktemp("secured-console")
+    store = UserStore.in_data_dir(data_dir)
+    store.save(User("root", hash_password(PASSWORDS["root"]), frozenset({ADMIN})))
+    store.save(User("alice", hash_password(PASSWORDS["alice"]), owners=frozenset({"team-a"})))
+    store.save(User("bob", hash_password(PASSWORDS["bob"]), owners=frozenset({"team-b"})))
+    running = InProcessHermes(hermes_settings(data_dir, kafka.bootstrap_servers), frozenset({Role.MANAGEMENT}))
+    yield running.start()
+    running.stop()
+
+
+def submit(browser: WebDriver, form: str, **fields: str) -> None:
+    """Fills the form's fields (text, selects), presses its first button and waits for the next page."""
+    for name, value in fields.items():
+        field = browser.find_element(By.CSS_SELECTOR, f"#{form} [name={name}]")
+        if field.tag_name == "select":
+            Select(field).select_by_visible_text(value)
+        else:
+            field.clear()
+            field.send_keys(value)
+    press(browser, browser.find_element(By.CSS_SELECTOR, f"#{form} button"))
+
+
+def press(browser: WebDriver, button: WebElement) -> None:
+    page = browser.find_element(By.TAG_NAME, "html")
+    button.click()
+    WebDriverWait(browser, 20).until(staleness_of(page))
+
+
+def text(browser: WebDriver, selector: str) -> str:
+    return browser.find_element(By.CSS_SELECTOR, selector).text
+
+
+def shot(browser: WebDriver, name: str) -> None:
+    SCREENSHOTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+
+
+def test_a_topic_and_subscription_made_in_the_console_deliver(
+    browser: WebDriver, hermes: InProcessHermes, subscriber: SubscriberServer
+) -> None:
+    ui = hermes.management_url + "/ui"
+    group = unique("shop")
+    topic = f"{group}.orders"
+    browser.get(ui + "/")
+    submit(browser, "create-group", groupName=group)
+    assert text(browser, "#notice") == f"Group {group} created"
+    submit(browser, "create-topic", name=topic, description="Orders placed", owner="team-shop")
+    assert browser.current_url == f"{ui}/topics/{topic}?done=Topic%20{topic}%20created"
+
+    # the API's own validation message, naming the field
+    submit(browser, "create-subscription", name="invoices", endpoint="not-a-url", owner="team-shop")
+    assert text(browser, "#error").startswith("400 VALIDATION_ERROR: endpoint:")
+    submit(browser, "create-subscription", name="invoices", endpoint=subscriber.url, owner="team-shop")
+    assert text(browser, "#state") in ("PENDING", "ACTIVE")
+    hermes.consumer(topic, "invoices")
+
+    browser.get(f"{ui}/topics/{topic}")
+    submit(browser, "publish", body='{"order": 1}')
+    message_id = text(browser, "#published-id code")
+    assert subscriber.wait_for(1)[0].message_id == message_id
+    assert text(browser, "#subscriptions .badge") in ("HEALTHY", "NO_DATA")
+    shot(browser, "topic")
+
+    # the metrics panel refreshes itself (htmx) until the delivery shows
+    browser.find_element(By.LINK_TEXT, "invoices").click()
+    wait_until(lambda: text(browser, "#delivered") == "1", timeout=20)
+    wait_until(lambda: text(browser, "#health") == "HEALTHY", timeout=20)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#metrics svg.chart")) == 3
+
+    press(browser, browser.find_element(By.ID, "hour-ago"))
+    assert "partition" in text(browser, "#retransmitted")
+    assert len(subscriber.wait_for(2)) >= 2  # the message again, from an hour ago
+    wait_until(lambda: text(browser, "#delivered") == "2", timeout=20)
+    shot(browser, "subscription")
+
+    submit(browser, "trace", messageId=message_id)
+    assert browser.find_element(By.ID, "trace-events").is_displayed()  # tracking is off: the API has no events
+
+    press(browser, browser.find_element(By.ID, "suspend"))
+    assert text(browser, "#state") == "SUSPENDED"
+    assert text(browser, "#notice") == "Subscription suspended"
+    assert httpx.get(f"{hermes.management_url}/topics/{topic}/subscriptions/invoices").json()["state"] == "SUSPENDED"
+
+    browser.get(f"{ui}/?q={group}")
+    assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#groups a[href*='/topics/']")] == [topic]
+    browser.get(ui + "/oauth-providers")
+    submit(browser, "create-provider", name=unique("idp"), tokenEndpoint="not a url", clientId="c", clientSecret="s")
+    assert text(browser, "#error").startswith("400 VALIDATION_ERROR: tokenEndpoint:")
+
+
+def test_the_console_deletes_only_after_confirmation(browser: WebDriver, hermes: InProcessHermes) -> None:
+    ui = hermes.management_url + "/ui"
+    group = unique("scratch")
+    browser.get(ui + "/")
+    submit(browser, "create-group", groupName=group)
+    submit(browser, "create-topic", name=f"{group}.gone", owner="team-x")
+    browser.find_element(By.ID, "delete-topic").click()
+    assert browser.find_element(By.TAG_NAME, "h1").text == f"Delete topic {group}.gone?"
+    assert httpx.get(f"{hermes.management_url}/topics/{group}.gone").status_code == 200  # not yet
+    press(browser, browser.find_element(By.ID, "confirm-delete"))
+    assert text(browser, "#notice") == f"Topic {group}.gone deleted"
+    assert httpx.get(f"{hermes.management_url}/topics/{group}.gone").status_code == 404
+    shot(browser, "topics")
+
+
+def test_the_console_asks_to_sign_in_and_the_api_refuses_what_a_user_may_not_do(
+    browser: WebDriver, secured: InProcessHermes
+) -> None:
+    root = {"Authorization": "Basic " + base64.b64encode(f"root:{PASSWORDS['root']}".encode()).decode()}
+    api = httpx.Client(base_url=secured.management_url, headers=root)
+    group = unique("pay")
+    topic = f"{group}.payments"
+    assert api.post("/groups", json={"groupName": group}).status_code == 201
+    owner = {"source": "Plaintext", "id": "team-a"}
+    assert api.post("/topics", json={"name": topic, "description": "d", "owner": owner}).status_code == 201
+    ui = secured.management_url + "/ui"
+
+    browser.get(f"{ui}/topics/{topic}")
+    assert browser.current_url.startswith(f"{ui}/login?next=")
+    submit(browser, "login", name="bob", password="not-bobs-password")
+    assert text(browser, "#login-error") == "wrong name or password"
+    shot(browser, "login")
+    submit(browser, "login", name="bob", password=PASSWORDS["bob"])
+    assert browser.current_url == f"{ui}/topics/{topic}"  # back where the user was going
+    assert not browser.find_elements(By.ID, "edit-topic")  # bob does not own it: nothing to change is offered
+    assert not browser.find_elements(By.ID, "delete-topic")
+
+    browser.get(f"{ui}/topics/{topic}/delete")  # and the API refuses it anyway
+    press(browser, browser.find_element(By.ID, "confirm-delete"))
+    assert text(browser, "#error").startswith("403 PERMISSION_DENIED: bob may not DELETE")
+    assert api.get(f"/topics/{topic}").status_code == 200
+    browser.get(ui + "/")
+    assert not browser.find_elements(By.ID, "create-group")  # admins only
+
+    press(browser, browser.find_element(By.ID, "logout"))
+    browser.get(f"{ui}/topics/{topic}")
+    assert browser.current_url.startswith(f"{ui}/login")
+    api.close()
