@@ -190,3 +190,13 @@ def test_the_console_asks_to_sign_in_and_the_api_refuses_what_a_user_may_not_do(
     browser.get(f"{ui}/topics/{topic}")
     assert browser.current_url.startswith(f"{ui}/login")
     api.close()
+
+
+def test_no_ui_serves_no_console(kafka: EmbeddedBroker, tmp_path: Path) -> None:
+    settings = hermes_settings(tmp_path, kafka.bootstrap_servers, ui=False)
+    running = InProcessHermes(settings, frozenset({Role.MANAGEMENT})).start()
+    try:
+        assert httpx.get(running.management_url + "/ui/").status_code == 404
+        assert httpx.get(running.management_url + "/groups").status_code == 200
+    finally:
+        running.stop()

@@ -51,18 +51,18 @@ class Management:
         """The console calls this server over loopback, and the publishing API beside it (or where it is told)."""
         scheme = "https" if settings.tls_cert_file is not None else "http"
         host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
-        if settings.ui_frontend_url is not None:
-            configured = settings.ui_frontend_url.rstrip("/")
-            frontend_url = lambda: configured  # noqa: E731
-        elif frontend_url is None:
-            frontend_url = lambda: f"{scheme}://{host}:{settings.frontend_port}"  # noqa: E731
+        frontend = (settings.ui_frontend_url or f"{scheme}://{host}:{settings.frontend_port}").rstrip("/")
         tls = None
         if settings.tls_cert_file is not None:
             tls = ssl.create_default_context()
             tls.load_verify_locations(settings.tls_cert_file)  # our own chain, beside the system's authorities
             tls.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
             tls.check_hostname = False  # it is our own listener, reached over loopback
-        return Upstream(lambda: f"{scheme}://{host}:{self.server.port}", frontend_url, tls)
+
+        def publishing() -> str:
+            return frontend_url() if frontend_url is not None and settings.ui_frontend_url is None else frontend
+
+        return Upstream(lambda: f"{scheme}://{host}:{self.server.port}", publishing, tls)
 
     async def start(self) -> None:
         await self.server.start()
