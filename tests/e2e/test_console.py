@@ -13,12 +13,12 @@ from pathlib import Path
 import httpx
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 
@@ -75,9 +75,11 @@ def submit(browser: WebDriver, form: str, **fields: str) -> None:
 
 
 def press(browser: WebDriver, button: WebElement) -> None:
-    page = browser.find_element(By.TAG_NAME, "html")
+    """Clicks and waits until the next page has loaded (a mark on the old page's window is gone)."""
+    browser.execute_script("window.oldPage = true")
     button.click()
-    WebDriverWait(browser, 20).until(staleness_of(page))
+    loaded = "return !window.oldPage && document.readyState === 'complete'"
+    WebDriverWait(browser, 20, ignored_exceptions=[WebDriverException]).until(lambda b: b.execute_script(loaded))
 
 
 def text(browser: WebDriver, selector: str) -> str:
@@ -116,7 +118,7 @@ def test_a_topic_and_subscription_made_in_the_console_deliver(
     shot(browser, "topic")
 
     # the metrics panel refreshes itself (htmx) until the delivery shows
-    browser.find_element(By.LINK_TEXT, "invoices").click()
+    press(browser, browser.find_element(By.LINK_TEXT, "invoices"))
     wait_until(lambda: text(browser, "#delivered") == "1", timeout=20)
     wait_until(lambda: text(browser, "#health") == "HEALTHY", timeout=20)
     assert len(browser.find_elements(By.CSS_SELECTOR, "#metrics svg.chart")) == 3
@@ -148,7 +150,7 @@ def test_the_console_deletes_only_after_confirmation(browser: WebDriver, hermes:
     browser.get(ui + "/")
     submit(browser, "create-group", groupName=group)
     submit(browser, "create-topic", name=f"{group}.gone", owner="team-x")
-    browser.find_element(By.ID, "delete-topic").click()
+    press(browser, browser.find_element(By.ID, "delete-topic"))
     assert browser.find_element(By.TAG_NAME, "h1").text == f"Delete topic {group}.gone?"
     assert httpx.get(f"{hermes.management_url}/topics/{group}.gone").status_code == 200  # not yet
     press(browser, browser.find_element(By.ID, "confirm-delete"))

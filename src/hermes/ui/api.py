@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import orjson
+from yarl import URL
 
 from hermes.errors import ApiRefused
 
@@ -53,7 +54,7 @@ class Api:
 
     async def publish(self, topic: str, body: str, content_type: str) -> str:
         """Publishes ``body`` through the publishing API; the new message's Hermes-Message-Id."""
-        url = f"{self._upstream.frontend_url()}/topics/{topic}"
+        url = URL(f"{self._upstream.frontend_url()}/topics/{topic}", encoded=True)
         headers = {**self._headers, "Content-Type": content_type}
         async with self._session.post(url, data=body.encode(), headers=headers, ssl=self._tls) as response:
             if response.status >= 300:
@@ -65,7 +66,8 @@ class Api:
         return self._upstream.tls or True
 
     async def _send(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> Json:
-        async with self._session.request(method, url, data=data, headers=headers, ssl=self._tls) as response:
+        target = URL(url, encoded=True)  # the pages quoted every name: no dot segment is resolved, no ? splits
+        async with self._session.request(method, target, data=data, headers=headers, ssl=self._tls) as response:
             content = await response.read()
             if response.status >= 300:
                 raise _refusal(response.status, content)

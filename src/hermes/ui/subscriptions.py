@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-from urllib.parse import quote
 
 from aiohttp import web
 
 from hermes.errors import ApiRefused
 from hermes.ui import PREFIX
-from hermes.ui.app import api, console, markup, redirect, render
+from hermes.ui.app import api, console, markup, redirect, render, segment
 from hermes.ui.charts import CHARTS, svg
 from hermes.ui.forms import subscription_body, text
 from hermes.ui.topics import topic_view
@@ -22,12 +21,12 @@ _S = "/topics/{topic}/subscriptions/{subscription}"
 
 
 def _names(request: web.Request) -> tuple[str, str]:
-    return request.match_info["topic"], request.match_info["subscription"]
+    return segment(request.match_info["topic"]), segment(request.match_info["subscription"])
 
 
 @routes.post("/topics/{topic}/subscriptions")
 async def create_subscription(request: web.Request) -> web.Response:
-    topic = request.match_info["topic"]
+    topic = segment(request.match_info["topic"])
     form = await request.post()
     name = text(form, "name")
     try:
@@ -36,7 +35,7 @@ async def create_subscription(request: web.Request) -> web.Response:
         )
     except ApiRefused as refused:
         return await topic_view(request, refused)
-    raise redirect(f"{PREFIX}/topics/{topic}/subscriptions/{name}", f"Subscription {name} created")
+    raise redirect(f"{PREFIX}/topics/{topic}/subscriptions/{segment(name)}", f"Subscription {name} created")
 
 
 async def _page(request: web.Request, error: ApiRefused | None = None, **shown: Any) -> web.Response:
@@ -130,9 +129,7 @@ async def trace(request: web.Request) -> web.Response:
     if not message_id:
         return await _page(request)
     try:
-        events = await api(request).get(
-            f"/topics/{topic}/subscriptions/{name}/events/{quote(message_id, safe='')}/trace"
-        )
+        events = await api(request).get(f"/topics/{topic}/subscriptions/{name}/events/{segment(message_id)}/trace")
     except ApiRefused as refused:
         return await _page(request, refused, trace_id=message_id)
     return await _page(request, trace=events, trace_id=message_id)

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from hermes.errors import ApiRefused
 from hermes.ui import PREFIX
-from hermes.ui.app import api, redirect, render
+from hermes.ui.app import api, redirect, render, segment
 from hermes.ui.forms import text, topic_body
 
 routes = web.RouteTableDef()
@@ -71,14 +71,14 @@ async def create_topic(request: web.Request) -> web.Response:
         await api(request).call("POST", "/topics", body)
     except ApiRefused as refused:
         return await _index(request, refused, form)
-    raise redirect(f"{PREFIX}/topics/{name}", f"Topic {name} created")
+    raise redirect(f"{PREFIX}/topics/{segment(name)}", f"Topic {name} created")
 
 
 async def topic_view(
     request: web.Request, error: ApiRefused | None = None, published: str | None = None
 ) -> web.Response:
     client = api(request)
-    name = request.match_info["topic"]
+    name = segment(request.match_info["topic"])
     topic = await client.get(f"/topics/{name}")
     roles, metrics, names, tasks = await asyncio.gather(
         client.get(f"/roles/topics/{name}"),
@@ -86,8 +86,8 @@ async def topic_view(
         client.get(f"/topics/{name}/subscriptions"),
         client.get(f"/offline-retransmission/topics/{name}/tasks"),
     )
-    healths = await asyncio.gather(*(client.get(f"/topics/{name}/subscriptions/{s}/health") for s in names))
-    states = await asyncio.gather(*(client.get(f"/topics/{name}/subscriptions/{s}") for s in names))
+    healths = await asyncio.gather(*(client.get(f"/topics/{name}/subscriptions/{segment(s)}/health") for s in names))
+    states = await asyncio.gather(*(client.get(f"/topics/{name}/subscriptions/{segment(s)}") for s in names))
     subscriptions = [
         {
             "name": s,
@@ -120,7 +120,7 @@ async def topic_page(request: web.Request) -> web.Response:
 
 @routes.post("/topics/{topic}")
 async def update_topic(request: web.Request) -> web.Response:
-    name = request.match_info["topic"]
+    name = segment(request.match_info["topic"])
     form = await request.post()
     client = api(request)
     try:
@@ -135,7 +135,7 @@ async def update_topic(request: web.Request) -> web.Response:
 
 @routes.post("/topics/{topic}/publish")
 async def publish(request: web.Request) -> web.Response:
-    name = request.match_info["topic"]
+    name = segment(request.match_info["topic"])
     form = await request.post()
     content_type = "avro/json" if text(form, "contentType") == "AVRO" else "application/json"
     try:
@@ -154,13 +154,13 @@ async def confirm_delete(request: web.Request) -> web.Response:
 
 @routes.post("/groups/{group}/delete")
 async def delete_group(request: web.Request) -> web.Response:
-    name = request.match_info["group"]
+    name = segment(request.match_info["group"])
     await api(request).call("DELETE", f"/groups/{name}")
     raise redirect(PREFIX + "/", f"Group {name} deleted")
 
 
 @routes.post("/topics/{topic}/delete")
 async def delete_topic(request: web.Request) -> web.Response:
-    name = request.match_info["topic"]
+    name = segment(request.match_info["topic"])
     await api(request).call("DELETE", f"/topics/{name}")
     raise redirect(PREFIX + "/", f"Topic {name} deleted")
