@@ -162,6 +162,9 @@ def test_a_topic_and_subscription_made_in_the_console_deliver(
     statuses = [row.text.split()[1] for row in browser.find_elements(By.CSS_SELECTOR, "#trace-events tr")[1:]]
     assert statuses == ["INFLIGHT", "SUCCESS"]
 
+    submit(browser, "edit-subscription", rate="50")
+    policy = httpx.get(f"{hermes.management_url}/topics/{topic}/subscriptions/invoices").json()["subscriptionPolicy"]
+    assert (policy["rate"], policy["messageTtl"]) == (50, 3600)
     press(browser, browser.find_element(By.ID, "suspend"))
     assert text(browser, "#state") == "SUSPENDED"
     assert text(browser, "#notice") == "Subscription suspended"
@@ -180,6 +183,10 @@ def test_the_console_deletes_only_after_confirmation(browser: WebDriver, hermes:
     browser.get(ui + "/")
     submit(browser, "create-group", groupName=group)
     submit(browser, "create-topic", name=f"{group}.gone", owner="team-x")
+    submit(browser, "edit-topic", retention="3", retentionUnit="HOURS", description="edited")
+    changed = httpx.get(f"{hermes.management_url}/topics/{group}.gone").json()
+    assert changed["retentionTime"] == {"duration": 3, "retentionUnit": "HOURS"} and changed["description"] == "edited"
+    assert changed["offlineStorage"]["retentionTime"] == {"duration": 60, "infinite": False}  # kept
     press(browser, browser.find_element(By.ID, "delete-topic"))
     assert browser.find_element(By.TAG_NAME, "h1").text == f"Delete topic {group}.gone?"
     assert httpx.get(f"{hermes.management_url}/topics/{group}.gone").status_code == 200  # not yet

@@ -40,6 +40,7 @@ class Console:
             loader=jinja2.PackageLoader("hermes.ui", "templates"), autoescape=True, undefined=jinja2.StrictUndefined
         )
         self.templates.globals["ui"] = PREFIX
+        self.templates.globals["units"] = ("SECONDS", "MINUTES", "HOURS", "DAYS")  # a topic's retentionUnit
         self.templates.filters["q"] = lambda value: quote(str(value), safe="")
         self.client: aiohttp.ClientSession | None = None
 

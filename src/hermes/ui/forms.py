@@ -36,10 +36,13 @@ def topic_body(form: MultiDictProxy[Any]) -> dict[str, Any]:
         "description": text(form, "description"),
         "owner": owner(form),
         "ack": text(form, "ack") or "LEADER",
-        "retentionTime": {"duration": number(form, "retentionDays"), "retentionUnit": "DAYS"},
+        "retentionTime": {"duration": number(form, "retention"), "retentionUnit": text(form, "retentionUnit")},
         "maxMessageSize": number(form, "maxMessageSize"),
         "trackingEnabled": checked(form, "trackingEnabled"),
-        "offlineStorage": {"enabled": checked(form, "offlineStorage")},
+        "offlineStorage": {  # the whole object: a change replaces it
+            "enabled": checked(form, "offlineStorage"),
+            "retentionTime": {"duration": number(form, "offlineRetentionDays"), "infinite": checked(form, "forever")},
+        },
     }
 
 
