@@ -172,6 +172,12 @@ def test_a_topic_and_subscription_made_in_the_console_deliver(
 
     browser.get(f"{ui}/?q={group}")
     assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#groups a[href*='/topics/']")] == [topic]
+    browser.get(ui + "/consumer-nodes")
+    assert "not in distributed mode" in text(browser, "main")
+    browser.get(ui + "/offline-retransmission")
+    start, end = "2026-01-01T00:00:00Z", "2026-01-01T01:00:00Z"
+    submit(browser, "create-task", sourceTopic=topic, targetTopic=topic, startTimestamp=start, endTimestamp=end)
+    assert "has no offline storage" in text(browser, "#error")
     browser.get(ui + "/oauth-providers")
     submit(browser, "create-provider", name=unique("idp"), tokenEndpoint="not a url", clientId="c", clientSecret="s")
     assert text(browser, "#error").startswith("400 VALIDATION_ERROR: tokenEndpoint:")
