@@ -138,7 +138,10 @@ async def trace(request: web.Request) -> web.Response:
 @routes.get(_S + "/delete")
 async def confirm_delete(request: web.Request) -> web.Response:
     topic, name = _names(request)
-    return render(request, "confirm.html", what="subscription", name=f"{topic} / {name}", action=request.path)
+    back = request.path.removesuffix("/delete")
+    return render(
+        request, "confirm.html", what="subscription", name=f"{topic} / {name}", action=request.path, back=back
+    )
 
 
 @routes.post(_S + "/delete")

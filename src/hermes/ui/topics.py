@@ -149,7 +149,8 @@ async def publish(request: web.Request) -> web.Response:
 @routes.get("/topics/{topic}/delete")
 async def confirm_delete(request: web.Request) -> web.Response:
     what, name = next(iter(request.match_info.items()))
-    return render(request, "confirm.html", what=what, name=name, action=request.path)
+    back = PREFIX + "/" if what == "group" else request.path.removesuffix("/delete")
+    return render(request, "confirm.html", what=what, name=name, action=request.path, back=back)
 
 
 @routes.post("/groups/{group}/delete")
