@@ -172,8 +172,16 @@ def test_a_topic_and_subscription_made_in_the_console_deliver(
     assert text(browser, "#notice") == "Subscription suspended"
     assert httpx.get(f"{hermes.management_url}/topics/{topic}/subscriptions/invoices").json()["state"] == "SUSPENDED"
 
-    browser.get(f"{ui}/?q={group}")
-    assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#groups a[href*='/topics/']")] == [topic]
+    other = unique("other")
+    owner = {"source": "Plaintext", "id": "team-other"}
+    with httpx.Client(base_url=hermes.management_url) as api:
+        assert api.post("/groups", json={"groupName": other}).status_code == 201
+        assert api.post("/topics", json={"name": f"{other}.t", "description": "d", "owner": owner}).status_code == 201
+    browser.get(ui + "/")
+    topics = "#groups a[href*='/topics/']"
+    assert {topic, f"{other}.t"} <= {a.text for a in browser.find_elements(By.CSS_SELECTOR, topics)}
+    browser.find_element(By.ID, "search").send_keys(group)  # filters as one types (htmx)
+    wait_until(lambda: [a.text for a in browser.find_elements(By.CSS_SELECTOR, topics)] == [topic], timeout=10)
     browser.get(ui + "/consumer-nodes")
     assert "not in distributed mode" in text(browser, "main")
     browser.get(ui + "/offline-retransmission")
@@ -211,35 +219,37 @@ def test_the_console_asks_to_sign_in_and_the_api_refuses_what_a_user_may_not_do(
     browser: WebDriver, secured: InProcessHermes
 ) -> None:
     root = {"Authorization": "Basic " + base64.b64encode(f"root:{PASSWORDS['root']}".encode()).decode()}
-    api = httpx.Client(base_url=secured.management_url, headers=root)
-    group = unique("pay")
-    topic = f"{group}.payments"
-    assert api.post("/groups", json={"groupName": group}).status_code == 201
-    owner = {"source": "Plaintext", "id": "team-a"}
-    assert api.post("/topics", json={"name": topic, "description": "d", "owner": owner}).status_code == 201
-    ui = secured.management_url + "/ui"
+    with httpx.Client(base_url=secured.management_url, headers=root) as api:
+        group = unique("pay")
+        topic = f"{group}.payments"
+        assert api.post("/groups", json={"groupName": group}).status_code == 201
+        owner = {"source": "Plaintext", "id": "team-a"}
+        assert api.post("/topics", json={"name": topic, "description": "d", "owner": owner}).status_code == 201
+        ui = secured.management_url + "/ui"
 
-    browser.get(f"{ui}/topics/{topic}")
-    assert browser.current_url.startswith(f"{ui}/login?next=")
-    submit(browser, "login", name="bob", password="not-bobs-password")
-    assert text(browser, "#login-error") == "wrong name or password"
-    shot(browser, "login")
-    submit(browser, "login", name="bob", password=PASSWORDS["bob"])
-    assert browser.current_url == f"{ui}/topics/{topic}"  # back where the user was going
-    assert not browser.find_elements(By.ID, "edit-topic")  # bob does not own it: nothing to change is offered
-    assert not browser.find_elements(By.ID, "delete-topic")
+        browser.get(f"{ui}/topics/{topic}")
+        assert browser.current_url.startswith(f"{ui}/login?next=")
+        submit(browser, "login", name="bob", password="not-bobs-password")
+        assert text(browser, "#login-error") == "wrong name or password"
+        shot(browser, "login")
+        submit(browser, "login", name="bob", password=PASSWORDS["bob"])
+        assert browser.current_url == f"{ui}/topics/{topic}"  # back where the user was going
+        assert not browser.find_elements(By.ID, "edit-topic")  # bob does not own it: nothing to change is offered
+        assert not browser.find_elements(By.ID, "delete-topic")
 
-    browser.get(f"{ui}/topics/{topic}/delete")  # and the API refuses it anyway
-    press(browser, browser.find_element(By.ID, "confirm-delete"))
-    assert text(browser, "#error").startswith("403 PERMISSION_DENIED: bob may not DELETE")
-    assert api.get(f"/topics/{topic}").status_code == 200
-    browser.get(ui + "/")
-    assert not browser.find_elements(By.ID, "create-group")  # admins only
+        browser.get(f"{ui}/topics/{topic}/delete")  # and the API refuses it anyway
+        press(browser, browser.find_element(By.ID, "confirm-delete"))
+        assert text(browser, "#error").startswith("403 PERMISSION_DENIED: bob may not DELETE")
+        assert api.get(f"/topics/{topic}").status_code == 200
+        browser.get(ui + "/")
+        assert not browser.find_elements(By.ID, "create-group")  # admins only
 
-    press(browser, browser.find_element(By.ID, "logout"))
-    browser.get(f"{ui}/topics/{topic}")
-    assert browser.current_url.startswith(f"{ui}/login")
-    api.close()
+        press(browser, browser.find_element(By.ID, "logout"))
+        browser.get(f"{ui}/topics/{topic}")
+        assert browser.current_url.startswith(f"{ui}/login")
+        submit(browser, "login", name="alice", password=PASSWORDS["alice"])
+        assert browser.find_element(By.ID, "edit-topic").is_displayed()  # alice owns it
+        press(browser, browser.find_element(By.ID, "logout"))
 
 
 def test_no_ui_serves_no_console(kafka: EmbeddedBroker, tmp_path: Path) -> None:
