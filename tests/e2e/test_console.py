@@ -234,6 +234,8 @@ def test_the_console_asks_to_sign_in_and_the_api_refuses_what_a_user_may_not_do(
         shot(browser, "login")
         submit(browser, "login", name="bob", password=PASSWORDS["bob"])
         assert browser.current_url == f"{ui}/topics/{topic}"  # back where the user was going
+        secrets = (PASSWORDS["bob"], base64.b64encode(f"bob:{PASSWORDS['bob']}".encode()).decode())
+        assert not [c for c in browser.get_cookies() for secret in secrets if secret in c["value"]]
         assert not browser.find_elements(By.ID, "edit-topic")  # bob does not own it: nothing to change is offered
         assert not browser.find_elements(By.ID, "delete-topic")
 
