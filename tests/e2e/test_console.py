@@ -90,7 +90,10 @@ def press(browser: WebDriver, button: WebElement) -> None:
 
 
 def text(browser: WebDriver, selector: str) -> str:
-    return browser.find_element(By.CSS_SELECTOR, selector).text
+    """The element's text, read at once (htmx may swap the element between a look-up and a read)."""
+    found = browser.execute_script("const e = document.querySelector(arguments[0]); return e && e.innerText", selector)
+    assert found is not None, f"no {selector} in {browser.current_url}"
+    return str(found).strip()
 
 
 def record_trace(hermes: InProcessHermes, topic: str, subscription: str, message_id: str) -> None:
@@ -110,6 +113,13 @@ def record_trace(hermes: InProcessHermes, topic: str, subscription: str, message
     schema = pa.schema([(name, pa.int64() if name in numbers else pa.string()) for name in rows[0]])
     table = tracking_root(hermes.hermes.settings) / TRACES
     write_deltalake(str(table), pa.Table.from_pylist(rows, schema), partition_by=["topic", "date"], mode="append")
+
+
+def texts(browser: WebDriver, selector: str) -> list[str]:
+    found = browser.execute_script(
+        "return Array.from(document.querySelectorAll(arguments[0]), e => e.innerText)", selector
+    )
+    return [str(t).strip() for t in found]
 
 
 def shot(browser: WebDriver, name: str) -> None:
@@ -161,7 +171,7 @@ def test_a_topic_and_subscription_made_in_the_console_deliver(
     assert "no trace events" in text(browser, "#trace-events")  # tracking is off: the API has none
     record_trace(hermes, topic, "invoices", message_id)
     submit(browser, "trace", messageId=message_id)
-    statuses = [row.text.split()[1] for row in browser.find_elements(By.CSS_SELECTOR, "#trace-events tr")[1:]]
+    statuses = [row.split()[1] for row in texts(browser, "#trace-events tr")[1:]]
     assert statuses == ["INFLIGHT", "SUCCESS"]
 
     submit(browser, "edit-subscription", rate="50")
@@ -179,9 +189,9 @@ def test_a_topic_and_subscription_made_in_the_console_deliver(
         assert api.post("/topics", json={"name": f"{other}.t", "description": "d", "owner": owner}).status_code == 201
     browser.get(ui + "/")
     topics = "#groups a[href*='/topics/']"
-    assert {topic, f"{other}.t"} <= {a.text for a in browser.find_elements(By.CSS_SELECTOR, topics)}
+    assert {topic, f"{other}.t"} <= set(texts(browser, topics))
     browser.find_element(By.ID, "search").send_keys(group)  # filters as one types (htmx)
-    wait_until(lambda: [a.text for a in browser.find_elements(By.CSS_SELECTOR, topics)] == [topic], timeout=10)
+    wait_until(lambda: texts(browser, topics) == [topic], timeout=10)
     browser.get(ui + "/consumer-nodes")
     assert "not in distributed mode" in text(browser, "main")
     browser.get(ui + "/offline-retransmission")

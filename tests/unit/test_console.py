@@ -8,6 +8,7 @@ import pytest
 
 from hermes.ui.api import Upstream
 from hermes.ui.app import Console, segment
+from hermes.ui.charts import WINDOW, History, svg
 from hermes.ui.login import next_page
 
 pytestmark = pytest.mark.unit
@@ -33,3 +34,18 @@ def test_the_consumer_nodes_page_shows_each_node_with_its_load() -> None:
     html = page.render(user=None, notice=None, error=None, nodes=[node], frontends=[])
     row = html[html.index("node-2") :]
     assert "coordinator" in row and "cpu 0.42" in row and "2 (+1 standby)" in row and "12.5" in row
+
+
+def test_the_charts_rates_are_the_totals_growth_per_second_over_the_window() -> None:
+    history = History()
+    for at, delivered, lag in ((0.0, 10, 5), (0.5, 11, 5), (2.0, 30, 7), (4.0, 4, 0), (4.0 + WINDOW, 4, 0)):
+        history.add({"totals": {"delivered": delivered, "codes2xx": delivered}, "lag": str(lag)}, at)
+    rates = [(at, values["delivered"], values["codes2xx"], values["lag"]) for at, values in history.samples]
+    # 0.5: under a second after the previous sample, not kept; 4.0: a restart's lower total is no growth;
+    # the last one pushed out what is older than the window
+    assert rates == [(4.0, 0.0, 0.0, 0.0), (4.0 + WINDOW, 0.0, 0.0, 0.0)]
+    history = History()
+    history.add({"totals": {"delivered": 10}, "lag": "5"}, 0.0)
+    history.add({"totals": {"delivered": 30}, "lag": "7"}, 2.0)
+    assert [values["delivered"] for _, values in history.samples] == [0.0, 10.0]
+    assert "delivered/s 10" in svg(history, "Delivery rate", ("delivered",))

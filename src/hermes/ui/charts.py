@@ -9,14 +9,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 WINDOW = 300.0  # seconds of history a chart shows
-SERIES = {  # metric of GET .../metrics -> (label, colour); each chart draws some of them
-    "rate": ("delivered/s", "#2b6cb0"),
+SERIES = {  # name -> (label, colour); each chart draws some of them
+    "delivered": ("delivered/s", "#2b6cb0"),
     "codes2xx": ("2xx/s", "#2f855a"),
     "codes4xx": ("4xx/s", "#b7791f"),
     "codes5xx": ("5xx/s", "#c53030"),
     "lag": ("lag", "#6b46c1"),
 }
-CHARTS = (("Delivery rate", ("rate",)), ("Status codes", ("codes2xx", "codes4xx", "codes5xx")), ("Lag", ("lag",)))
+COUNTED = ("delivered", "codes2xx", "codes4xx", "codes5xx")  # per second from the totals' growth between samples
+CHARTS = (("Delivery rate", ("delivered",)), ("Status codes", COUNTED[1:]), ("Lag", ("lag",)))
 
 
 def _number(value: Any) -> float:
@@ -29,11 +30,19 @@ def _number(value: Any) -> float:
 @dataclass
 class History:
     samples: deque[tuple[float, dict[str, float]]] = field(default_factory=deque)
+    _totals: dict[str, float] = field(default_factory=dict)
 
     def add(self, metrics: dict[str, Any], now: float) -> None:
         if self.samples and now - self.samples[-1][0] < 1.0:  # two viewers of one page: one sample a second
             return
-        self.samples.append((now, {name: _number(metrics.get(name)) for name in SERIES}))
+        totals = metrics.get("totals") or {}
+        counts = {name: _number(totals.get(name)) for name in COUNTED}
+        values = {"lag": _number(metrics.get("lag"))}
+        elapsed = now - self.samples[-1][0] if self.samples else 0.0
+        for name, count in counts.items():  # a restart's lower total counts as no growth
+            values[name] = max(0.0, count - self._totals[name]) / elapsed if elapsed else 0.0
+        self._totals = counts
+        self.samples.append((now, values))
         while self.samples and now - self.samples[0][0] > WINDOW:
             self.samples.popleft()
 
@@ -69,7 +78,7 @@ def svg(history: History, title: str, names: tuple[str, ...], width: int = 320, 
         lines.append(
             f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>'
             f'<text x="{4 + 90 * names.index(name)}" y="{height - 4}" fill="{colour}" font-size="11"'
-            f' class="legend" data-series="{name}">{label} {latest:g}</text>'
+            f' class="legend" data-series="{name}">{label} {latest:.3g}</text>'
         )
     return (
         f'<svg class="chart" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img"'
