@@ -51,6 +51,7 @@ class Management:
         """The console calls this server over loopback, and the publishing API beside it (or where it is told)."""
         scheme = "https" if settings.tls_cert_file is not None else "http"
         host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address
         frontend = (settings.ui_frontend_url or f"{scheme}://{host}:{settings.frontend_port}").rstrip("/")
         tls = None
         if settings.tls_cert_file is not None:
@@ -58,11 +59,12 @@ class Management:
             tls.load_verify_locations(settings.tls_cert_file)  # our own chain, beside the system's authorities
             tls.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
             tls.check_hostname = False  # it is our own listener, reached over loopback
+        beside = settings.ui_frontend_url is None  # else a frontend elsewhere, checked as any other site
 
         def publishing() -> str:
-            return frontend_url() if frontend_url is not None and settings.ui_frontend_url is None else frontend
+            return frontend_url() if frontend_url is not None and beside else frontend
 
-        return Upstream(lambda: f"{scheme}://{host}:{self.server.port}", publishing, tls)
+        return Upstream(lambda: f"{scheme}://{host}:{self.server.port}", publishing, tls, tls if beside else None)
 
     async def start(self) -> None:
         await self.server.start()

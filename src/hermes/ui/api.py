@@ -24,6 +24,7 @@ class Upstream:
     management_url: Callable[[], str]
     frontend_url: Callable[[], str]
     tls: ssl.SSLContext | None = None  # trusts the listeners' own certificate (the console calls its own port)
+    frontend_tls: ssl.SSLContext | None = None  # likewise for the publishing API; None: the system's authorities
 
 
 class Api:
@@ -56,18 +57,16 @@ class Api:
         """Publishes ``body`` through the publishing API; the new message's Hermes-Message-Id."""
         url = URL(f"{self._upstream.frontend_url()}/topics/{topic}", encoded=True)
         headers = {**self._headers, "Content-Type": content_type}
-        async with self._session.post(url, data=body.encode(), headers=headers, ssl=self._tls) as response:
+        tls = self._upstream.frontend_tls or True
+        async with self._session.post(url, data=body.encode(), headers=headers, ssl=tls) as response:
             if response.status >= 300:
                 raise _refusal(response.status, await response.read())
             return response.headers.get("Hermes-Message-Id", "")
 
-    @property
-    def _tls(self) -> ssl.SSLContext | bool:
-        return self._upstream.tls or True
-
     async def _send(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> Json:
         target = URL(url, encoded=True)  # the pages quoted every name: no dot segment is resolved, no ? splits
-        async with self._session.request(method, target, data=data, headers=headers, ssl=self._tls) as response:
+        tls = self._upstream.tls or True
+        async with self._session.request(method, target, data=data, headers=headers, ssl=tls) as response:
             content = await response.read()
             if response.status >= 300:
                 raise _refusal(response.status, content)
