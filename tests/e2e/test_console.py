@@ -6,7 +6,6 @@ docs/console.md are taken here, so that they show the console as it is."""
 from __future__ import annotations
 
 import base64
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -46,12 +45,13 @@ PASSWORDS = {"root": "root-password-0001", "alice": "alice-password-0001", "bob"
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[WebDriver]:
-    os.environ["SE_OFFLINE"] = "true"  # Selenium Manager must not fetch a browser or a driver
     options = Options()
     options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000"):
         options.add_argument(argument)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SE_OFFLINE", "true")  # Selenium Manager must not fetch a browser or a driver
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     yield driver
     driver.quit()
 
