@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # Installs what Hermes needs on a fresh Debian machine, in steps it names as it goes: the Debian packages (Java
-# for Kafka and Spark, Maven to fetch jars; with the test and benchmark tools also ZooKeeper for the ZooKeeper
-# metadata repository's tests, wrk and a C compiler), a virtualenv in .venv with the package and the extras of
-# HERMES_EXTRAS (default all,dev: everything; `make run` asks only for what running needs), the benchmark's
-# open-loop generator (bench/openloop/openloop.c) built into .venv/bin, and the pinned jars of jars/*.pom.xml
-# (the embedded Apache Kafka broker, Spark's Kafka connector) in .venv/share/hermes/jars. Safe to run again:
-# every step is idempotent, and nothing is downloaded at run time.
+# for Kafka and Spark, Maven to fetch jars, npm to fetch the web console's htmx; with the test and benchmark tools
+# also ZooKeeper for the ZooKeeper metadata repository's tests, Chromium and its driver for the console's browser
+# tests, wrk and a C compiler), a virtualenv in .venv with the package and the extras of HERMES_EXTRAS (default
+# all,dev: everything; `make run` asks only for what running needs), the benchmark's open-loop generator
+# (bench/openloop/openloop.c) built into .venv/bin, htmx in .venv/share/hermes/js, and the pinned jars of
+# jars/*.pom.xml (the embedded Apache Kafka broker, Spark's Kafka connector) in .venv/share/hermes/jars. Safe to
+# run again: every step is idempotent, and nothing is downloaded at run time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras="${HERMES_EXTRAS:-all,dev}"
 has_extra() { case ",$extras," in *",$1,"* | *",all,"*) return 0 ;; *) return 1 ;; esac; }
 say() { echo "setup: $*"; }
-steps=4
+steps=5
 step=0
 next() { step=$((step + 1)); say "[$step/$steps] $*"; }
 
@@ -20,8 +21,11 @@ next "Debian packages"
 need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
-if has_extra dev; then  # the tests' ZooKeeper server
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)  # fetches htmx, the web console's script, from the npm registry
+if has_extra dev; then  # the tests' ZooKeeper server, and Debian's Chromium for the console's browser tests
   [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need_apt+=(zookeeper)
+  command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 fi
 if has_extra bench; then
   command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # the load generator of hermes bench's publish maxima
@@ -67,6 +71,23 @@ elif [ ! -f "$openloop_stamp" ] || [ ! -x .venv/bin/hermes-openloop ]; then
   say "  built"
 else
   say "  already built"
+fi
+
+# htmx for the web console (docs/console.md), pinned, from the npm registry into .venv/share/hermes/js.
+next "htmx for the web console"
+htmx_version="2.0.11"
+js=".venv/share/hermes/js"
+if [ -f "$js/.htmx-$htmx_version" ]; then
+  say "  already fetched"
+else
+  say "  fetching htmx $htmx_version from the npm registry"
+  tmp="$(mktemp -d)"
+  (cd "$tmp" && npm pack --silent "htmx.org@$htmx_version" >/dev/null && tar -xzf htmx.org-*.tgz)
+  mkdir -p "$js"
+  cp "$tmp/package/dist/htmx.min.js" "$js/htmx.min.js"
+  cp "$tmp/package/LICENSE" "$js/htmx.LICENSE"
+  rm -rf "$tmp" "$js"/.htmx-*
+  touch "$js/.htmx-$htmx_version"
 fi
 
 # Each jars/NAME.pom.xml becomes .venv/share/hermes/jars/NAME/*.jar, through a Maven cache inside .venv.

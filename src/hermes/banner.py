@@ -19,6 +19,8 @@ def banner(hermes: Hermes) -> str:
             rows.append((role, "delivering in this process" + (f"; health and metrics at {url}" if url else "")))
         elif url:
             rows.append((role, url))
+            if role == Role.MANAGEMENT and settings.ui:
+                rows.append(("console", f"{url}/ui/"))
     rows += [
         ("Kafka", _kafka(hermes)),
         ("metadata", _metadata(hermes)),

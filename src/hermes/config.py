@@ -47,6 +47,11 @@ class Settings(BaseSettings):
     inactive_topics_whitelist: str = Field(
         "", description="Comma-separated qualified topic names /inactive-topics marks whitelisted."
     )
+    ui: bool = Field(True, description="Serve the web console at /ui on the management port (docs/console.md).")
+    ui_frontend_url: str | None = Field(
+        None,
+        description="The publishing API the console's test messages go to; default: --frontend-port on this host.",
+    )
     signing_secret_overlap: float = Field(
         86_400.0,
         gt=0,

@@ -145,7 +145,14 @@ SECTIONS = (
     Section(
         "management",
         ("run", "management"),
-        ("management_port", "inactive_topics_threshold", "inactive_topics_whitelist", "signing_secret_overlap"),
+        (
+            "management_port",
+            "inactive_topics_threshold",
+            "inactive_topics_whitelist",
+            "signing_secret_overlap",
+            "ui",
+            "ui_frontend_url",
+        ),
     ),
     Section(
         "consumers",

@@ -196,6 +196,16 @@ class UnsupportedMediaType(HermesError):
     status = 415
 
 
+class ApiRefused(HermesError):
+    """An answer of the management or publishing API other than a success, as the web console shows it to its
+    user: the API's own status, code and message."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
 class ServiceUnavailable(HermesError):
     code = "SERVICE_UNAVAILABLE"
     status = 503

@@ -204,8 +204,9 @@ class Hermes:
             from hermes.management.role import Management
 
             cluster = self._cluster_store() if self._distributed else None
+            beside = (lambda: self.frontend_url) if Role.FRONTEND in self.roles else None
             self.management = Management(
-                settings, self.repository, admin, kafka_topics, self.security, cluster, self._tls
+                settings, self.repository, admin, kafka_topics, self.security, cluster, self._tls, beside
             )
             await self._start_role(self.management)
 

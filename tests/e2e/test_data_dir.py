@@ -80,6 +80,7 @@ def test_the_banner_lists_what_runs_and_the_log_goes_to_the_data_dir(tmp_path: P
     log_file = tmp_path / "logs" / "hermes.log"
     banner = [
         f"  management  {run.management_url}",
+        f"  console     {run.management_url}/ui/",
         f"  frontend    {run.frontend_url}",
         "  consumers   delivering in this process",
         f"  Kafka       {kafka.bootstrap_servers} (external)",

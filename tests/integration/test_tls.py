@@ -63,6 +63,17 @@ def deliver_over_https(hermes: InProcessHermes, authority: ThrowawayCA, endpoint
         return topic, response
 
 
+def test_the_console_calls_its_apis_over_https(hermes: InProcessHermes, authority: ThrowawayCA) -> None:
+    """The console trusts the listeners' own certificate for its calls to its own port and the frontend's."""
+    topic, _ = deliver_over_https(hermes, authority, "https://127.0.0.1:9/")
+    trusted = ssl.create_default_context(cafile=authority.ca_file)
+    with httpx.Client(base_url=hermes.management_url + "/ui", verify=trusted, timeout=30) as console:
+        page = console.get(f"/topics/{topic}")
+        assert page.status_code == 200 and f"Topic {topic}" in page.text, page.text
+        published = console.post(f"/topics/{topic}/publish", data={"body": '{"from": "the console"}'})
+        assert "Published: Hermes-Message-Id" in published.text, published.text
+
+
 def test_publishing_and_management_speak_https_and_deliver_to_an_https_subscriber(
     hermes: InProcessHermes, authority: ThrowawayCA, https_subscriber: SubscriberServer
 ) -> None:

@@ -35,7 +35,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "frontend": _BASE
     | {"broker", "cluster", "config", "datadir", "domain", "event_loop", "http", "logs", "metadata"}
     | {"offload", "security", "tracker"},
-    "management": _BASE | {"broker", "cluster", "config", "domain", "http", "metadata", "security"},
+    "management": _BASE | {"broker", "cluster", "config", "domain", "http", "metadata", "security", "ui"},
+    # the web console: the management and publishing APIs over HTTP only, never the management package
+    "ui": _BASE,
     # distributed mode's membership and assignment: a consumers node steers its supervisor
     "cluster": _BASE | {"config", "consumers", "domain", "http", "metadata"},
     "pipeline": _BASE | {"broker", "config", "domain", "http", "jars", "logs", "metadata", "security"},

@@ -16,6 +16,7 @@ from hermes.http.server import json_response, read_json
 from hermes.management.context import SERVICE
 from hermes.security.authenticator import ANONYMOUS, OPEN, Principal, challenge
 from hermes.security.setup import Security
+from hermes.ui import PREFIX
 
 SECURITY = web.AppKey("security", Security)
 _PRINCIPAL = web.RequestKey("principal", Principal)
@@ -96,6 +97,8 @@ RULES: dict[tuple[str, str], Rule] = {
 
 def rule_of(method: str, path: str) -> Rule:
     method = "GET" if method == "HEAD" else method
+    if path == PREFIX or path.startswith(PREFIX + "/"):
+        return Rule.PUBLIC  # the console's pages: each API call they make is checked with the user's credentials
     return RULES.get((method, path), Rule.ANY if method == "GET" else Rule.ADMIN)  # unlisted changes: admins
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hermes.broker.admin import BrokerAdmin
@@ -17,6 +18,9 @@ from hermes.management.app import create_app
 from hermes.management.services import ManagementService
 from hermes.metadata.repository import MetadataRepository
 from hermes.security.setup import Security
+from hermes.ui import PREFIX
+from hermes.ui.api import Upstream
+from hermes.ui.app import create_app as create_console
 
 if TYPE_CHECKING:
     from hermes.cluster.registry import ClusterStore
@@ -36,7 +40,9 @@ class Management:
         security: Security,
         cluster: ClusterStore | None = None,
         tls: ssl.SSLContext | None = None,
+        frontend_url: Callable[[], str] | None = None,
     ) -> None:
+        """``frontend_url``: the publishing API beside it in this process, for the console."""
         self._repository = repository
         app = create_app(ManagementService(settings, repository, admin, kafka_topics), security)
         if cluster is not None:
@@ -44,6 +50,27 @@ class Management:
 
             app[CLUSTER] = cluster
         self.server = Server(app, settings.host, settings.management_port, "management", tls)
+        if settings.ui:
+            app.add_subapp(PREFIX, create_console(self._upstream(settings, frontend_url)))
+
+    def _upstream(self, settings: Settings, frontend_url: Callable[[], str] | None) -> Upstream:
+        """The console calls this server over loopback, and the publishing API beside it (or where it is told)."""
+        scheme = "https" if settings.tls_cert_file is not None else "http"
+        host = "127.0.0.1" if settings.host in ("0.0.0.0", "::", "") else settings.host
+        host = f"[{host}]" if ":" in host else host  # an IPv6 address
+        frontend = (settings.ui_frontend_url or f"{scheme}://{host}:{settings.frontend_port}").rstrip("/")
+        tls = None
+        if settings.tls_cert_file is not None:
+            tls = ssl.create_default_context()
+            tls.load_verify_locations(settings.tls_cert_file)  # our own chain, beside the system's authorities
+            tls.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+            tls.check_hostname = False  # it is our own listener, reached over loopback
+        beside = settings.ui_frontend_url is None  # else a frontend elsewhere, checked as any other site
+
+        def publishing() -> str:
+            return frontend_url() if frontend_url is not None and beside else frontend
+
+        return Upstream(lambda: f"{scheme}://{host}:{self.server.port}", publishing, tls, tls if beside else None)
 
     async def start(self) -> None:
         # secrets an earlier version stored in plain text, or under a key since rotated, are encrypted anew

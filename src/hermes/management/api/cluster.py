@@ -18,6 +18,7 @@ from hermes.management.api.bodies import ignored_fields_header, read_object
 from hermes.management.context import SERVICE
 from hermes.management.services import ManagementService
 from hermes.metadata.documents import MANAGEMENT, WORKLOAD_CONSTRAINTS
+from hermes.ui import PREFIX
 
 routes = web.RouteTableDef()
 
@@ -51,11 +52,12 @@ async def _mode(service: ManagementService) -> str:
 
 
 def _changes_allowed(request: web.Request) -> bool:
-    """As Hermes' read-only filter: reads, queries and ``/mode`` itself are always allowed."""
+    """As Hermes' read-only filter: reads, queries and ``/mode`` itself are always allowed (and the console's
+    forms: the API calls they make are checked here)."""
     path = request.path
     return (
         request.method in ("GET", "HEAD", "OPTIONS")
-        or path.startswith(("/query", "/mode"))
+        or path.startswith(("/query", "/mode", PREFIX + "/"))
         or (path.startswith("/topics") and path.endswith("query"))
     )
 
