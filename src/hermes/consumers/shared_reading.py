@@ -41,6 +41,9 @@ _SKIP_AHEAD = 500
 _METADATA_INTERVAL = 5.0
 # Seconds a starting or caught-up subscription waits for the head to create its lanes before reading on its own.
 _LANES_WAIT = 2.0
+# Seconds a closing receiver waits for its last commit: a broker that does not answer must not hold a shutdown
+# (what was not committed comes again)
+_COMMIT_WAIT = 5.0
 # Seconds a lane without members is kept (the subscription that asked for it joins it a moment later).
 _EMPTY_LANE_KEPT = 1.0
 
@@ -520,7 +523,7 @@ class SharedReceiver(Receiver):
             self._reader.admin.set_group_offsets(self._group_id, offsets, self._reader.committer, done)
         except Exception as exc:
             done(exc)
-        finished.wait(15.0)
+        finished.wait(_COMMIT_WAIT)
         if failure or not finished.is_set():
             log.warning("committing offsets of %s failed: %s", self._name, failure[0] if failure else "timed out")
         else:
