@@ -144,8 +144,10 @@ def test_the_coordinator_moves_by_the_loads_its_members_report(
 
     store.watch_assignment(assignment_changed)
 
-    def first_seen(condition: Callable[[Assignment], bool]) -> tuple[float, Assignment] | None:
-        return next((at_ for at_ in list(seen) if condition(at_[1])), None)
+    def first_seen(condition: Callable[[Assignment], bool]) -> tuple[float, Assignment]:
+        """The first version of the assignment that meets ``condition``, once there is one, and when it came."""
+        wait_until(lambda: any(condition(a) for _, a in list(seen)), timeout=30)
+        return next((at, a) for at, a in list(seen) if condition(a))
 
     assert front_hermes.hermes.repository is not None and front_hermes.hermes.cache is not None
     settings = CoordinatorSettings(Limits(consumers_per_subscription=1), Rebalancing(0.8, 0.5), 0.1, 1.0)
@@ -159,28 +161,22 @@ def test_the_coordinator_moves_by_the_loads_its_members_report(
         assert store.write_assignment(Assignment({light: ("busy",), heavy: ("busy",)}), -1)
         coordinator.start()
 
-        wait_until(lambda: first_seen(lambda a: bool(a.moves)), timeout=30)
-        started, moving = first_seen(lambda a: bool(a.moves))  # type: ignore[misc]
+        started, moving = first_seen(lambda a: bool(a.moves))
         assert moving.moves == {heavy: ("busy", "idle")}  # the heaviest, to the idlest under low (not warm)
         assert moving.subscriptions == {light: ("busy",), heavy: ("busy", "idle")}
 
         # a later round (a new subscription wakes the coordinator) keeps both: the new node does not run it yet
         later = f"{topic}${front.create_subscription(topic, 'http://127.0.0.1:9/', 'x')}"
-        wait_until(lambda: first_seen(lambda a: later in a.subscriptions), timeout=30)
-        _, kept = first_seen(lambda a: later in a.subscriptions)  # type: ignore[misc]
+        _, kept = first_seen(lambda a: later in a.subscriptions)
         assert kept.moves == moving.moves and kept.subscriptions[heavy] == ("busy", "idle")
 
         # the new node runs it and takes work: its load rises over low while warm's falls under it
         report("idle", 0.7, (heavy,), **{heavy: 480.0})
         report("warm", 0.3)
-        done = lambda a: a.subscriptions.get(heavy) == ("idle",)  # noqa: E731
-        wait_until(lambda: first_seen(done), timeout=30)
-        finished, _ = first_seen(done)  # type: ignore[misc]
-        assert all(a.subscriptions[heavy] == ("busy", "idle") for at_, a in seen if started <= at_ < finished)
+        finished, _ = first_seen(lambda a: a.subscriptions.get(heavy) == ("idle",))
+        assert all(a.subscriptions[heavy] == ("busy", "idle") for at, a in seen if started <= at < finished)
 
-        nxt = lambda a: a.moves.get(light) is not None  # noqa: E731
-        wait_until(lambda: first_seen(nxt), timeout=30)
-        again, second = first_seen(nxt)  # type: ignore[misc]
+        again, second = first_seen(lambda a: light in a.moves)
         assert second.moves == {light: ("busy", "warm")}  # the loads as reported now
         assert again - started >= settings.move_interval
     finally:
