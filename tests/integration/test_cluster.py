@@ -6,16 +6,17 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
-from hermes.cluster.assignment import Assignment
+from hermes.cluster.assignment import Assignment, Limits, Rebalancing, start_move
+from hermes.cluster.coordinator import Coordinator, CoordinatorSettings
 from hermes.cluster.discovery import FrontendDiscovery
-from hermes.cluster.registry import ClusterStore
+from hermes.cluster.registry import CONSUMERS, ClusterStore
 from hermes.runtime import Role
 from tests.support.cluster import FAILOVER_BOUND, Cluster, assigned, coordinator, nodes
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings, unique
@@ -33,14 +34,19 @@ def cluster(tmp_path: Path, kafka: EmbeddedBroker, zookeeper: ZookeeperServer) -
 
 
 @pytest.fixture
-def front(cluster: Cluster, tmp_path: Path, kafka: EmbeddedBroker) -> Iterator[HermesClient]:
+def front_hermes(cluster: Cluster, tmp_path: Path, kafka: EmbeddedBroker) -> Iterator[InProcessHermes]:
     """Management and a frontend in this process, on the cluster's ZooKeeper."""
     settings = hermes_settings(tmp_path / "front", kafka.bootstrap_servers, **cluster.settings())
     hermes = InProcessHermes(settings, frozenset({Role.MANAGEMENT, Role.FRONTEND})).start()
-    api = HermesClient(hermes.management_url, hermes.frontend_url)
+    yield hermes
+    hermes.stop()
+
+
+@pytest.fixture
+def front(front_hermes: InProcessHermes) -> Iterator[HermesClient]:
+    api = HermesClient(front_hermes.management_url, front_hermes.frontend_url)
     yield api
     api.close()
-    hermes.stop()
 
 
 def test_nodes_register_share_subscriptions_and_replace_the_dead(
@@ -117,14 +123,75 @@ def test_nodes_register_share_subscriptions_and_replace_the_dead(
     delivered(10)
 
 
-def test_a_move_by_load_adds_the_new_node_before_removing_the_old(
+def test_the_coordinator_moves_by_the_loads_its_members_report(
+    cluster: Cluster, front_hermes: InProcessHermes, front: HermesClient
+) -> None:
+    """The decision, on loads this test reports for its members (a real node's CPU moves with whatever else the
+    machine runs): the heaviest subscription of a node over ``high`` goes to the least-loaded node under ``low``,
+    one move per move interval, and the old node lets go only once the new one reports running it."""
+    topic = front.create_topic()
+    light, heavy = (f"{topic}${front.create_subscription(topic, 'http://127.0.0.1:9/', name)}" for name in "lh")
+    store = ClusterStore(cluster.zookeeper.connect, cluster.root, 10.0)
+
+    def report(node: str, cpu: float, running: tuple[str, ...] = (), **attempts: float) -> None:
+        document = {"id": node, "load": {"cpu": cpu}, "running": list(running), "attemptsPerSecond": attempts}
+        store.report(CONSUMERS, node, document)
+
+    seen: list[tuple[float, Assignment]] = []  # every version of the assignment, with when it was seen
+
+    def assignment_changed(assignment: Assignment) -> None:
+        seen.append((time.monotonic(), assignment))
+
+    store.watch_assignment(assignment_changed)
+
+    def first_seen(condition: Callable[[Assignment], bool]) -> tuple[float, Assignment]:
+        """The first version of the assignment that meets ``condition``, once there is one, and when it came."""
+        wait_until(lambda: any(condition(a) for _, a in list(seen)), timeout=30)
+        return next((at, a) for at, a in list(seen) if condition(a))
+
+    assert front_hermes.hermes.repository is not None and front_hermes.hermes.cache is not None
+    settings = CoordinatorSettings(Limits(consumers_per_subscription=1), Rebalancing(0.8, 0.5), 0.1, 1.0)
+    coordinator = Coordinator(store, front_hermes.hermes.repository, front_hermes.hermes.cache, "c", settings)
+    try:
+        for node in ("busy", "warm", "idle"):
+            store.register(CONSUMERS, node, {"id": node})
+        report("busy", 0.9, (light, heavy), **{light: 10.0, heavy: 500.0})
+        report("warm", 0.6)
+        report("idle", 0.1)
+        assert store.write_assignment(Assignment({light: ("busy",), heavy: ("busy",)}), -1)
+        coordinator.start()
+
+        started, moving = first_seen(lambda a: bool(a.moves))
+        assert moving.moves == {heavy: ("busy", "idle")}  # the heaviest, to the idlest under low (not warm)
+        assert moving.subscriptions == {light: ("busy",), heavy: ("busy", "idle")}
+
+        # a later round (a new subscription wakes the coordinator) keeps both: the new node does not run it yet
+        later = f"{topic}${front.create_subscription(topic, 'http://127.0.0.1:9/', 'x')}"
+        _, kept = first_seen(lambda a: later in a.subscriptions)
+        assert kept.moves == moving.moves and kept.subscriptions[heavy] == ("busy", "idle")
+
+        # the new node runs it and takes work: its load rises over low while warm's falls under it
+        report("idle", 0.7, (heavy,), **{heavy: 480.0})
+        report("warm", 0.3)
+        finished, _ = first_seen(lambda a: a.subscriptions.get(heavy) == ("idle",))
+        assert all(a.subscriptions[heavy] == ("busy", "idle") for at, a in seen if started <= at < finished)
+
+        again, second = first_seen(lambda a: light in a.moves)
+        assert second.moves == {light: ("busy", "warm")}  # the loads as reported now
+        assert again - started >= settings.move_interval
+    finally:
+        coordinator.stop()
+        store.close()
+
+
+def test_a_move_adds_the_new_node_before_removing_the_old(
     cluster: Cluster, front: HermesClient, subscriber: SubscriberServer
 ) -> None:
+    """Real nodes follow a move by load (started here as the coordinator starts one: the new node beside the old
+    in the assignment) without losing a message: the coordinator drops the old node once the new one runs it."""
     management = front.management
-    # an idle node's smoothed CPU is about 0.01 of a core here, the one delivering the subscription twice that
-    thresholds = ("--cluster-load-high=0.018", "--cluster-load-low=0.015", "--cluster-move-interval=3")
     for node in ("n1", "n2"):
-        cluster.start(node, "consumers", *thresholds)
+        cluster.start(node, "consumers")
     topic = front.create_topic()
     name = unique("moved")
     qualified = f"{topic}${name}"
@@ -134,32 +201,45 @@ def test_a_move_by_load_adds_the_new_node_before_removing_the_old(
     )
     assert response.status_code == 201, response.text
     seen: list[tuple[str, ...]] = []  # every version of the subscription's assignees, as ZooKeeper has them
+    running: dict[tuple[str, ...], dict[str, bool]] = {}  # each version's nodes: whether they reported running it
+    store = ClusterStore(cluster.zookeeper.connect, cluster.root, 10.0)
 
     def assignment_changed(assignment: Assignment) -> None:
-        owners = tuple(sorted(assignment.subscriptions.get(qualified, ())))
+        owners = tuple(assignment.subscriptions.get(qualified, ()))
         if not seen or seen[-1] != owners:
             seen.append(owners)
+            members = store.members(CONSUMERS)
+            running.setdefault(owners, {n: qualified in members.get(n, {}).get("running", ()) for n in owners})
 
-    def owners_in_turn() -> list[tuple[str, ...]]:
-        return [owners for owners in list(seen) if len(owners) == 1]
-
-    store = ClusterStore(cluster.zookeeper.connect, cluster.root, 10.0)
     sent = []
+
+    def publish() -> None:
+        for _ in range(3):
+            sent.append(front.publish(topic, '{"n": 1}').headers["Hermes-Message-Id"])
+
     try:
         store.watch_assignment(assignment_changed)
         front.create_subscription(topic, f"{subscriber.url}{name}", name)
+        wait_until(lambda: len(assigned(management).get(qualified, ())) == 1, timeout=60)
+        (first,) = assigned(management)[qualified]
+        second = next(n for n in ("n1", "n2") if n != first)
+
+        def move_started() -> bool:  # the coordinator writes too (its rounds): on its newer version, again
+            current, version = store.read_assignment()
+            return store.write_assignment(start_move(current, qualified, first, second), version)
+
+        wait_until(move_started, timeout=30)
 
         def moved() -> bool:
-            for _ in range(3):  # the subscription's node works: its load stays over the high threshold
-                sent.append(front.publish(topic, '{"n": 1}').headers["Hermes-Message-Id"])
-            return len(owners_in_turn()) >= 2
+            publish()  # delivery goes on meanwhile
+            return (second,) in seen
 
         wait_until(moved, timeout=60, interval=0.1)
     finally:
         store.close()
-    (first,), (second,) = owners_in_turn()[:2]
-    assert first != second
     at = seen.index((second,))
-    assert seen[at - 1] == tuple(sorted((first, second)))  # both ran it before the old node let go
-    # delivery went on through the move: everything published meanwhile arrives
+    assert seen[at - 1] == (first, second)  # both ran it before the old node let go
+    assert running[(second,)] == {second: True}  # the new node had started it
+    assert seen.index((first,)) < at - 1
+    # everything published through the move arrives
     wait_until(lambda: set(sent) <= {r.message_id for r in subscriber.received if r.path.strip("/") == name}, 60)

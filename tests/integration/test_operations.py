@@ -10,7 +10,7 @@ import pytest
 
 from hermes.broker.embedded import free_port
 from tests.conftest import wait_until
-from tests.support.hermes import HermesClient
+from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import Reply, SubscriberServer
 
 pytestmark = pytest.mark.integration
@@ -111,14 +111,16 @@ def test_retransmission_of_an_active_subscription(client: HermesClient, subscrib
 
 
 def test_retransmission_of_a_suspended_subscription_takes_effect_on_activation(
-    client: HermesClient, subscriber: SubscriberServer
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer
 ) -> None:
     topic = client.create_topic()
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=PATIENT)
     between, second = _two_waves(client, topic, subscriber)
     state = f"/topics/{topic}/subscriptions/{name}/state"
     assert client.management.put(state, content='"SUSPENDED"', headers=JSON).status_code == 200
-    time.sleep(1.5)  # the consumer leaves the group
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None
+    wait_until(lambda: (topic, name) not in supervisor.consumers, timeout=20)  # it left the group
     delivered = len(subscriber.received)
     assert (
         client.management.post(

@@ -212,7 +212,7 @@ def test_a_subscription_suspended_while_its_consumer_joins_delivers_once_active_
 
 
 def test_suspended_subscriptions_resume_where_they_stopped(
-    client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
 ) -> None:
     subscriber = serve(scripted, lambda n, _r: Reply(200))
     topic = client.create_topic()
@@ -224,7 +224,9 @@ def test_suspended_subscriptions_resume_where_they_stopped(
         client.management.put(state, content='"SUSPENDED"', headers={"Content-Type": "application/json"}).status_code
         == 200
     )
-    time.sleep(1.5)  # the consumer stops and commits
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None
+    wait_until(lambda: (topic, name) not in supervisor.consumers, timeout=20)  # it stopped and committed
     client.publish(topic, '{"n": 2}')
     time.sleep(1.0)
     assert len(subscriber.received) == 1, "nothing is sent while suspended"
