@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from hermes.bench.delivery import _open
-from hermes.bench.load import Sink, gc_paused
+from hermes.bench.load import Sent, Sink, gc_paused
 from hermes.bench.stats import first_arrivals, latency_ms, reconcile
 from hermes.bench.system import Management, System, cpu_seconds, memory_kib, run_alone, thread_cpu_seconds, warm_up
 
@@ -81,8 +81,14 @@ async def _at_rate(
         for name in names:
             sink.arrivals[name] = []
     cpu_before = cpu_seconds(pid)
+    async def publish(index: int, topic: str) -> Sent:
+        # each topic's schedule starts a little later than the one before: publishers are not in step, and in
+        # step every topic's message would come at the same instant, a burst of them all
+        await asyncio.sleep(index / (rate * len(topics)))
+        return await _open(f"{system.frontend}/topics/{topic}", rate, seconds)
+
     with gc_paused():  # the sink records arrival times in this process
-        sent = await asyncio.gather(*(_open(f"{system.frontend}/topics/{t}", rate, seconds) for t in topics))
+        sent = await asyncio.gather(*(publish(i, t) for i, t in enumerate(topics)))
         deadline = time.monotonic() + 120.0
         for names, accepted in zip(topics.values(), sent, strict=True):
             for name in names:
