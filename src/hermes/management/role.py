@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.topics import KafkaTopics
 from hermes.config import Settings
+from hermes.http.edge import EdgeLimits
 from hermes.http.server import Server
 from hermes.management.app import create_app
 from hermes.management.services import ManagementService
@@ -37,7 +38,7 @@ class Management:
             from hermes.cluster.nodes_api import CLUSTER
 
             app[CLUSTER] = cluster
-        self.server = Server(app, settings.host, settings.management_port, "management", tls)
+        self.server = Server(app, settings.host, settings.management_port, "management", tls, EdgeLimits.of(settings))
 
     async def start(self) -> None:
         await self.server.start()

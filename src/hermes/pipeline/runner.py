@@ -91,6 +91,7 @@ class Pipeline:
         self.status: Any = None
 
     def start(self) -> None:
+        from hermes.http.edge import EdgeLimits
         from hermes.pipeline.connector import client_options
         from hermes.pipeline.prometheus import StatusServer
         from hermes.pipeline.session import build_session
@@ -101,7 +102,7 @@ class Pipeline:
                 "hermes pipeline needs the Kafka cluster (--kafka-bootstrap-servers); `hermes run` passes its own"
             )
         ensure_port_free(settings.host, settings.pipeline_port, "pipeline status")
-        self.status = StatusServer(settings.host, settings.pipeline_port)
+        self.status = StatusServer(settings.host, settings.pipeline_port, EdgeLimits.of(settings))
         self.status.start()
         connection = KafkaConnection.from_settings(settings, settings.kafka_bootstrap_servers)
         client_options(connection)  # settings the Kafka connector cannot use fail here, not in every query

@@ -8,7 +8,7 @@ import orjson
 from aiohttp import web
 
 from hermes.domain import api_json
-from hermes.domain.avro import parse_schema
+from hermes.domain.avro import parse_schema, schema_version
 from hermes.domain.names import TopicName
 from hermes.domain.topic import ContentType, Topic
 from hermes.errors import OperationDisabled, ValidationError
@@ -70,12 +70,11 @@ async def get_schema(request: web.Request) -> web.Response:
     Hermes, 204 without a body when there is none."""
     field = "id" if "id" in request.match_info else "version"
     version_text = request.match_info.get(field)
-    if version_text is not None and not version_text.isdigit():
-        raise ValidationError("must be a number", field)
+    version = schema_version(version_text, field) if version_text is not None else None
     service = request.app[SERVICE]
     name = topic_name(request)
     await service.topic(name)
-    found = await service.schema(name, int(version_text) if version_text else None)
+    found = await service.schema(name, version)
     if found is None:
         return web.Response(status=204)
     version, schema = found
