@@ -13,6 +13,9 @@ from typing import Protocol
 # refused, so the publishing port refuses the same; the whole head is bounded too (aiohttp: 128 headers).
 MAX_FIELD_BYTES = 8190
 MAX_HEAD_BYTES = 64 * 1024
+# Seconds a refused client's data is still read and dropped after its answer, so that closing does not reset the
+# connection before the client read the answer (nginx's lingering close; aiohttp's lingering_time, 10 s by default)
+LINGER = 2.0
 
 
 class _EdgeSettings(Protocol):

@@ -34,7 +34,7 @@ import httptools
 import orjson
 
 from hermes.errors import StartupError
-from hermes.http.edge import DEFAULT_LIMITS, MAX_FIELD_BYTES, MAX_HEAD_BYTES, EdgeLimits
+from hermes.http.edge import DEFAULT_LIMITS, LINGER, MAX_FIELD_BYTES, MAX_HEAD_BYTES, EdgeLimits
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,6 @@ DEFAULT_SPOOL_ABOVE = 1024 * 1024
 _STREAM_BUFFER = 1024 * 1024
 # Pipelined requests waiting behind an unanswered one before the connection stops reading.
 _QUEUED_MAX = 16
-# Seconds a refused client's data is read and dropped after its answer (nginx's lingering close, shorter).
-_LINGER = 2.0
 # Where the parser is in the request it reads: between requests, in the line and headers, in the body.
 _IDLE, _HEAD, _BODY = range(3)
 
@@ -432,7 +430,7 @@ class _Connection(asyncio.Protocol):
             # Closing with the client's data unread would reset the connection, and the reset may destroy the
             # answer before the client reads it: the writing side shuts, and what still comes is dropped a while
             transport.write_eof()
-            self._lingering_until = self._loop.time() + _LINGER
+            self._lingering_until = self._loop.time() + LINGER
         else:
             transport.close()
 

@@ -14,7 +14,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
 from hermes.errors import FormattingError, HermesError, RequestTimeout, StartupError
-from hermes.http.edge import DEFAULT_LIMITS, MAX_FIELD_BYTES, EdgeLimits
+from hermes.http.edge import DEFAULT_LIMITS, LINGER, MAX_FIELD_BYTES, EdgeLimits
 
 log = logging.getLogger(__name__)
 
@@ -253,6 +253,7 @@ class Server:
             keepalive_timeout=self.limits.keepalive_timeout,
             max_line_size=MAX_FIELD_BYTES,
             max_field_size=MAX_FIELD_BYTES,
+            lingering_time=LINGER,
             logger=_ServerLog(logging.getLogger("aiohttp.server")),
         )
         await self._runner.setup()
