@@ -57,7 +57,7 @@ def ranged(lo: int, hi: int | None = None, nullable: bool = True) -> Schema:
     return {"type": kind, "minimum": lo, **({"maximum": hi} if hi is not None else {})}
 
 
-OWNER = obj({"source": STR, "id": STR})
+OWNER = {**obj({"source": STR, "id": STR}, []), "description": "source defaults to Plaintext, id to empty"}
 _CHAOS_POLICY = obj(
     {
         "probability": ranged(0, 100),
