@@ -56,12 +56,8 @@ async def query_subscriptions(request: web.Request) -> web.Response:
     return json_response(await selected(request, _subscriptions))
 
 
-# Every method: else /topics/{topic}'s GET, PUT and DELETE would take "query" for a topic's name (aiohttp tries the
-# longer fixed path first)
-@routes.route("*", "/topics/query")
+@routes.post("/topics/query")
 async def query_topic_names(request: web.Request) -> web.Response:
-    if request.method != "POST":
-        raise web.HTTPMethodNotAllowed(request.method, ["POST"])
     group = request.query.get("groupName") or None
 
     async def of_group(service: ManagementService) -> list[Json]:
