@@ -89,5 +89,5 @@ def test_a_republished_placeholder_of_an_offloaded_message_is_marked_as_one_agai
 
 def test_an_instant_beyond_the_calendar_in_utc_is_a_400_naming_the_field() -> None:
     for value in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
-        with pytest.raises(ValidationError, match="^startTimestamp: "):
+        with pytest.raises(ValidationError, match=r"^startTimestamp: "):
             parse_instant(value, "startTimestamp")
