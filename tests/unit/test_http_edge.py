@@ -204,3 +204,24 @@ def test_beyond_the_connection_limit_the_longest_idle_makes_room_or_the_new_one_
             writer.close()
 
     _run(kind, client)
+
+
+def test_a_late_pipelined_head_does_not_cut_off_the_answer_in_progress() -> None:
+    """The publishing port answers when Kafka acknowledges: the answer before a late head still goes out."""
+
+    def slow(request: Request) -> None:
+        asyncio.get_running_loop().call_later(2 * LIMITS.header_timeout, request.respond, 200)
+
+    async def run() -> None:
+        server = LeanServer(slow, "127.0.0.1", 0, "test server", limits=LIMITS)
+        port = await server.start()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(HONEST + b"POST /x HTTP/1.1\r\nHost")  # the second head never ends
+            answer = await asyncio.wait_for(reader.read(), 30)
+            writer.close()
+            assert answer.startswith(b"HTTP/1.1 200 OK")
+        finally:
+            await server.stop()
+
+    asyncio.run(run())

@@ -181,10 +181,9 @@ class _Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
         peer = transport.get_extra_info("peername")
         self.client = str(peer[0]) if peer else ""
-        if self._server.admit():
-            self._server.connections.add(self)
-        else:
+        if not self._server.admit():
             self._refuse(503, "TOO_MANY_CONNECTIONS", "the server holds as many connections as it may; try again")
+        self._server.connections.add(self)  # a refused one too, until its lingering ends
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
@@ -457,8 +456,8 @@ class _Connection(asyncio.Protocol):
         """Closes the connection when its client is late: with a 408 in a request, quietly between requests."""
         if self._transport is None or self._paused:
             return  # paused: the server, not the client, is behind
-        if self._closing:
-            if now > self._lingering_until:
+        if self._closing:  # lingering after a refusal; else the answer in progress closes the connection
+            if self._lingering_until and now > self._lingering_until:
                 self._transport.close()
             return
         if self._phase == _HEAD and now > self._phase_since + limits.header_timeout:
