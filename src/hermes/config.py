@@ -64,6 +64,31 @@ class Settings(BaseSettings):
         8070, ge=0, le=65535, description="Port of `hermes consumers`' health and Prometheus endpoints (0 = any free)."
     )
 
+    # --- the HTTP edge: every port's limits (http/edge.py; defaults as nginx and Apache's, docs/operations.md) ---
+    http_header_timeout: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a client has to send a request's line and headers, from its connection or (kept "
+        "alive) the request's first byte; then 408 and the connection closes.",
+    )
+    http_body_timeout: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a request's body may take, plus one per --http-body-min-rate bytes received; then 408.",
+    )
+    http_body_min_rate: int = Field(
+        500, ge=1, description="Bytes per second a slow body must keep up to earn more time (--http-body-timeout)."
+    )
+    http_keepalive_timeout: float = Field(
+        75.0, gt=0, description="Seconds an idle connection stays open after its last answer."
+    )
+    http_max_connections: int = Field(
+        4096,
+        ge=1,
+        description="Open connections per port; a new one beyond closes the longest idle one, or is refused "
+        "with 503 while none is idle. Keep it below the open-files limit (ulimit -n).",
+    )
+
     # --- authentication ---
     auth_jwt_issuer: str | None = Field(
         None, description="Issuer (iss) of the OAuth 2 / OIDC bearer tokens the APIs accept; unset: Basic only."

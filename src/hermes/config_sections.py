@@ -83,6 +83,17 @@ SECTIONS = (
     ),
     Section("TLS", SERVERS, ("tls_cert_file", "tls_key_file")),
     Section(
+        "HTTP edge",
+        EVERY_PROCESS,
+        (
+            "http_header_timeout",
+            "http_body_timeout",
+            "http_body_min_rate",
+            "http_keepalive_timeout",
+            "http_max_connections",
+        ),
+    ),
+    Section(
         "Kafka cluster",
         EVERY_PROCESS,
         (

@@ -191,6 +191,13 @@ class PayloadTooLarge(HermesError):
     status = 413
 
 
+class RequestTimeout(HermesError):
+    """The client did not send its request within the port's deadlines (http/edge.py)."""
+
+    code = "REQUEST_TIMEOUT"
+    status = 408
+
+
 class UnsupportedMediaType(HermesError):
     code = "UNSUPPORTED_MEDIA_TYPE"
     status = 415

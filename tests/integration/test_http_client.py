@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import os
 import tempfile
@@ -216,3 +217,27 @@ def test_a_body_streamed_from_a_file_arrives_whole_and_an_early_answer_stops_it(
             await client.close()
 
     run(_with_server(answer, scenario))
+
+
+def test_a_post_given_up_during_the_name_look_up_leaves_no_unread_failure(
+    run: Callable[[Coroutine[Any, Any, Any]], Any],
+) -> None:
+    """uvloop's connect, cancelled while it looks a name up, left the look-up's failure unread: "Future exception
+    was never retrieved", once per delivery to a name that does not resolve (the run fixture fails on it)."""
+    hosts = [f"no-such-host-{n}.invalid" for n in range(4)]
+
+    async def scenario() -> None:
+        client = HttpClient()
+        for total in (0.0001, 0.001, 0.01):
+            for host in hosts:
+                with pytest.raises((TimeoutError, OSError)):
+                    await client.post(f"http://{host}/", b"x", {}, total=total)
+        loop = asyncio.get_running_loop()
+        for host in hosts:  # behind the abandoned ones: once these failed, those have too
+            with pytest.raises(OSError):
+                await loop.getaddrinfo(host, 80)
+        await asyncio.sleep(0.1)
+        gc.collect()  # an unread failure is reported when its future is collected
+        await client.close()
+
+    run(scenario())

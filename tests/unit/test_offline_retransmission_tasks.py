@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAFKA_SCHEMA_VERSION, PLACEHOLDER_FORMAT
-from hermes.domain.retransmission_task import RetransmissionTask, TaskStatus, task_from_request
+from hermes.domain.retransmission_task import RetransmissionTask, TaskStatus, parse_instant, task_from_request
+from hermes.errors import ValidationError
 from hermes.metadata.documents import OFFLINE_RETRANSMISSION_TASKS
 from hermes.metadata.sqlite import SqliteMetadataRepository
 from hermes.pipeline.retransmission import KAFKA_RETRANSMISSION_TASK, frontend_headers, next_task, update
@@ -84,3 +85,9 @@ def test_republished_messages_keep_the_original_frontend_headers() -> None:
 def test_a_republished_placeholder_of_an_offloaded_message_is_marked_as_one_again() -> None:
     row = {"message_id": "m", "published": 1, "schema_version": None, "headers": {"_format": "external", "A": "b"}}
     assert frontend_headers(row, "t")[2:] == [("h-A", b"b"), PLACEHOLDER_FORMAT, (KAFKA_RETRANSMISSION_TASK, b"t")]
+
+
+def test_an_instant_beyond_the_calendar_in_utc_is_a_400_naming_the_field() -> None:
+    for value in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
+        with pytest.raises(ValidationError, match=r"^startTimestamp: "):
+            parse_instant(value, "startTimestamp")

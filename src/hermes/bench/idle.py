@@ -81,6 +81,7 @@ async def _at_rate(
         for name in names:
             sink.arrivals[name] = []
     cpu_before = cpu_seconds(pid)
+
     async def publish(index: int, topic: str) -> Sent:
         # each topic's schedule starts a little later than the one before: publishers are not in step, and in
         # step every topic's message would come at the same instant, a burst of them all

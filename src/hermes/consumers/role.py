@@ -13,6 +13,7 @@ from hermes.broker.connection import KafkaConnection
 from hermes.broker.producer import BrokerProducer
 from hermes.config import Settings
 from hermes.consumers.supervisor import ConsumersSupervisor
+from hermes.http.edge import EdgeLimits
 from hermes.http.server import Server
 from hermes.http.status import ScrapeGuard, status_app
 from hermes.metadata.cache import MetadataCache
@@ -64,7 +65,12 @@ class Consumers:
         self._exit.push_async_callback(self.supervisor.stop)
         if self._serve_status:
             self.server = Server(
-                status_app(self._scrape_guard), settings.host, settings.consumers_port, "consumers", self._tls
+                status_app(self._scrape_guard),
+                settings.host,
+                settings.consumers_port,
+                "consumers",
+                self._tls,
+                EdgeLimits.of(settings),
             )
             await self.server.start()
             self._exit.push_async_callback(self.server.stop)

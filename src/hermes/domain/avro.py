@@ -30,6 +30,17 @@ def avro_problem(exc: Exception) -> str:
     return str(exc) or type(exc).__name__
 
 
+# Versions are stored as signed 64-bit integers (SQLite, the Kafka record's header): none can be larger
+MAX_SCHEMA_VERSION = 2**63 - 1
+
+
+def schema_version(text: str, field: str) -> int:
+    """A schema version (or id) a client named in a header or path."""
+    if not (text.isascii() and text.isdigit()) or int(text) > MAX_SCHEMA_VERSION:
+        raise ValidationError(f"must be a schema version number from 0 to {MAX_SCHEMA_VERSION}", field)
+    return int(text)
+
+
 @lru_cache(maxsize=512)
 def parse_schema(schema: str) -> Any:
     try:

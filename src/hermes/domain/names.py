@@ -10,6 +10,10 @@ from hermes.errors import ValidationError
 # Group names may contain dots; topic and subscription names may not. Kafka allows [a-zA-Z0-9._-].
 _GROUP = re.compile(r"^[a-zA-Z0-9_.-]{1,200}$")
 _SIMPLE = re.compile(r"^[a-zA-Z0-9_-]{1,200}$")
+# The same rules as JSON Schema patterns, for the APIs' OpenAPI documents (a group neither starts nor ends with a dot)
+GROUP_PATTERN = r"[a-zA-Z0-9_-](?:[a-zA-Z0-9_.-]{0,198}[a-zA-Z0-9_-])?"
+SIMPLE_PATTERN = r"[a-zA-Z0-9_-]{1,200}"
+TOPIC_NAME_PATTERN = f"^{GROUP_PATTERN}\\.{SIMPLE_PATTERN}$"
 
 
 def validate_group_name(name: str, field: str = "groupName") -> str:

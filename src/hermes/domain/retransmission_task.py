@@ -118,7 +118,10 @@ def parse_instant(value: Any, field: str) -> datetime:
         raise ValidationError(f"{value!r} is not an ISO-8601 instant such as 2026-11-23T06:00:00Z", field) from None
     if moment.tzinfo is None:
         raise ValidationError(f"{value!r} has no time zone (use Z or an offset such as +01:00)", field)
-    return moment.astimezone(UTC)
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:  # the first or last day of year 1 or 9999, shifted beyond them
+        raise ValidationError(f"{value!r} is outside the years 1 to 9999 in UTC", field) from None
 
 
 def _iso(moment: datetime) -> str:

@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from hermes.domain.message import MESSAGE_ID_HEADER
+from hermes.domain.names import TOPIC_NAME_PATTERN
 from hermes.security.openapi import SECURITY_SCHEMES, SIGNED_IN
 
 _ERROR = {
@@ -41,7 +42,14 @@ _PUBLISH = {
         "description": "With authentication on, --publish-authentication required refuses a publish without "
         "credentials (401); with optional, the topic's auth decides (docs/security.md#publishing). An AVRO topic "
         "also takes avro/binary (docs/publishing.md).",
-        "parameters": [{"name": "topic", "in": "path", "required": True, "schema": {"type": "string"}}],
+        "parameters": [
+            {
+                "name": "topic",
+                "in": "path",
+                "required": True,
+                "schema": {"type": "string", "pattern": TOPIC_NAME_PATTERN, "description": "group.topic"},
+            }
+        ],
         "requestBody": {
             "required": True,
             "content": {"application/json": {"schema": {}}},

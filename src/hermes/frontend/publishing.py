@@ -19,7 +19,7 @@ import orjson
 
 from hermes.broker.producer import BrokerProducer
 from hermes.broker.topics import KAFKA_MAX_BODY, kafka_body_limit
-from hermes.domain.avro import avro_json_to_avro, check_avro, json_to_avro
+from hermes.domain.avro import avro_json_to_avro, check_avro, json_to_avro, schema_version
 from hermes.domain.message import (
     PARTITION_KEY_HEADER,
     SCHEMA_ID_HEADER,
@@ -151,15 +151,14 @@ class Publisher:
             field, requested = SCHEMA_ID_HEADER, headers.get(_SCHEMA_ID)
             if requested is None:
                 field, requested = SCHEMA_VERSION_HEADER, headers.get(_SCHEMA_VERSION)
-            if requested is not None and not requested.isdigit():
-                raise ValidationError("must be a schema version number", field)
-            version, schema = await self._schemas.get(topic.name, int(requested) if requested else None, field)
+            wanted = schema_version(requested, field) if requested is not None else None
+            version, schema = await self._schemas.get(topic.name, wanted, field)
             value = _AVRO_ENCODERS[body_as](schema, body)
             if len(value) > kafka_body_limit(topic):  # offloaded as encoded, Avro binary like any Avro message
                 self._offload_limit(topic, len(value))
                 await self._offload(topic, message_id, value, version, headers, answer)
                 return
-        except HermesError as exc:
+        except Exception as exc:  # a task's error reaches nobody else: the request is answered with it (500 if a bug)
             answer(exc)
             return
         self._produce(topic, message_id, value, version, headers, answer)

@@ -25,6 +25,7 @@ from hermes.frontend.publish_metrics import JOURNAL_BYTES, JOURNAL_MESSAGES, Pub
 from hermes.frontend.publishing import Publisher, PublishTimeouts
 from hermes.frontend.readiness import Readiness
 from hermes.frontend.schemas import SchemaSource
+from hermes.http.edge import EdgeLimits
 from hermes.http.lean import DEFAULT_MAX_BODY, LeanServer
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.documents import TOPIC_METRICS
@@ -141,6 +142,7 @@ class Frontend:
             settings.frontend_port,
             "frontend",
             max_body=max(DEFAULT_MAX_BODY, settings.offload_max_message_size + UPLOAD_HEADROOM),
+            limits=EdgeLimits.of(settings),
             reuse_port=self._worker,
             tls=self._tls,
             spool_dir=await asyncio.to_thread(_spool_dir, settings.data_dir),

@@ -228,6 +228,11 @@ class _Connection(asyncio.Protocol):
             position = start + size + 2
 
 
+def _close_late(connecting: asyncio.Task[tuple[asyncio.Transport, _Connection]]) -> None:
+    if not connecting.cancelled() and connecting.exception() is None:
+        connecting.result()[0].close()
+
+
 class HttpClient:
     """Pools of idle keep-alive connections per (scheme, host, port); no limit on connections (the
     subscription's inflightSize bounds them)."""
@@ -294,7 +299,14 @@ class HttpClient:
         if scheme == "https":
             context = self._ssl or ssl.create_default_context()
         loop = asyncio.get_running_loop()
-        _, protocol = await loop.create_connection(_Connection, host, port, ssl=context)
+        connecting = asyncio.ensure_future(loop.create_connection(_Connection, host, port, ssl=context))
+        try:
+            _, protocol = await asyncio.shield(connecting)
+        except asyncio.CancelledError:
+            # uvloop leaves the failed name look-up of a cancelled connect unread ("Future exception was never
+            # retrieved"): the connect finishes on its own, and is read and closed then
+            connecting.add_done_callback(_close_late)
+            raise
         return protocol, False
 
     @staticmethod

@@ -4,8 +4,10 @@ aiohttp spent about 60% of a publish's CPU in its own request handling (docs/ben
 a handful of parser callbacks and one write. The handler is a plain function that must call ``request.respond``
 once, now or later (no coroutine or task per request). Pipelined requests are answered in order: the next one is
 handed to the handler only when the previous one has been answered. Bodies may be sized or chunked; ``Expect:
-100-continue`` is honoured; a malformed request is a 400 and a body over ``max_body`` a 413, both in Hermes' error
-shape, and the connection is closed after them. Idle connections are closed after ``keepalive`` seconds.
+100-continue`` is honoured; a malformed request is a 400, a URL or header over 8190 bytes (or a head over 64 KiB) a
+414 or 431, a body over ``max_body`` a 413, a request not whole within its deadlines a 408, all in Hermes' error shape,
+and the connection is closed after them. Idle connections are closed after the keep-alive timeout, and a port holds
+at most ``limits.max_connections`` (``http/edge.py``).
 
 A body whose Content-Length exceeds ``spool_above`` (decided when the headers are complete, so small requests pay
 nothing) is written to a file in ``spool_dir`` as it arrives instead of being held; a chunked one goes to a file once
@@ -32,6 +34,7 @@ import httptools
 import orjson
 
 from hermes.errors import StartupError
+from hermes.http.edge import DEFAULT_LIMITS, LINGER, MAX_FIELD_BYTES, MAX_HEAD_BYTES, EdgeLimits
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +49,9 @@ REASONS = {
     405: "Method Not Allowed",
     408: "Request Timeout",
     413: "Payload Too Large",
+    414: "URI Too Long",
     415: "Unsupported Media Type",
+    431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",
 }
@@ -56,6 +61,8 @@ DEFAULT_SPOOL_ABOVE = 1024 * 1024
 _STREAM_BUFFER = 1024 * 1024
 # Pipelined requests waiting behind an unanswered one before the connection stops reading.
 _QUEUED_MAX = 16
+# Where the parser is in the request it reads: between requests, in the line and headers, in the body.
+_IDLE, _HEAD, _BODY = range(3)
 
 
 class SpooledBody:
@@ -160,8 +167,12 @@ class _Connection(asyncio.Protocol):
         self._queued: deque[Request] = deque()
         self._keep_alive = True
         self._closing = False
+        self._lingering_until = 0.0  # after a refusal, reading on until the client has the answer
         self._paused = False
-        self.idle_since = self._loop.time()
+        self._phase = _IDLE
+        self._phase_since = self.idle_since = self._loop.time()  # the first request's head counts from here
+        self._head_bytes = 0  # of the head being read, counted by whole chunks (the parser does not say where it ends)
+        self._begun = 0  # requests begun
         self.client = ""
 
     # --- asyncio.Protocol ---
@@ -170,7 +181,9 @@ class _Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's transports do not subclass asyncio's
         peer = transport.get_extra_info("peername")
         self.client = str(peer[0]) if peer else ""
-        self._server.connections.add(self)
+        if not self._server.admit():
+            self._refuse(503, "TOO_MANY_CONNECTIONS", "the server holds as many connections as it may; try again")
+        self._server.connections.add(self)  # a refused one too, until its lingering ends
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._server.connections.discard(self)
@@ -187,15 +200,23 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closing:
             return
-        self.idle_since = self._loop.time()
+        in_head, begun = self._phase == _HEAD, self._begun
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._keep_alive = False  # no protocol switch here: answer what was asked, then close
         except httptools.HttpParserError as exc:
-            self._refuse(400, "BAD_REQUEST", f"malformed HTTP request: {exc}")
-        except _TooLarge:
-            self._refuse(413, "MESSAGE_TOO_LARGE", f"the body exceeds {self._server.max_body} bytes")
+            refusal = exc.__context__  # what a callback raised
+            if isinstance(refusal, _Refusal):
+                self._refuse(*refusal.args)
+            else:
+                self._refuse(400, "BAD_REQUEST", f"malformed HTTP request: {exc}")
+        else:
+            # A chunk read wholly inside one head counts: the parser gathers a header's pieces until it ends
+            if in_head and self._phase == _HEAD and begun == self._begun:
+                self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEAD_BYTES:
+                    self._refuse(431, "REQUEST_HEADER_FIELDS_TOO_LARGE", f"the headers exceed {MAX_HEAD_BYTES} bytes")
 
     def pause_writing(self) -> None:
         self._pause()
@@ -211,6 +232,10 @@ class _Connection(asyncio.Protocol):
     # --- httptools callbacks ---
 
     def on_message_begin(self) -> None:
+        if self._begun:  # a keep-alive request's head counts from its first byte
+            self._phase_since = self._loop.time()
+        self._begun += 1
+        self._phase, self._head_bytes = _HEAD, 0
         self._url = b""
         self._headers = {}
         self._body = []
@@ -219,17 +244,24 @@ class _Connection(asyncio.Protocol):
 
     def on_url(self, url: bytes) -> None:
         self._url += url
+        if len(self._url) > MAX_FIELD_BYTES:
+            raise _Refusal(414, "URI_TOO_LONG", f"the URL exceeds {MAX_FIELD_BYTES} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if len(name) + len(value) > MAX_FIELD_BYTES:
+            raise _Refusal(
+                431, "REQUEST_HEADER_FIELDS_TOO_LARGE", f"a header exceeds {MAX_FIELD_BYTES} bytes: {name[:100]!r}"
+            )
         key = name.decode("latin-1").lower()
         if key not in self._headers:
             self._headers[key] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        self._phase, self._phase_since = _BODY, self._loop.time()
         length = self._headers.get("content-length")
         if length is not None and length.isdigit():
             if int(length) > self._server.max_body:
-                raise _TooLarge
+                raise self._too_large()
             spool_dir = self._server.spool_dir
             if spool_dir is not None and int(length) > self._server.spool_above:
                 self._spool = self._open_spool(spool_dir)
@@ -239,7 +271,7 @@ class _Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         self._body_size += len(body)
         if self._body_size > self._server.max_body:
-            raise _TooLarge
+            raise self._too_large()
         if self._spool is not None:
             self._spool.write(body)
         else:
@@ -249,11 +281,15 @@ class _Connection(asyncio.Protocol):
                 self._spool.writelines(self._body)
                 self._body = []
 
+    def _too_large(self) -> _Refusal:
+        return _Refusal(413, "MESSAGE_TOO_LARGE", f"the body exceeds {self._server.max_body} bytes")
+
     @staticmethod
     def _open_spool(spool_dir: Path) -> IO[bytes]:
         return (spool_dir / f"{os.getpid()}.{uuid.uuid4().hex}.body").open("wb")
 
     def on_message_complete(self) -> None:
+        self._phase = _IDLE
         url = self._url
         path = url.split(b"?", 1)[0].decode("latin-1") if b"?" in url else url.decode("latin-1")
         spooled = None
@@ -389,7 +425,13 @@ class _Connection(asyncio.Protocol):
             "Connection: close\r\n\r\n"
         )
         transport.write(head.encode() + body)
-        transport.close()
+        if transport.can_write_eof():
+            # Closing with the client's data unread would reset the connection, and the reset may destroy the
+            # answer before the client reads it: the writing side shuts, and what still comes is dropped a while
+            transport.write_eof()
+            self._lingering_until = self._loop.time() + LINGER
+        else:
+            transport.close()
 
     def _pause(self) -> None:
         if not self._paused and self._transport is not None:
@@ -401,17 +443,44 @@ class _Connection(asyncio.Protocol):
             self._paused = False
             self._transport.resume_reading()
 
-    def close_if_idle(self, before: float) -> None:
-        if self._current is None and self.idle_since < before and self._transport is not None:
+    @property
+    def idle(self) -> bool:
+        """Between requests, with nothing to answer."""
+        return self._phase == _IDLE and self._current is None and not self._queued
+
+    def close_if_idle(self) -> None:
+        if self._current is None and self._transport is not None:
             self._transport.close()
+
+    def keep_deadlines(self, now: float, limits: EdgeLimits) -> None:
+        """Closes the connection when its client is late: with a 408 in a request, quietly between requests."""
+        if self._transport is None or self._paused:
+            return  # paused: the server, not the client, is behind
+        if self._closing:  # lingering after a refusal; else the answer in progress closes the connection
+            if self._lingering_until and now > self._lingering_until:
+                self._transport.close()
+            return
+        if self._phase == _HEAD and now > self._phase_since + limits.header_timeout:
+            self._refuse(408, "REQUEST_TIMEOUT", f"the request's headers took over {limits.header_timeout:g} s")
+        elif self._phase == _BODY and now > limits.body_deadline(self._phase_since, self._body_size):
+            self._refuse(
+                408,
+                "REQUEST_TIMEOUT",
+                f"the request's body took over {limits.body_timeout:g} s plus 1 s per {limits.body_min_rate} bytes",
+            )
+        elif self.idle:
+            wait = limits.keepalive_timeout if self._begun else limits.header_timeout
+            if now > self.idle_since + wait:
+                self._closing = True
+                self._transport.close()
 
     def abort(self) -> None:
         if self._transport is not None:
             self._transport.close()
 
 
-class _TooLarge(Exception):
-    pass
+class _Refusal(Exception):
+    """A request refused from a parser callback: status, code, message."""
 
 
 class LeanServer:
@@ -426,7 +495,7 @@ class LeanServer:
         port: int,
         what: str,
         max_body: int = DEFAULT_MAX_BODY,
-        keepalive: float = 75.0,
+        limits: EdgeLimits = DEFAULT_LIMITS,
         reuse_port: bool = False,
         tls: ssl.SSLContext | None = None,
         spool_dir: Path | None = None,
@@ -442,7 +511,7 @@ class LeanServer:
         self.max_body = max_body
         self.clock = _Clock()
         self.connections: set[_Connection] = set()
-        self._keepalive = keepalive
+        self.limits = limits
         self._reuse_port = reuse_port
         self._server: asyncio.Server | None = None
         self._timer: asyncio.TimerHandle | None = None
@@ -459,16 +528,29 @@ class LeanServer:
             raise StartupError(f"the {self.what} cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
         sock: socket.socket = self._server.sockets[0]
         self.port = int(sock.getsockname()[1])
-        self._timer = self.loop.call_later(1.0, self._tick)
+        self._timer = self.loop.call_later(self.limits.tick, self._tick)
         log.info("%s listening on %s://%s:%d", self.what, "https" if self.tls else "http", self.host, self.port)
         return self.port
 
     def _tick(self) -> None:
         self.clock.tick()
-        before = self.loop.time() - self._keepalive
+        now = self.loop.time()
         for connection in list(self.connections):
-            connection.close_if_idle(before)
-        self._timer = self.loop.call_later(1.0, self._tick)
+            connection.keep_deadlines(now, self.limits)
+        self._timer = self.loop.call_later(self.limits.tick, self._tick)
+
+    def admit(self) -> bool:
+        """Room for one more connection: at the limit, the longest idle one is closed; none idle, none admitted."""
+        if len(self.connections) < self.limits.max_connections:
+            return True
+        idle = [connection for connection in self.connections if connection.idle]
+        if not idle:
+            log.warning("the %s refused a connection: %d are open", self.what, len(self.connections))
+            return False
+        oldest = min(idle, key=lambda connection: connection.idle_since)
+        self.connections.discard(oldest)
+        oldest.abort()
+        return True
 
     async def stop(self, grace: float = 5.0) -> None:
         """Stops accepting, lets the requests in progress be answered (``grace`` seconds at most), closes."""
@@ -480,7 +562,7 @@ class LeanServer:
         deadline = self.loop.time() + grace
         while self.loop.time() < deadline:
             for connection in list(self.connections):
-                connection.close_if_idle(float("inf"))
+                connection.close_if_idle()
             if not self.connections:
                 break
             await asyncio.sleep(0.02)

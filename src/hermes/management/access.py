@@ -11,7 +11,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from hermes.domain.names import TopicName
-from hermes.errors import Forbidden, HermesError, PayloadTooLarge, TooManyFailedLogins, Unauthorized
+from hermes.errors import Forbidden, FormattingError, HermesError, PayloadTooLarge, TooManyFailedLogins, Unauthorized
 from hermes.http.server import json_response, read_json
 from hermes.management.context import SERVICE
 from hermes.security.authenticator import ANONYMOUS, OPEN, Principal, challenge
@@ -159,7 +159,7 @@ async def _body(request: web.Request) -> dict[str, Any]:
         return {}
     try:
         body = await read_json(request)  # aiohttp keeps the bytes: the handler reads them again
-    except HermesError:
+    except FormattingError:
         return {}
     return body if isinstance(body, dict) else {}
 

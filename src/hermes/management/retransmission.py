@@ -15,6 +15,7 @@ from hermes.metadata.repository import MetadataRepository
 
 _RELATIVE = re.compile(r"^-(\d+)([smhd])$")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # Kafka's timestamps are milliseconds since then, never negative
 
 
 def parse_retransmission_date(body: Any, field: str = "retransmissionDate") -> datetime:
@@ -26,14 +27,17 @@ def parse_retransmission_date(body: Any, field: str = "retransmissionDate") -> d
         raise ValidationError("must be an ISO-8601 date such as 2021-10-25T00:00:00+02:00, or -6h", field)
     text = text.strip().strip('"')
     relative = _RELATIVE.match(text)
-    if relative:
-        amount, unit = int(relative.group(1)), _UNITS[relative.group(2)]
-        return datetime.now(UTC) - timedelta(**{unit: amount})
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValidationError(f"'{text}' is not an ISO-8601 date or a relative -6h", field) from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        if relative:
+            moment = datetime.now(UTC) - timedelta(**{_UNITS[relative.group(2)]: int(relative.group(1))})
+        else:
+            moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (OverflowError, ValueError):  # a relative date too far back is before 1970 too
+        raise ValidationError(f"'{text[:100]}' is not an ISO-8601 date after 1970 or a relative -6h", field) from None
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    if moment < _EPOCH:
+        raise ValidationError(f"'{text[:100]}' is before 1970-01-01T00:00:00Z, where Kafka's timestamps start", field)
+    return moment
 
 
 def retransmit(

@@ -13,6 +13,7 @@ from hermes.broker.admin import BrokerAdmin
 from hermes.broker.topics import KafkaTopics
 from hermes.config import Settings
 from hermes.errors import MetadataUnavailable
+from hermes.http.edge import EdgeLimits
 from hermes.http.server import Server
 from hermes.management.app import create_app
 from hermes.management.services import ManagementService
@@ -49,7 +50,7 @@ class Management:
             from hermes.cluster.nodes_api import CLUSTER
 
             app[CLUSTER] = cluster
-        self.server = Server(app, settings.host, settings.management_port, "management", tls)
+        self.server = Server(app, settings.host, settings.management_port, "management", tls, EdgeLimits.of(settings))
         if settings.ui:
             app.add_subapp(PREFIX, create_console(self._upstream(settings, frontend_url)))
 

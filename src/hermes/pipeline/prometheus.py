@@ -8,6 +8,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
+from hermes.http.edge import EdgeLimits
 from hermes.http.server import Server
 from hermes.http.status import ScrapeGuard, status_app
 
@@ -23,8 +24,8 @@ ARCHIVED_TOPICS = Gauge("hermes_pipeline_archived_topics", "Topics with offline 
 class StatusServer:
     """The status endpoints on an event loop of their own: the pipeline's work happens on threads."""
 
-    def __init__(self, host: str, port: int, guard: ScrapeGuard | None) -> None:
-        self._server = Server(status_app(guard), host, port, "pipeline status")
+    def __init__(self, host: str, port: int, guard: ScrapeGuard | None, limits: EdgeLimits) -> None:
+        self._server = Server(status_app(guard), host, port, "pipeline status", limits=limits)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="pipeline-status", daemon=True)
 

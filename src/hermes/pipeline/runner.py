@@ -88,6 +88,7 @@ class Pipeline:
         self.status: Any = None
 
     def start(self) -> None:
+        from hermes.http.edge import EdgeLimits
         from hermes.pipeline.connector import client_options
         from hermes.pipeline.prometheus import StatusServer
         from hermes.pipeline.session import build_session
@@ -102,7 +103,9 @@ class Pipeline:
         security = Security.from_settings(settings)
         security.check_listener(settings.host, "pipeline status")
         ensure_port_free(settings.host, settings.pipeline_port, "pipeline status")
-        self.status = StatusServer(settings.host, settings.pipeline_port, scrape_guard(security))
+        self.status = StatusServer(
+            settings.host, settings.pipeline_port, scrape_guard(security), EdgeLimits.of(settings)
+        )
         self.status.start()
         connection = KafkaConnection.from_settings(settings, settings.kafka_bootstrap_servers)
         client_options(connection)  # settings the Kafka connector cannot use fail here, not in every query

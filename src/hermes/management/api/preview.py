@@ -24,7 +24,7 @@ async def _topic(request: web.Request) -> tuple[ManagementService, Topic]:
 
 def _number(request: web.Request, field: str) -> int:
     text = request.match_info[field]
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise ValidationError("must be a whole number", field)
     return int(text)
 

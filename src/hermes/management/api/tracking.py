@@ -47,7 +47,7 @@ async def undelivered(request: web.Request) -> web.Response:
 @routes.get("/topics/{topic}/subscriptions/{subscription}/statistics")
 async def statistics(request: web.Request) -> web.Response:
     raw = request.query.get("minutes", "60")
-    if not raw.isdigit() or not 1 <= int(raw) <= _MAX_MINUTES:
+    if not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= _MAX_MINUTES:
         raise ValidationError(f"must be a whole number of minutes from 1 to {_MAX_MINUTES}", "minutes")
     sub = await _subscription(request)
     since = (int(time.time()) // 60 - int(raw) + 1) * 60_000

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from hermes.domain.avro import MAX_SCHEMA_VERSION
 from hermes.management.access import Rule, rule_of
 from hermes.management.openapi.components import SCHEMAS
 from hermes.management.openapi.paths import PATHS
@@ -20,8 +21,8 @@ _PARAMETERS: dict[str, Schema] = {
     "group": GROUP_NAME,
     "subscription": SIMPLE_NAME,
     "provider": SIMPLE_NAME,
-    "version": {"type": "integer", "minimum": 0},
-    "id": {"type": "integer", "minimum": 0},
+    "version": {"type": "integer", "minimum": 0, "maximum": MAX_SCHEMA_VERSION},
+    "id": {"type": "integer", "minimum": 0, "maximum": MAX_SCHEMA_VERSION},
     "idx": {"type": "integer", "minimum": 0},
     "partition": {"type": "integer", "minimum": 0},
     "offset": {"type": "integer", "minimum": 0},

@@ -12,6 +12,7 @@ from hermes.domain.api_json.fields import SECRET_MASK
 from hermes.domain.api_json.subscriptions import AVROPATH, JSONPATH
 from hermes.domain.api_json.topics import MAX_CHAOS_DELAY_MS, MAX_MAX_MESSAGE_SIZE, MIN_MAX_MESSAGE_SIZE
 from hermes.domain.endpoint import URL_PATTERN
+from hermes.domain.names import GROUP_PATTERN, SIMPLE_PATTERN, TOPIC_NAME_PATTERN
 from hermes.domain.signing import MAX_SECRETS, SECRET_PATTERN
 from hermes.domain.subscription import MAX_MESSAGE_TTL_SECONDS
 
@@ -24,12 +25,10 @@ BOOL: Schema = {"type": "boolean"}
 NULLABLE_INT: Schema = {"type": ["integer", "null"]}
 NAMES: Schema = {"type": "array", "items": STR}
 ANY: Schema = {}
-_GROUP = r"[a-zA-Z0-9_-](?:[a-zA-Z0-9_.-]{0,198}[a-zA-Z0-9_-])?"
-_SIMPLE = r"[a-zA-Z0-9_-]{1,200}"
-GROUP_NAME: Schema = {"type": "string", "pattern": f"^{_GROUP}$"}
-SIMPLE_NAME: Schema = {"type": "string", "pattern": f"^{_SIMPLE}$"}
-TOPIC_NAME: Schema = {"type": "string", "pattern": f"^{_GROUP}\\.{_SIMPLE}$", "description": "group.topic"}
-SUBSCRIPTION_NAME: Schema = {"type": "string", "pattern": f"^{_GROUP}\\.{_SIMPLE}\\${_SIMPLE}$"}
+GROUP_NAME: Schema = {"type": "string", "pattern": f"^{GROUP_PATTERN}$"}
+SIMPLE_NAME: Schema = {"type": "string", "pattern": f"^{SIMPLE_PATTERN}$"}
+TOPIC_NAME: Schema = {"type": "string", "pattern": TOPIC_NAME_PATTERN, "description": "group.topic"}
+SUBSCRIPTION_NAME: Schema = {"type": "string", "pattern": f"^{GROUP_PATTERN}\\.{SIMPLE_PATTERN}\\${SIMPLE_PATTERN}$"}
 HTTP_URL: Schema = {"type": "string", "pattern": URL_PATTERN}
 REGEX: Schema = {"type": "string", "format": "regex"}
 EPOCH_SECONDS: Schema = {"type": "number", "minimum": 0}
@@ -52,15 +51,17 @@ def enum(*values: str) -> Schema:
     return {"type": "string", "enum": list(values)}
 
 
-def ranged(lo: int, hi: int | None = None) -> Schema:
-    """A request's integer field; as in Hermes, a string of its decimal digits ("2") is taken for it too."""
+def ranged(lo: int, hi: int | None = None, nullable: bool = True) -> Schema:
+    """A body's whole number: as in Hermes, a string of its decimal digits ("2") is taken for it too; null, as
+    absent, takes its default (``api_json.fields.read_int``)."""
+    kind = ["integer", "null"] if nullable else "integer"
     bounds = {"minimum": lo, **({"maximum": hi} if hi is not None else {})}
-    return {"type": "integer", **bounds, "description": 'a JSON string of the integer ("2") is accepted too'}
+    return {"type": kind, **bounds, "description": 'a JSON string of the integer ("2") is accepted too'}
 
 
 # a request's owner names one (api_json.check_owner_named): some character that is not blank
 _OWNER_ID: Schema = {"type": "string", "pattern": r"\S"}
-OWNER = obj({"source": STR, "id": _OWNER_ID})
+OWNER = {**obj({"source": STR, "id": _OWNER_ID}, ["id"]), "description": "source defaults to Plaintext"}
 _CHAOS_POLICY = obj(
     {
         "probability": ranged(0, 100),
@@ -257,7 +258,7 @@ ENTITIES: dict[str, Schema] = {
                 {
                     "messageProcessing": obj(
                         {
-                            "thresholdsMilliseconds": {**array(ranged(1, 3_600_000)), "maxItems": 10},
+                            "thresholdsMilliseconds": {**array(ranged(1, 3_600_000, nullable=False)), "maxItems": 10},
                             "enabled": BOOL,
                         },
                         [],
