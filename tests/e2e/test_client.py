@@ -74,7 +74,7 @@ def test_publish_answers_the_message_id_and_the_subscriber_gets_it(
 def test_publish_many_publishes_each_body_once_in_order(api: HermesClient) -> None:
     topic = _topic(api)
     outcomes = api.publish_many(topic, [{"n": n} for n in range(20)], concurrency=4)
-    assert all(not isinstance(o, errors.HermesError) and o.status in (201, 202) for o in outcomes)
+    assert all(not isinstance(o, errors.HermesError) and o.status in (201, 202) for o in outcomes), outcomes
     assert len({o.message_id for o in outcomes if not isinstance(o, errors.HermesError)}) == 20
     missing = api.publish_many(f"{topic}-missing", [b"{}"])
     assert isinstance(missing[0], errors.TopicNotFound)

@@ -109,7 +109,7 @@ def test_a_large_avro_message_is_validated_encoded_and_offloaded(
     client.create_subscription(topic, subscriber.url + "json")
     record = {"n": 7, "text": "t" * 5000}
     refused = client.publish(topic, orjson.dumps({"n": "seven", "text": "t" * 5000}))
-    assert refused.status_code == 400 and refused.json()["message"].startswith("Big.n")  # checked first
+    assert refused.status_code == 400 and "field `n`" in refused.json()["message"]  # checked first
     published = client.publish(topic, orjson.dumps(record))
     assert published.status_code == 201, published.text
     message_id = published.headers["Hermes-Message-Id"]

@@ -44,17 +44,24 @@ class TopicLookup:
     def __init__(self, cache: MetadataCache) -> None:
         self._cache = cache
         self._unknown: dict[str, float] = {}
+        # look-ups under way: publishes that come meanwhile wait for the same one (they were answered 404 while
+        # the first was still reading a topic created a moment ago)
+        self._pending: dict[str, asyncio.Future[Topic | None]] = {}
 
     async def get(self, name: str) -> Topic:
         topic = self._cache.topic(name)
         if topic is not None:
             return topic
+        pending = self._pending.get(name)
         now = time.monotonic()
-        if now - self._unknown.get(name, -_NEGATIVE_TTL) >= _NEGATIVE_TTL:
+        if pending is None and now - self._unknown.get(name, -_NEGATIVE_TTL) >= _NEGATIVE_TTL:
             if len(self._unknown) > 10_000:
                 self._unknown.clear()
             self._unknown[name] = now
-            topic = await self._cache.refresh_topic(name)
+            pending = self._pending[name] = asyncio.ensure_future(self._cache.refresh_topic(name))
+            pending.add_done_callback(lambda _: self._pending.pop(name, None))
+        if pending is not None:
+            topic = await asyncio.shield(pending)
         if topic is None:
             raise TopicNotFound(f"Topic {name} not found")
         return topic

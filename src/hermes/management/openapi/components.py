@@ -260,7 +260,7 @@ SCHEMAS: dict[str, Schema] = {
     "MessagePreview": obj({"content": STR, "truncated": BOOL}),
     "Readiness": obj({"isReady": BOOL}),
     "DatacenterReadiness": obj({"datacenter": STR, "status": enum("READY", "NOT_READY")}),
-    "Constraints": obj({"consumersNumber": ranged(1, 10_000), "reason": STR}, ["consumersNumber"]),
+    "Constraints": obj({"consumersNumber": ranged(1, 10_000, nullable=False), "reason": STR}, ["consumersNumber"]),
     "TopicConstraints": obj({"topicName": TOPIC_NAME, "constraints": ref("Constraints")}),
     "SubscriptionConstraints": obj({"subscriptionName": SUBSCRIPTION_NAME, "constraints": ref("Constraints")}),
     "WorkloadConstraints": obj(
