@@ -135,4 +135,6 @@ def read_lake(spark: Any, lake: Lake | str | Path, topic: str | None = None, ver
 def missing_table(exc: Exception) -> bool:
     """Whether a Spark error says the table (or its path) does not exist."""
     text = str(exc)
-    return any(marker in text for marker in ("PATH_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "is not a Delta table"))
+    # DELTA_TABLE_NOT_FOUND: the first write has made the log's directory and not committed yet
+    markers = ("PATH_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_NOT_FOUND", "is not a Delta table")
+    return any(marker in text for marker in markers)
