@@ -129,6 +129,25 @@ class Receiver:
         self._seek_to = dict(offsets)
         self._woken.set()
 
+    def _room(self) -> tuple[Limits, int, int, bool]:
+        """On the reading thread: the delivery's limits, the room left, the generation, and whether there is no
+        room to read (then a finished delivery wakes the thread, from before the room was read on: no wake-up is
+        lost before its wait)."""
+        assert self._flow is not None
+        self._waiting = True
+        limits = self._flow.limits()
+        with self._lock:
+            room = limits.capacity - self._tracker.inflight()
+            generation = self.generation
+        budget = limits.byte_budget
+        full = (
+            self._stopping.is_set()
+            or room < min(limits.refill_at, limits.capacity)
+            or (budget is not None and budget <= 0)
+        )
+        self._waiting = full
+        return limits, room, generation, full
+
     def take(self, message: Message, generation: int) -> bool:
         """Whether to deliver ``message`` now (not of an older generation nor of a revoked partition); if so its
         delivery counts as started."""
@@ -225,18 +244,8 @@ class MessageReceiver(Receiver):
         while not self._closing.is_set():
             if self._seek_to is not None:
                 self._apply_seek(consumer)
-            self._waiting = True  # from before the room is read: no wake-up is lost before the wait below
-            limits = self._flow.limits()
-            with self._lock:
-                room = limits.capacity - self._tracker.inflight()
-                generation = self.generation
+            limits, room, generation, full = self._room()
             budget = limits.byte_budget
-            full = (
-                self._stopping.is_set()
-                or room < min(limits.refill_at, limits.capacity)
-                or (budget is not None and budget <= 0)
-            )
-            self._waiting = full
             # A full receiver first just stops taking messages: librdkafka keeps prefetching into its bounded
             # queue. Pausing would drop that queue (a resume fetches from scratch, which cut throughput tenfold),
             # so partitions are paused only in a long stall, to keep polling (and with it the group membership)

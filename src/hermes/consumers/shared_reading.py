@@ -426,14 +426,8 @@ class SharedReceiver(Receiver):
         """One read of its own, when it has room (as a group member's receiver reads): whether it read nothing,
         being at the end of what the partitions hold."""
         assert self._flow is not None and self._loop is not None
-        self._waiting = True  # from before the room is read: no wake-up is lost before the wait below
-        limits = self._flow.limits()
-        with self._lock:
-            room = limits.capacity - self._tracker.inflight()
-            generation = self.generation
+        limits, room, generation, full = self._room()
         budget = limits.byte_budget
-        full = room < min(limits.refill_at, limits.capacity) or (budget is not None and budget <= 0)
-        self._waiting = full
         if full:
             self._woken.wait(0.05)
             self._waiting = False
