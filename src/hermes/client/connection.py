@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import ssl
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
@@ -48,26 +49,21 @@ class Connection:
         return f"Connection(management_url={self.management_url!r}, frontend_url={self.frontend_url!r})"
 
     def sync_client(self, base_url: str, transport: httpx.BaseTransport | None = None) -> httpx.Client:
-        return httpx.Client(
-            base_url=base_url.rstrip("/"),
-            headers=self._headers(),
-            auth=self._auth(),
-            timeout=self.timeout,
-            limits=self._limits(),
-            verify=self._verify(base_url),
-            transport=transport,
-        )
+        return httpx.Client(transport=transport, **self._options(base_url))
 
     def async_client(self, base_url: str, transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers=self._headers(),
-            auth=self._auth(),
-            timeout=self.timeout,
-            limits=self._limits(),
-            verify=self._verify(base_url),
-            transport=transport,
-        )
+        return httpx.AsyncClient(transport=transport, **self._options(base_url))
+
+    def _options(self, base_url: str) -> dict[str, Any]:
+        """What the sync and the async client are built with alike."""
+        return {
+            "base_url": base_url.rstrip("/"),
+            "headers": self._headers(),
+            "auth": self._auth(),
+            "timeout": self.timeout,
+            "limits": self._limits(),
+            "verify": self._verify(base_url),
+        }
 
     def _verify(self, base_url: str) -> bool | str | ssl.SSLContext:
         # a plain http API never uses TLS: loading the CA bundle for it took 0.2 s of every command's start
