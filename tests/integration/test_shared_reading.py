@@ -14,7 +14,7 @@ from confluent_kafka import Producer
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.embedded import EmbeddedBroker
-from hermes.consumers.shared_reading import SharedReceiver, _runs, _within
+from hermes.consumers.shared_reading import SharedReceiver, _runs, _within, commit_in_turn
 from hermes.domain.message import Message
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
@@ -139,3 +139,27 @@ def test_a_byte_budget_takes_what_fits_and_at_least_one() -> None:
     assert len(_within(read, 250)) == 2
     assert len(_within(read, 50)) == 1  # one larger than what is left still goes, as a group member reads it
     assert _within(read, 0) == []
+
+
+class _Committer:
+    def __init__(self, busy: bool) -> None:
+        self.busy = busy
+        self.commits = 0
+
+    def commit(self) -> bool:
+        if self.busy:
+            self.commits += 1
+        return self.busy
+
+
+@pytest.mark.unit
+def test_commit_rounds_take_turns_within_their_budget() -> None:
+    receivers = [_Committer(busy=index % 2 == 0) for index in range(10)]  # 5 with something to commit
+    turn = 0
+    for _ in range(5):
+        turn = commit_in_turn(receivers, turn, budget=2)
+    # 5 rounds of 2 commits over 5 busy receivers: each committed twice, none left out
+    assert [r.commits for r in receivers if r.busy] == [2, 2, 2, 2, 2]
+    idle = [_Committer(busy=False) for _ in range(3)]
+    assert commit_in_turn(idle, 1, budget=2) == 1  # every one asked; none sent: the turn stays
+    assert commit_in_turn([], 4, budget=2) == 0
