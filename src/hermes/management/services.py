@@ -182,6 +182,8 @@ class ManagementService:
         topic = await self._run(self._repository.get_topic, subscription.topic_name)
         if subscription.content_type.value == "AVRO" and topic.content_type is not ContentType.AVRO:
             raise ValidationError("AVRO is only available on AVRO topics", "contentType")
+        if subscription.cloud_events_mode is not None and not topic.cloud_events:
+            raise ValidationError("is for subscriptions of CloudEvents topics (cloudEvents: true)", "cloudEventsMode")
         try:
             await self._run(self._repository.get_subscription, subscription.topic_name, subscription.name)
         except SubscriptionNotFound:
