@@ -115,3 +115,71 @@ def delivered(subscriber: SubscriberServer) -> list[tuple[str, Received, BaseClo
         else:
             out.append((request.path, request, None))
     return out
+
+
+def test_the_specifications_examples_go_through_and_bad_events_are_refused_naming_the_attribute(
+    client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic(cloudEvents=True)
+    client.create_subscription(topic, subscriber.url)
+    # the HTTP binding's binary-mode example, and the JSON format's XML one published structured
+    binary = {
+        "ce-specversion": "1.0",
+        "ce-type": "com.example.someevent",
+        "ce-time": "2018-04-05T03:56:24Z",
+        "ce-id": "1234-1234-1234",
+        "ce-source": "/mycontext/subcontext",
+        "Content-Type": "application/json; charset=utf-8",
+    }
+    assert client.frontend.post(f"/topics/{topic}", content=b'{"appinfoA": "abc"}', headers=binary).status_code == 201
+    xml = {
+        "specversion": "1.0",
+        "type": "com.example.someevent",
+        "source": "/mycontext",
+        "id": "A234-1234-1234",
+        "time": "2018-04-05T17:31:00Z",
+        "comexampleextension1": "value",
+        "datacontenttype": "application/xml",
+        "data": '<much wow="xml"/>',
+    }
+    structured = {"Content-Type": "application/cloudevents+json"}
+    assert client.frontend.post(f"/topics/{topic}", content=orjson.dumps(xml), headers=structured).status_code == 201
+    requests = {r.headers["ce-id"]: r for r in subscriber.wait_for(2, timeout=30)}
+    assert requests["1234-1234-1234"].body == b'{"appinfoA": "abc"}'
+    assert requests["1234-1234-1234"].headers["Content-Type"] == "application/json; charset=utf-8"
+    assert requests["A234-1234-1234"].body == b'<much wow="xml"/>'
+    assert requests["A234-1234-1234"].headers["Content-Type"] == "application/xml"
+    assert requests["A234-1234-1234"].headers["ce-comexampleextension1"] == "value"
+
+    refusals = [
+        ({**binary, "ce-id": ""}, b"{}", 400, "ce-id"),
+        ({**binary, "ce-time": "tomorrow"}, b"{}", 400, "ce-time"),
+        (structured, orjson.dumps({**xml, "specversion": "0.3"}), 400, "specversion"),
+        (structured, orjson.dumps({k: v for k, v in xml.items() if k != "source"}), 400, "source"),
+        ({"Content-Type": "application/cloudevents-batch+json"}, orjson.dumps([xml, {**xml, "id": 5}]), 400, "[1].id"),
+        ({"Content-Type": "application/json"}, b"{}", 415, "ce-specversion"),
+    ]
+    for headers, body, status, named in refusals:
+        response = client.frontend.post(f"/topics/{topic}", content=body, headers=headers)
+        assert response.status_code == status, (named, response.text)
+        assert named in response.json()["message"], response.text
+
+    refused = client.management.post(
+        "/topics",
+        json={
+            "name": f"{topic}avro",
+            "owner": {"source": "Plaintext", "id": "t"},
+            "contentType": "AVRO",
+            "cloudEvents": True,
+        },
+    )
+    assert refused.status_code == 400 and "cloudEvents" in refused.json()["message"], refused.text
+    plain = client.create_topic()
+    body = {
+        "name": "s",
+        "endpoint": subscriber.url,
+        "owner": {"source": "Plaintext", "id": "t"},
+        "cloudEventsMode": "BINARY",
+    }
+    refused = client.management.post(f"/topics/{plain}/subscriptions", json=body)
+    assert refused.status_code == 400 and "cloudEventsMode" in refused.json()["message"], refused.text
