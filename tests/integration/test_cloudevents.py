@@ -164,6 +164,8 @@ def test_the_specifications_examples_go_through_and_bad_events_are_refused_namin
         assert response.status_code == status, (named, response.text)
         assert named in response.json()["message"], response.text
 
+    refused = client.management.put(f"/topics/{topic}", json={"cloudEvents": False})
+    assert refused.status_code == 400 and "cloudEvents" in refused.json()["message"], refused.text
     refused = client.management.post(
         "/topics",
         json={

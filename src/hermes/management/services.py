@@ -137,6 +137,8 @@ class ManagementService:
             updated = api_json.topic_from_json(merged)
             if updated.content_type is not current.content_type:
                 raise ValidationError("cannot be changed on an existing topic", "contentType")
+            if updated.cloud_events is not current.cloud_events:  # its publishers and subscribers would not know
+                raise ValidationError("cannot be changed on an existing topic", "cloudEvents")
             return updated
 
         updated = await self._run(self._repository.update_topic, name, change)
