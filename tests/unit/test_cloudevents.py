@@ -12,6 +12,8 @@ import pytest
 from hermes.domain.cloudevents import BATCH, STRUCTURED, binary_headers, read_events, structured
 from hermes.domain.message import parse_kafka_headers
 from hermes.errors import UnsupportedMediaType, ValidationError
+from hermes.frontend.cloudevents import _EventsAnswer
+from hermes.frontend.publishing import PublishResult
 
 THRIFT = base64.b64encode(b"\x0b\x00\x01\x00\x00\x00\x03abc\x00").decode()
 # The JSON format's examples (section 3): binary data, XML text, JSON data
@@ -170,3 +172,20 @@ def test_a_request_in_no_mode_is_refused_as_unsupported() -> None:
         read_events(b"{}", {"content-type": BATCH})
     with pytest.raises(ValidationError, match=r"\[1\]\.time"):
         read_events(orjson.dumps([SPEC_JSON, {**SPEC_JSON, "time": "now"}]), {"content-type": BATCH})
+
+
+def test_a_request_of_several_events_is_answered_once_every_event_is_or_with_the_first_error() -> None:
+    answers: list[PublishResult | Exception] = []
+    joint = _EventsAnswer(answers.append, "first", 3)
+    joint(PublishResult("first", True))
+    joint(PublishResult("second", False))  # accepted, journaled: the request is answered 202
+    assert answers == []
+    joint(PublishResult("third", True))
+    assert answers == [PublishResult("first", False)]
+
+    answers.clear()
+    failing = _EventsAnswer(answers.append, "first", 2)
+    refused = ValidationError("the broker refused it")
+    failing(refused)
+    failing(PublishResult("second", True))
+    assert answers == [refused] and failing.answered
