@@ -105,8 +105,9 @@ def test_data_without_a_datacontenttype_is_json_and_goes_back_as_data() -> None:
     assert orjson.loads(plain)["data_base64"] == "YWI="  # bytes of no text or JSON type
 
 
-def test_an_attribute_name_another_kafka_producer_wrote_never_becomes_a_header() -> None:
+def test_an_attribute_name_another_kafka_producer_wrote_never_becomes_a_header_or_the_data() -> None:
     assert binary_headers({"id": "1", "bad name\r\nx": "v", "type": "t"}) == {"ce-id": "1", "ce-type": "t"}
+    assert orjson.loads(structured({"id": "1", "data": "x", "data_base64": "eA=="}, b"")) == {"id": "1"}
 
 
 def without(name: str, event: dict[str, Any] = SPEC_JSON) -> dict[str, Any]:
@@ -152,6 +153,7 @@ def test_a_structured_event_against_the_specification_is_refused_naming_the_attr
         ({**SPEC_HEADERS, "ce-time": "2018-04-05"}, b"{}", "ce-time"),
         ({**SPEC_HEADERS, "ce-x_y": "1"}, b"{}", "ce-x_y"),
         ({**SPEC_HEADERS, "ce-datacontenttype": "text/plain"}, b"{}", "ce-datacontenttype"),
+        ({**SPEC_HEADERS, "ce-data": "x"}, b"{}", "ce-data"),
         ({**SPEC_HEADERS, "ce-subject": "%FF"}, b"{}", "ce-subject"),
         (SPEC_HEADERS, b"{not json", "body"),
         ({**SPEC_HEADERS, "content-type": "nonsense"}, b"{}", "Content-Type"),

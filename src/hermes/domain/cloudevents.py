@@ -116,6 +116,8 @@ def _binary(body: bytes, headers: Mapping[str, str], content_type: str) -> Cloud
             _check_name(name, field)
             if name == DATA_CONTENT_TYPE:
                 raise ValidationError("datacontenttype travels as the Content-Type header in binary mode", field)
+            if name == "data":
+                raise ValidationError("is no attribute: the JSON format reserves data for the event's data", field)
             try:
                 attributes[name] = unquote_to_bytes(value).decode("utf-8")
             except UnicodeDecodeError:
@@ -248,7 +250,10 @@ def http_content_type(attributes: Mapping[str, str]) -> str:
 def structured(attributes: Mapping[str, str], data: bytes) -> bytes:
     """The event in the JSON format: JSON data as ``data``, text as a ``data`` string, other bytes as
     ``data_base64``."""
-    event: dict[str, Any] = dict(attributes)
+    # another Kafka producer's header names may be no attribute's, or the data's member
+    event: dict[str, Any] = {
+        name: value for name, value in attributes.items() if _NAME.fullmatch(name) and name != "data"
+    }
     if data:
         media_type = attributes.get(DATA_CONTENT_TYPE)
         if is_json_media_type(media_type) and _is_json(data):
