@@ -33,6 +33,7 @@ SPEC_VERSION = "1.0"
 HTTP_PREFIX = "ce-"
 DATA_CONTENT_TYPE = "datacontenttype"
 REQUIRED = ("id", "source", "specversion", "type")
+_CORE_OPTIONAL = ("datacontenttype", "dataschema", "subject", "time")
 # Attribute names: lower-case ASCII letters and digits (the core specification's naming rule)
 _NAME = re.compile(r"[a-z0-9]+")
 # Members of a structured event that are not attributes
@@ -160,9 +161,6 @@ def _structured(value: Any, prefix: str) -> CloudEvent:
     else:
         raise ValidationError(f"must be a string for datacontenttype {media_type}, which is not JSON", prefix + "data")
     return CloudEvent(attributes, body)
-
-
-_CORE_OPTIONAL = ("datacontenttype", "dataschema", "subject", "time")
 
 
 def _canonical(value: Any, field: str, string_only: bool) -> str:

@@ -39,10 +39,10 @@ def publish_events(
             raise PayloadTooLarge(
                 f"{which}: size {len(event.data)} exceeds the topic's limit {limit} (CloudEvents are not offloaded)"
             )
-    joint = _EventsAnswer(answer, message_id, len(events))
     if not events:  # an empty batch, which the HTTP binding allows: nothing to produce
         answer(_empty_result(message_id))
         return
+    joint = _EventsAnswer(answer, message_id, len(events))
     for i, event in enumerate(events):
         if joint.answered:  # an event refused at once: the request is answered with that
             return
