@@ -42,6 +42,8 @@ STATE_OR_GRAMMAR = re.compile(
             r"_NOT_EXISTS|_ALREADY_EXISTS|_DO_NOT_EXIST",  # (codes) the installation's state; Hermes answers 400
             r"topic \S+ does not exist|has no offline storage|is a (JSON|AVRO) topic",  # the topics' state
             r"AVRO is only available on AVRO topics",  # the topic's state
+            # the topic's state, a stored field against a change
+            r"is for subscriptions of CloudEvents topics|CloudEvents topics take JSON|cloudEvents: cannot be changed",
             r"must match the topic in the path",  # a body field against a path parameter
             r"must be after startTimestamp|(tokenRequestMaxDelay|delayTo): must be at least",  # field against field
             r"is not a valid jsonpath path \(",  # JsonPath's grammar is not a regular expression

@@ -154,13 +154,19 @@ def test_lake_columns_come_from_the_frontends_kafka_headers(spark: Any, kafka: E
     producer.produce(topic, value=placeholder, partition=0, headers=[(KAFKA_MESSAGE_ID, "m"), ("_format", "external")])
     # a header given twice: the last counts, as for hermes.domain.message.parse_kafka_headers
     producer.produce(topic, value=b"twice", partition=0, headers=[(KAFKA_MESSAGE_ID, "t-1"), (KAFKA_MESSAGE_ID, "t-2")])
+    # a CloudEvent, as the frontend writes one (the CloudEvents Kafka binding): its attributes are kept as they are
+    event = [("ce_id", "order-1"), ("ce_specversion", "1.0"), ("content-type", "text/plain")]
+    producer.produce(topic, value=b"event", partition=0, headers=[(KAFKA_MESSAGE_ID, "e"), *event])
     assert producer.flush(30) == 0
     lake = Lake(str(tmp_path / "lake"))
 
-    archive(spark, kafka, lake, tmp_path / "ckpt", [topic], 5)
+    archive(spark, kafka, lake, tmp_path / "ckpt", [topic], 6)
 
-    first, avro, foreign, offloaded, twice = sorted(read_lake(spark, lake).collect(), key=lambda r: r.offset)
+    first, avro, foreign, offloaded, twice, cloud_event = sorted(
+        read_lake(spark, lake).collect(), key=lambda r: r.offset
+    )
     assert (offloaded.body, offloaded.headers) == (placeholder, {"_format": "external"})
+    assert (cloud_event.body, cloud_event.headers) == (b"event", dict(event))
     assert (twice.message_id, twice.headers) == ("t-2", {})
     assert (first.message_id, first.publish_timestamp.replace(tzinfo=UTC)) == (
         hermes_id,

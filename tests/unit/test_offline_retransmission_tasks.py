@@ -87,6 +87,18 @@ def test_a_republished_placeholder_of_an_offloaded_message_is_marked_as_one_agai
     assert frontend_headers(row, "t")[2:] == [("h-A", b"b"), PLACEHOLDER_FORMAT, (KAFKA_RETRANSMISSION_TASK, b"t")]
 
 
+def test_a_republished_cloud_event_keeps_its_attributes() -> None:
+    archived = {"Trace-Id": "t-1", "ce_id": "order-1", "ce_type": "com.example.t", "content-type": "text/plain"}
+    row = {"message_id": "m", "published": 1, "schema_version": None, "headers": archived}
+    assert frontend_headers(row, "t")[2:] == [
+        ("h-Trace-Id", b"t-1"),
+        ("ce_id", b"order-1"),
+        ("ce_type", b"com.example.t"),
+        ("content-type", b"text/plain"),
+        (KAFKA_RETRANSMISSION_TASK, b"t"),
+    ]
+
+
 def test_an_instant_beyond_the_calendar_in_utc_is_a_400_naming_the_field() -> None:
     for value in ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"):
         with pytest.raises(ValidationError, match=r"^startTimestamp: "):

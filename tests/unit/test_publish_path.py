@@ -86,7 +86,7 @@ def test_request_metrics_are_prometheus_counters_and_a_histogram() -> None:
 
 def test_kafka_headers_read_back_as_written() -> None:
     written = kafka_headers("id-1", 1_763_877_600_123, 3, {"Trace-Id": "t-1"})
-    assert parse_kafka_headers(written) == ("id-1", 1_763_877_600_123, 3, {"Trace-Id": "t-1"})
-    assert parse_kafka_headers(kafka_headers("id-2", 5)) == ("id-2", 5, None, {})
+    assert parse_kafka_headers(written) == ("id-1", 1_763_877_600_123, 3, {"Trace-Id": "t-1"}, None)
+    assert parse_kafka_headers(kafka_headers("id-2", 5)) == ("id-2", 5, None, {}, None)
     unreadable = [(KAFKA_PUBLISH_TIMESTAMP, b"yesterday"), (KAFKA_MESSAGE_ID, b"\xff\n"), ("other", None)]
-    assert parse_kafka_headers(unreadable) == (None, None, None, {}), "another producer's: ignored"
+    assert parse_kafka_headers(unreadable) == (None, None, None, {}, None), "another producer's: ignored"

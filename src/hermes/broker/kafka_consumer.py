@@ -26,7 +26,7 @@ def to_message(record: Any) -> Message:
     this cannot read is ignored (raising here would stop the subscription's consumer at that record at every
     restart)."""
     headers = record.headers() or ()
-    message_id, published, schema_version, propagated = parse_kafka_headers(headers)
+    message_id, published, schema_version, propagated, cloud_event = parse_kafka_headers(headers)
     topic, partition, offset = record.topic(), record.partition(), record.offset()
     value = record.value() or b""
     # positional: keywords cost twice as much, and this runs for every message read
@@ -41,6 +41,8 @@ def to_message(record: Any) -> Message:
         schema_version,
         propagated,
         _external_url(value) if PLACEHOLDER_FORMAT in headers else None,
+        None,
+        cloud_event,
     )
 
 

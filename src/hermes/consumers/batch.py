@@ -6,8 +6,9 @@ the messages of every partition) arrive in order; the next one is collected mean
 whole with the batch policy; its offsets are finished only when it was delivered or discarded. A single message
 larger than ``batchVolume`` is sent alone rather than dropped. Messages of Avro topics are filtered as records
 and sent as JSON; a JSON topic's body that is not JSON goes in as a JSON string of its text, so a batch is always
-JSON. An offloaded message's body is streamed into the batch from its file; when the body budget has
-no room for the next one, the batch goes as it is (its own bodies may be what fills the budget). Messages are
+JSON; a CloudEvents topic's batch is ``application/cloudevents-batch+json``, its events in the JSON format. An
+offloaded message's body is streamed into the batch from its file; when the body budget has no room for the next
+one, the batch goes as it is (its own bodies may be what fills the budget). Messages are
 taken as the receiver read them, a read at a time: one of JSON held in Kafka for a subscription without filters
 is taken and added in bulk (one lock, set operations per partition), any other one message at a time.
 """
@@ -35,6 +36,7 @@ from hermes.consumers.offsets import Partition
 from hermes.consumers.receiver import Limits, Receiver
 from hermes.consumers.retry import retry_until_ttl
 from hermes.consumers.sender.result import SendResult
+from hermes.domain.cloudevents import BATCH as CLOUD_EVENTS_BATCH
 from hermes.domain.message import BATCH_ID_HEADER, MESSAGE_ID_HEADER, Message, new_message_id
 from hermes.domain.subscription import Subscription
 from hermes.domain.trace import TraceStatus
@@ -274,7 +276,9 @@ class BatchConsumer:
     async def _send(
         self, batch: Batch, batch_id: str, subscription: Subscription, url: str, retries: int
     ) -> SendResult:
-        headers = self._delivery.context.sender.headers(subscription, batch.messages[0], retries, JSON)
+        # a CloudEvents topic's events go in the JSON format (hermes.consumers.content)
+        content_type = JSON if batch.messages[0].cloud_event is None else CLOUD_EVENTS_BATCH
+        headers = self._delivery.context.sender.headers(subscription, batch.messages[0], retries, content_type)
         headers[BATCH_ID_HEADER] = batch_id
         headers[MESSAGE_IDS_HEADER] = ",".join(map(_message_id, batch.messages))
         del headers[MESSAGE_ID_HEADER]

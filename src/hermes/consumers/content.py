@@ -1,5 +1,6 @@
 """What a subscriber receives: JSON as published, or for Avro topics either Avro binary (AVRO subscriptions)
-or the message converted to JSON (JSON subscriptions)."""
+or the message converted to JSON (JSON subscriptions); a CloudEvent in the subscription's mode: binary (its data,
+``ce-`` headers), or structured (one JSON object, and always so in a BATCH subscription's batch)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from typing import Any
 import orjson
 
 from hermes.domain.avro import AVRO_DECODING_ERRORS, avro_problem, avro_to_json, avro_to_record
+from hermes.domain.cloudevents import STRUCTURED, binary_headers, http_content_type, structured
 from hermes.domain.message import SCHEMA_VERSION_HEADER, Message
 from hermes.domain.names import TopicName
-from hermes.domain.subscription import Subscription
+from hermes.domain.subscription import CloudEventsMode, Subscription
 from hermes.domain.topic import ContentType
 from hermes.errors import UndeliverableMessage
 from hermes.http.streamed import Body, FileRegion, StreamedBody
@@ -50,6 +52,11 @@ class ContentConverter:
         as_is: Body = message.body
         if isinstance(stored, FileRegion):
             as_is = StreamedBody((stored,))
+        event = message.cloud_event
+        if event is not None:
+            if subscription.is_batch or subscription.cloud_events_mode is CloudEventsMode.STRUCTURED:
+                return structured(event, message.whole_body()), STRUCTURED, {}
+            return as_is, http_content_type(event), binary_headers(event)
         if schema is None:
             return as_is, JSON, {}
         if subscription.content_type is ContentType.AVRO:

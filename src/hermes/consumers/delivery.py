@@ -115,9 +115,11 @@ class Delivery:
                 message.stored.close()
 
     def plain(self, messages: list[Message]) -> bool:
-        """Whether ``messages`` go as they are: JSON held in Kafka (neither Avro nor offloaded), and no filter."""
+        """Whether ``messages`` go as they are: JSON held in Kafka (neither Avro, offloaded nor CloudEvents, which go
+        in their JSON format), and no filter."""
         return not self._filters and not any(
-            message.external_url is not None or message.schema_version is not None for message in messages
+            message.external_url is not None or message.schema_version is not None or message.cloud_event is not None
+            for message in messages
         )
 
     async def passes(self, message: Message, schema: str | None) -> bool:

@@ -2,7 +2,9 @@
 
 ``matcher`` is a regular expression that must match the whole value. A path may select several values
 (``*`` in JsonPath, ``[*]`` in AvroPath): with matchingStrategy ``all`` every one must match, with ``any`` at
-least one; a path that selects nothing does not match.
+least one; a path that selects nothing does not match. A header filter on ``ce-<name>`` reads the CloudEvents
+attribute ``<name>`` of an event, however it was published (``ce-type``, ``ce-source``...); a path filter reads
+an event's data.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 import orjson
 from jsonpath_ng.ext import parse as parse_jsonpath  # type: ignore[attr-defined]
 
+from hermes.domain.cloudevents import HTTP_PREFIX
 from hermes.domain.message import Message
 from hermes.domain.subscription import MatchingStrategy, MessageFilterSpecification
 
@@ -65,9 +68,13 @@ def compile_filter(spec: MessageFilterSpecification) -> Predicate:
     pattern = re.compile(spec.matcher)
     if spec.type == "header":
         header = (spec.header or "").lower()
+        attribute = header.removeprefix(HTTP_PREFIX) if header.startswith(HTTP_PREFIX) else None
 
         def by_header(message: Message, _: Any) -> bool:
             values = [v for k, v in message.propagated_headers.items() if k.lower() == header]
+            event = message.cloud_event
+            if attribute is not None and event is not None and attribute in event:
+                values.append(event[attribute])
             return _matches(values, pattern, spec.matching_strategy)
 
         return by_header

@@ -25,6 +25,9 @@ KAFKA_SCHEMA_VERSION = "hermes-schema-version"
 PLACEHOLDER_FORMAT = ("_format", b"external")
 # Publisher headers on the propagation allow-list travel with this prefix.
 KAFKA_PROPAGATED_PREFIX = "h-"
+# A CloudEvent's attributes, as the CloudEvents Kafka binding writes them (hermes.domain.cloudevents)
+KAFKA_CLOUD_EVENT_PREFIX = "ce_"
+KAFKA_CONTENT_TYPE = "content-type"
 
 
 class _MessageIds:
@@ -88,6 +91,8 @@ class Message:
     external_url: str | None = None
     # ...and once its body is fetched: streamed to subscribers from there, ``body`` staying the placeholder
     stored: StoredBody | None = None
+    # A CloudEvent's attributes (``datacontenttype`` among them when given); its data is ``body``
+    cloud_event: dict[str, str] | None = None
 
     @property
     def size(self) -> int:
@@ -115,12 +120,13 @@ def kafka_headers(
 
 
 # What ``parse_kafka_headers`` read: the message id, the publish timestamp, the schema version (None where a header
-# is missing or unreadable) and the propagated headers. A plain tuple: a NamedTuple's construction, a Python call,
-# cost a third of the parsing, which runs for every message read.
-KafkaHeaders = tuple[str | None, int | None, int | None, dict[str, str]]
+# is missing or unreadable), the propagated headers and a CloudEvent's attributes (None: not a CloudEvent). A plain
+# tuple: a NamedTuple's construction, a Python call, cost a third of the parsing, which runs for every message read.
+KafkaHeaders = tuple[str | None, int | None, int | None, dict[str, str], dict[str, str] | None]
 
 
 _PREFIX_LENGTH = len(KAFKA_PROPAGATED_PREFIX)
+_CLOUD_EVENT_PREFIX_LENGTH = len(KAFKA_CLOUD_EVENT_PREFIX)
 
 
 def parse_kafka_headers(headers: Iterable[tuple[str, bytes | None]]) -> KafkaHeaders:
@@ -130,6 +136,8 @@ def parse_kafka_headers(headers: Iterable[tuple[str, bytes | None]]) -> KafkaHea
     published: int | None = None
     schema_version: int | None = None
     propagated: dict[str, str] = {}
+    cloud_event: dict[str, str] | None = None
+    content_type: str | None = None
     for name, value in headers:  # one pass: this runs for every message read
         if value is None:
             continue
@@ -141,7 +149,15 @@ def parse_kafka_headers(headers: Iterable[tuple[str, bytes | None]]) -> KafkaHea
             schema_version = _int_header(value)
         elif name.startswith(KAFKA_PROPAGATED_PREFIX):
             propagated[name[_PREFIX_LENGTH:]] = value.decode("utf-8", "replace")
-    return message_id, published, schema_version, propagated
+        elif name.startswith(KAFKA_CLOUD_EVENT_PREFIX):
+            if cloud_event is None:
+                cloud_event = {}
+            cloud_event[name[_CLOUD_EVENT_PREFIX_LENGTH:]] = value.decode("utf-8", "replace")
+        elif name == KAFKA_CONTENT_TYPE:
+            content_type = value.decode("utf-8", "replace")
+    if cloud_event is not None and content_type is not None:
+        cloud_event["datacontenttype"] = content_type
+    return message_id, published, schema_version, propagated, cloud_event
 
 
 def _int_header(value: bytes | None) -> int | None:

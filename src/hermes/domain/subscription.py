@@ -29,6 +29,14 @@ class DeliveryType(StrEnum):
     BATCH = "BATCH"
 
 
+class CloudEventsMode(StrEnum):
+    """How a SERIAL subscription of a CloudEvents topic receives each event (the HTTP binding's content modes);
+    BATCH subscriptions receive ``application/cloudevents-batch+json``."""
+
+    BINARY = "BINARY"
+    STRUCTURED = "STRUCTURED"
+
+
 class SubscriptionMode(StrEnum):
     ANYCAST = "ANYCAST"
     BROADCAST = "BROADCAST"
@@ -135,6 +143,8 @@ class Subscription:
     state: SubscriptionState = SubscriptionState.PENDING
     content_type: ContentType = ContentType.JSON
     delivery_type: DeliveryType = DeliveryType.SERIAL
+    # Our extension: None delivers a CloudEvents topic's events in binary mode, and is left out of the JSON
+    cloud_events_mode: CloudEventsMode | None = None
     serial_policy: SerialSubscriptionPolicy = field(default_factory=SerialSubscriptionPolicy)
     batch_policy: BatchSubscriptionPolicy = field(default_factory=BatchSubscriptionPolicy)
     mode: SubscriptionMode = SubscriptionMode.ANYCAST

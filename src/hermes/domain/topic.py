@@ -123,6 +123,9 @@ class Topic:
     json_to_avro_dry_run: bool = False
     # Our extension (Hermes takes any body on JSON topics): refuse a body that is not JSON, or not sent as JSON
     json_validation_enabled: bool = False
+    # Our extension: the topic takes CloudEvents only (hermes.domain.cloudevents); a flag beside contentType, which
+    # says how the data is encoded (JSON or Avro) as Hermes' clients know it, where this says how events are framed
+    cloud_events: bool = False
     migrated_from_json_type: bool = False
     fallback_to_remote_datacenter_enabled: bool = False
     chaos: PublishingChaosPolicy = field(default_factory=PublishingChaosPolicy)

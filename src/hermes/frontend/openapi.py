@@ -41,7 +41,8 @@ _PUBLISH = {
         "summary": "Publish a message to the topic",
         "description": "With authentication on, --publish-authentication required refuses a publish without "
         "credentials (401); with optional, the topic's auth decides (docs/security.md#publishing). An AVRO topic "
-        "also takes avro/binary (docs/publishing.md).",
+        "also takes avro/binary (docs/publishing.md); a CloudEvents topic takes CloudEvents only: binary mode (ce-* "
+        "headers), application/cloudevents+json or application/cloudevents-batch+json (docs/cloudevents.md).",
         "parameters": [
             {
                 "name": "topic",

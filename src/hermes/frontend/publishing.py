@@ -3,7 +3,8 @@ comes first (201 or 202; ack NONE: 201 once the producer has it). No coroutine o
 outcome and the timeout call back into the message's ``_InFlight``, which answers the request.
 
 What a topic takes, as Hermes: a JSON topic any body of any Content-Type (unless ``jsonValidationEnabled``); an
-Avro topic JSON, Avro's JSON encoding (``avro/json``) or Avro binary (``avro/binary``), checked against its schema."""
+Avro topic JSON, Avro's JSON encoding (``avro/json``) or Avro binary (``avro/binary``), checked against its schema; a
+CloudEvents topic CloudEvents only (``frontend/cloudevents.py``), one message per event."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import orjson
 from hermes.broker.producer import BrokerProducer
 from hermes.broker.topics import KAFKA_MAX_BODY, kafka_body_limit
 from hermes.domain.avro import avro_json_to_avro, check_avro, json_to_avro, schema_version
+from hermes.domain.cloudevents import CloudEvent
 from hermes.domain.message import (
     PARTITION_KEY_HEADER,
     SCHEMA_ID_HEADER,
@@ -30,6 +32,7 @@ from hermes.domain.topic import Ack, ContentType, Topic
 from hermes.domain.trace import TraceStatus
 from hermes.errors import HermesError, PayloadTooLarge, UnsupportedMediaType, ValidationError
 from hermes.frontend.acks import AckTimeouts
+from hermes.frontend.cloudevents import publish_events
 from hermes.frontend.journal import Journal, JournalEntry
 from hermes.frontend.publish_metrics import PRODUCER_ERRORS
 from hermes.frontend.schemas import SchemaSource
@@ -115,6 +118,9 @@ class Publisher:
         """Raises what is wrong with the message; otherwise produces it, and ``answer`` gets the outcome.
         ``headers`` are the request's, keyed by lower-case name. A spooled body is read into memory only when it
         goes to Kafka itself (or must be validated, or is Avro)."""
+        if topic.cloud_events:
+            publish_events(self._produce, topic, message_id, body, headers, answer)
+            return
         size = body.size if isinstance(body, SpooledBody) else len(body)
         if size > kafka_body_limit(topic):
             self._offload_limit(topic, size)
@@ -227,11 +233,15 @@ class Publisher:
         headers: Mapping[str, str],
         answer: Answer,
         offloaded: bool = False,
+        event: CloudEvent | None = None,
     ) -> None:
         record_headers = self._record_headers(message_id, schema_version, headers)
         if offloaded:
             record_headers.extend(placeholder_headers(message_id))
         key = _key(headers)
+        if event is not None:
+            record_headers.extend(event.kafka_headers())
+            key = key or event.partition_key
         tracker = self._tracker if topic.tracking_enabled else None
         entry = JournalEntry(message_id, topic.qualified_name, value, key, tuple(record_headers), topic.ack)
         if tracker is not None:

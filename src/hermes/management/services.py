@@ -137,6 +137,8 @@ class ManagementService:
             updated = api_json.topic_from_json(merged)
             if updated.content_type is not current.content_type:
                 raise ValidationError("cannot be changed on an existing topic", "contentType")
+            if updated.cloud_events is not current.cloud_events:  # its publishers and subscribers would not know
+                raise ValidationError("cannot be changed on an existing topic", "cloudEvents")
             return updated
 
         updated = await self._run(self._repository.update_topic, name, change)
@@ -182,6 +184,8 @@ class ManagementService:
         topic = await self._run(self._repository.get_topic, subscription.topic_name)
         if subscription.content_type.value == "AVRO" and topic.content_type is not ContentType.AVRO:
             raise ValidationError("AVRO is only available on AVRO topics", "contentType")
+        if subscription.cloud_events_mode is not None and not topic.cloud_events:
+            raise ValidationError("is for subscriptions of CloudEvents topics (cloudEvents: true)", "cloudEventsMode")
         try:
             await self._run(self._repository.get_subscription, subscription.topic_name, subscription.name)
         except SubscriptionNotFound:

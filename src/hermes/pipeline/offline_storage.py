@@ -25,6 +25,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from hermes.domain.message import (
+    KAFKA_CLOUD_EVENT_PREFIX,
+    KAFKA_CONTENT_TYPE,
     KAFKA_MESSAGE_ID,
     KAFKA_PROPAGATED_PREFIX,
     KAFKA_PUBLISH_TIMESTAMP,
@@ -83,16 +85,18 @@ _LAKE_COLUMNS = {
     "offset": "`offset`",
     "key": "key",
     "schema_version": f"try_cast(cast({_header(KAFKA_SCHEMA_VERSION)} as string) as int)",
-    # The propagated headers by name, and an offloaded message's placeholder marker as it is (retransmission
-    # restores it, so the placeholder is resolved again). The connector gives no array for a record without headers.
+    # The propagated headers by name, and as they are an offloaded message's placeholder marker and a CloudEvent's
+    # attributes (retransmission restores them, so the placeholder is resolved again and the event keeps its
+    # attributes). The connector gives no array for a record without headers.
     "headers": (
         f"if(coalesce(size(headers), 0) = "
         f"{' + '.join(f'cast(isnotnull({_header(name)}) as int)' for name in _KNOWN_HEADERS)}, "
         "cast(map() as map<string, string>), "
         "map_from_entries(transform(filter(headers, h -> "
-        f"startswith(h.key, '{KAFKA_PROPAGATED_PREFIX}') or h.key = '{PLACEHOLDER_FORMAT[0]}'), "
-        f"h -> struct(if(h.key = '{PLACEHOLDER_FORMAT[0]}', h.key, substr(h.key, {len(KAFKA_PROPAGATED_PREFIX) + 1})) "
-        "as key, cast(h.value as string) as value))))"
+        f"startswith(h.key, '{KAFKA_PROPAGATED_PREFIX}') or h.key = '{PLACEHOLDER_FORMAT[0]}' "
+        f"or startswith(h.key, '{KAFKA_CLOUD_EVENT_PREFIX}') or h.key = '{KAFKA_CONTENT_TYPE}'), "
+        f"h -> struct(if(startswith(h.key, '{KAFKA_PROPAGATED_PREFIX}'), "
+        f"substr(h.key, {len(KAFKA_PROPAGATED_PREFIX) + 1}), h.key) as key, cast(h.value as string) as value))))"
     ),
     "body": "coalesce(value, X'')",
     "topic": "topic",

@@ -23,7 +23,7 @@ from typing import Any
 
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.producer import BrokerProducer
-from hermes.domain.message import PLACEHOLDER_FORMAT, kafka_headers
+from hermes.domain.message import KAFKA_CLOUD_EVENT_PREFIX, KAFKA_CONTENT_TYPE, PLACEHOLDER_FORMAT, kafka_headers
 from hermes.domain.retransmission_task import RetransmissionTask, TaskStatus
 from hermes.domain.topic import Ack
 from hermes.metadata.documents import OFFLINE_RETRANSMISSION_TASKS
@@ -115,11 +115,18 @@ async def _send(connection: KafkaConnection, target: str, task_id: str, rows: It
 
 def frontend_headers(row: Any, task_id: str) -> list[tuple[str, bytes]]:
     """The Kafka headers the frontend would have written, with the archived (original) values; an offloaded
-    message's placeholder gets its marker back, so consumers fetch the stored body again."""
+    message's placeholder gets its marker back, so consumers fetch the stored body again, and a CloudEvent its
+    attributes."""
     propagated = dict(row["headers"] or {})
     name, value = PLACEHOLDER_FORMAT
     placeholder = propagated.pop(name, None) == value.decode()
+    cloud_event = [
+        (key, propagated.pop(key).encode())
+        for key in list(propagated)
+        if key.startswith(KAFKA_CLOUD_EVENT_PREFIX) or key == KAFKA_CONTENT_TYPE
+    ]
     headers = kafka_headers(row["message_id"], row["published"], row["schema_version"], propagated)
+    headers.extend(cloud_event)
     if placeholder:
         headers.append(PLACEHOLDER_FORMAT)
     headers.append((KAFKA_RETRANSMISSION_TASK, task_id.encode()))

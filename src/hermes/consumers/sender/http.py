@@ -47,6 +47,8 @@ class HttpSender:
             RETRY_COUNT_HEADER: str(retry_count),
             **message.propagated_headers,
         }
+        if not content_type:  # a CloudEvent without datacontenttype, in binary mode
+            del headers["Content-Type"]
         if subscription.subscription_identity_headers_enabled:
             headers[TOPIC_NAME_HEADER] = subscription.topic_name.qualified
             headers[SUBSCRIPTION_NAME_HEADER] = subscription.name

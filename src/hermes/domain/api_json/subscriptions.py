@@ -31,6 +31,7 @@ from hermes.domain.signing import check_secrets
 from hermes.domain.subscription import (
     MAX_MESSAGE_TTL_SECONDS,
     BatchSubscriptionPolicy,
+    CloudEventsMode,
     DeliveryType,
     Header,
     MatchingStrategy,
@@ -178,6 +179,16 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
             raise ValidationError("BROADCAST mode is not available with BATCH delivery", "mode")
         if content_type is ContentType.AVRO:
             raise ValidationError("AVRO content type is not available with BATCH delivery", "contentType")
+    cloud_events_mode = None
+    if body.get("cloudEventsMode") is not None:
+        if delivery is DeliveryType.BATCH:
+            raise ValidationError(
+                "is for SERIAL delivery: BATCH subscriptions receive application/cloudevents-batch+json",
+                "cloudEventsMode",
+            )
+        cloud_events_mode = read_enum(
+            body, "cloudEventsMode", CloudEventsMode, CloudEventsMode.BINARY, "cloudEventsMode"
+        )
     resolver_metadata = body.get("endpointAddressResolverMetadata") or {}
     if not isinstance(resolver_metadata, dict):
         raise ValidationError("must be a JSON object", "endpointAddressResolverMetadata")
@@ -191,6 +202,7 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
         state=read_enum(body, "state", SubscriptionState, SubscriptionState.PENDING, "state"),
         content_type=content_type,
         delivery_type=delivery,
+        cloud_events_mode=cloud_events_mode,
         serial_policy=_serial_policy(policy) if delivery is DeliveryType.SERIAL else SerialSubscriptionPolicy(),
         batch_policy=_batch_policy(policy) if delivery is DeliveryType.BATCH else BatchSubscriptionPolicy(),
         mode=mode,
@@ -317,6 +329,8 @@ def subscription_to_json(sub: Subscription, *, mask_secrets: bool = True) -> Jso
         out["oAuthPolicy"] = oauth
     if sub.signing_secrets:  # our extension: absent unless used, so Hermes' shape is unchanged
         out["signingSecrets"] = [SECRET_MASK] * len(sub.signing_secrets) if mask_secrets else list(sub.signing_secrets)
+    if sub.cloud_events_mode is not None:
+        out["cloudEventsMode"] = sub.cloud_events_mode.value
     if sub.previous_secret_expires_at:
         out["previousSigningSecretExpiresAt"] = seconds(sub.previous_secret_expires_at)
     return out

@@ -73,11 +73,17 @@ def topic_from_json(data: Any, *, topic_partitions_limit: int | None = None) -> 
     retention = read_object(body.get("retentionTime"), "retentionTime")
     offline = read_object(body.get("offlineStorage"), "offlineStorage")
     offline_retention = read_object(offline.get("retentionTime"), "offlineStorage.retentionTime")
+    content_type = read_enum(body, "contentType", ContentType, ContentType.JSON, "contentType")
+    cloud_events = read_bool(body, "cloudEvents", False)
+    if cloud_events and content_type is not ContentType.JSON:
+        raise ValidationError(
+            "CloudEvents topics take JSON, binary or text data: contentType must be JSON", "cloudEvents"
+        )
     return Topic(
         name=name,
         description=read_str(body, "description", ""),
         owner=owner_from_json(body.get("owner")),
-        content_type=read_enum(body, "contentType", ContentType, ContentType.JSON, "contentType"),
+        content_type=content_type,
         ack=read_enum(body, "ack", Ack, Ack.LEADER, "ack"),
         retention_time=RetentionTime(
             duration=read_int(retention, "duration", 1, "retentionTime.duration", 1, 10**6),
@@ -105,6 +111,7 @@ def topic_from_json(data: Any, *, topic_partitions_limit: int | None = None) -> 
         auth=_publishing_auth(body.get("auth")),
         json_to_avro_dry_run=read_bool(body, "jsonToAvroDryRun", False),
         json_validation_enabled=read_bool(body, "jsonValidationEnabled", False),
+        cloud_events=cloud_events,
         migrated_from_json_type=read_bool(body, "migratedFromJsonType", False),
         fallback_to_remote_datacenter_enabled=read_bool(body, "fallbackToRemoteDatacenterEnabled", False),
         chaos=_chaos(body.get("chaos")),
@@ -169,6 +176,8 @@ def topic_to_json(topic: Topic) -> Json:
     out = _topic_fields(topic)
     if topic.offload_max_message_size:  # shown only when set: Hermes has no such field
         out["offloadMaxMessageSize"] = topic.offload_max_message_size
+    if topic.cloud_events:  # likewise
+        out["cloudEvents"] = True
     return out
 
 

@@ -133,6 +133,7 @@ _SUBSCRIPTION_RULES: list[Schema] = [
                 "subscriptionPolicy": BATCH_POLICY,
                 "mode": {"not": {"const": "BROADCAST"}},
                 "contentType": {"not": {"const": "AVRO"}},
+                "cloudEventsMode": {"type": "null"},
             }
         },
         "else": {"properties": {"subscriptionPolicy": SERIAL_POLICY}},
@@ -147,6 +148,12 @@ _SUBSCRIPTION_RULES: list[Schema] = [
     },
 ]
 
+
+# what api_json.topic_from_json checks across fields
+_CLOUD_EVENTS_TOPIC: Schema = {
+    "if": {"properties": {"cloudEvents": {"const": True}}, "required": ["cloudEvents"]},
+    "then": {"properties": {"contentType": {"not": {"const": "AVRO"}}}},
+}
 
 # a new subscription names its owner, in either shape (as Hermes: its owner is @NotNull)
 _OWNED: Schema = {"anyOf": [{"required": ["owner"]}, {"required": ["supportTeam"]}]}
@@ -185,6 +192,11 @@ ENTITIES: dict[str, Schema] = {
             "auth": obj({"publishers": NAMES, "enabled": BOOL, "unauthenticatedAccessEnabled": BOOL}, []),
             "jsonToAvroDryRun": BOOL,
             "jsonValidationEnabled": BOOL,
+            "cloudEvents": {
+                **BOOL,
+                "description": "our extension: the topic takes CloudEvents only (binary, structured or batched mode), "
+                "and a JSON contentType; answered only when true",
+            },
             "migratedFromJsonType": BOOL,
             "fallbackToRemoteDatacenterEnabled": BOOL,
             "chaos": obj(
@@ -200,7 +212,8 @@ ENTITIES: dict[str, Schema] = {
             "modifiedAt": EPOCH_SECONDS,
         },
         ["name", "owner"],
-    ),
+    )
+    | {"allOf": [_CLOUD_EVENTS_TOPIC]},
     "Subscription": obj(
         {
             "topicName": TOPIC_NAME,
@@ -213,6 +226,11 @@ ENTITIES: dict[str, Schema] = {
             "state": enum("PENDING", "ACTIVE", "SUSPENDED"),
             "contentType": enum("JSON", "AVRO"),
             "deliveryType": enum("SERIAL", "BATCH"),
+            "cloudEventsMode": {
+                **enum("BINARY", "STRUCTURED"),
+                "description": "our extension, for SERIAL subscriptions of CloudEvents topics: the HTTP binding's "
+                "content mode (unset: BINARY, and not answered); BATCH ones receive application/cloudevents-batch+json",
+            },
             "subscriptionPolicy": {"type": "object", "description": "SERIAL or BATCH policy, by deliveryType"},
             "mode": enum("ANYCAST", "BROADCAST"),
             "headers": array(
