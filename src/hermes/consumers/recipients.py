@@ -50,7 +50,10 @@ class Recipients:
             targets = [addresses[(self._round - 1) % len(addresses)]]
         else:
             targets = [a for a in addresses if a not in self._done]
-        sent = await asyncio.gather(*(send(a, self._retries(a)) for a in targets))
+        if len(targets) == 1:  # the usual case: no task and gathering future per delivery
+            sent = [await send(targets[0], self._retries(targets[0]))]
+        else:
+            sent = await asyncio.gather(*(send(a, self._retries(a)) for a in targets))
         results = dict(zip(targets, sent, strict=True))
         return self._record(results, retry_client_errors), results
 
