@@ -324,6 +324,12 @@ class Settings(BaseSettings):
     spark_remote: str | None = Field(
         None, description="Spark Connect server (sc://host:port) to run the pipeline on instead of a master."
     )
+    pipeline_driver_memory: str = Field(
+        "512m",
+        pattern=r"^[1-9][0-9]*[mMgG]$",
+        description="Largest Java heap of the pipeline's Spark driver (spark.driver.memory; with a local master it "
+        "runs the executors too): Spark needs at least 450m; raise it for archive batches of many large messages.",
+    )
     pipeline_lake: str | None = Field(
         None,
         description="Root of the offline storage lake: a directory or any Spark-writable URI "

@@ -170,7 +170,7 @@ class EmbeddedBroker:
             if self.port == 0:
                 self.port = free_port(self.host)
             config = self._write_config()
-            jvm = [java, f"-Xms{min(256, self.heap_mb)}m", f"-Xmx{self.heap_mb}m", *_JVM_OPTIONS]
+            jvm = [java, f"-Xms{min(64, self.heap_mb)}m", f"-Xmx{self.heap_mb}m", *_JVM_OPTIONS]
             jvm += [f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}", "-cp", classpath]
             if not (self.directory / "log" / "meta.properties").exists():
                 self._format(jvm, config)

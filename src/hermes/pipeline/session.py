@@ -20,6 +20,15 @@ DELTA_SETTINGS = {
 }
 
 
+# The driver JVM (with a local master, the executors too) holds about 200 MiB of Spark's, Delta's and Scala's classes
+# whatever its heap: its heap is what a small install can save. The serial collector, which suits a heap this size,
+# starts small (the JVM's default is 1/64 of the machine's memory, touched early) and gives back what a full
+# collection frees beyond 30 %; glibc's per-thread malloc arenas (8 per core by default) hold tens of MiB of the
+# JVM's native allocations that two arenas serve as well.
+DRIVER_JAVA_OPTIONS = "-XX:+UseSerialGC -Xms64m -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+_MALLOC_ARENAS = "2"
+
+
 def pipeline_jars() -> str:
     """The value of ``spark.jars``: Spark's Kafka connector and Delta Lake (``make setup``), as local paths."""
     return ",".join(str(path) for name in ("spark", "delta") for path in jar_paths(name))
@@ -31,6 +40,7 @@ def build_session(
     app_name: str = "hermes-pipeline",
     local_dir: Path | None = None,
     shuffle_partitions: int = 2,
+    driver_memory: str = "512m",
 ) -> Any:
     """A SparkSession with Spark's Kafka connector and Delta Lake.
 
@@ -45,6 +55,7 @@ def build_session(
     # Executors' Python workers must see the same interpreter (and so the same hermes) as the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("MALLOC_ARENA_MAX", _MALLOC_ARENAS)  # read by the driver JVM pyspark starts
     builder = SparkSession.builder.appName(app_name)
     if remote:
         builder = builder.remote(remote)
@@ -55,7 +66,14 @@ def build_session(
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-            .config("spark.driver.memory", "1g")
+            .config("spark.driver.memory", driver_memory)
+            .config("spark.driver.extraJavaOptions", DRIVER_JAVA_OPTIONS)
+            # Spark keeps the last 1,000 jobs, stages and SQL executions (100,000 tasks) for its UI even without
+            # one: a query's micro-batch a second fills that in minutes, a heap that grows for a quarter of an hour
+            .config("spark.ui.retainedJobs", "50")
+            .config("spark.ui.retainedStages", "50")
+            .config("spark.ui.retainedTasks", "1000")
+            .config("spark.sql.ui.retainedExecutions", "20")
             .config("spark.sql.streaming.stopActiveRunOnRestart", "true")
         )
         for key, value in DELTA_SETTINGS.items():
