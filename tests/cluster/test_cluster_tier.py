@@ -141,10 +141,15 @@ def test_killing_a_leader_broker_a_zookeeper_server_and_a_consumer_node_loses_no
     accepted = set(publishers.accepted)
     assert len(accepted) > 200, publishers.statuses
 
-    def everything_delivered() -> bool:
-        return accepted <= {r.message_id for r in subscriber.received}
+    def undelivered() -> set[str]:
+        return accepted - {r.message_id for r in subscriber.received if r.message_id is not None}
 
-    wait_until(everything_delivered, timeout=90)
+    try:
+        wait_until(lambda: not undelivered(), timeout=90)
+    except AssertionError:
+        lost = undelivered()
+        example = sorted(lost)[:5]
+        raise AssertionError(f"{len(lost)} of {len(accepted)} accepted messages never arrived: {example}") from None
     counts = Counter(r.message_id for r in subscriber.received if r.message_id in accepted)
     duplicates = sum(c - 1 for c in counts.values())
     print(f"published {dict(publishers.statuses)}, delivered {len(counts)}, duplicates {duplicates}")
