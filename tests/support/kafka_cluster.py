@@ -62,6 +62,7 @@ class KafkaCluster:
             )
             for n, port in controller_ports.items()
         }
+        self._admin: AdminClient | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -81,8 +82,9 @@ class KafkaCluster:
 
     def leader(self, topic: str, partition: int = 0) -> int:
         """The node id of the partition's leader (-1 while it has none)."""
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
-        metadata = admin.list_topics(topic, timeout=10)
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        metadata = self._admin.list_topics(topic, timeout=10)
         return int(metadata.topics[topic].partitions[partition].leader)
 
     def kill(self, node_id: int) -> None:
