@@ -11,7 +11,7 @@ import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -75,6 +75,18 @@ class Publishers:
                     self.failures.append(f"{frontend}: {response.status_code} {response.text}")
 
 
+def answered(check: Callable[[], bool]) -> Callable[[], bool]:
+    """``check`` as a condition to poll, false while management does not answer (its ZooKeeper electing)."""
+
+    def condition() -> bool:
+        try:
+            return check()
+        except AssertionError:  # nodes() got no 200
+            return False
+
+    return condition
+
+
 @pytest.fixture(scope="module")
 def kafka_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     running = KafkaCluster(tmp_path_factory.mktemp("kafka-cluster")).start()
@@ -124,13 +136,16 @@ def test_killing_a_leader_broker_a_zookeeper_server_and_a_consumer_node_loses_no
 
             zookeeper = ensemble.leader()
             zookeeper.kill()
-            wait_until(lambda: ensemble.serving() == 2, timeout=30)  # the other two elected a leader
+            wait_until(lambda: sorted(ensemble.modes()) == ["follower", "leader"], timeout=30)
             time.sleep(STEADY)
 
+            wait_until(answered(lambda: len(assigned(client.management).get(name, [])) == 2), timeout=60)
             node = assigned(client.management)[name][0]
             cluster.kill(node)
             wait_until(
-                lambda: node not in nodes(client.management) and len(assigned(client.management).get(name, [])) == 2,
+                answered(
+                    lambda: node not in nodes(client.management) and len(assigned(client.management).get(name, [])) == 2
+                ),
                 timeout=60,
             )
             time.sleep(STEADY)

@@ -116,12 +116,12 @@ class ZookeeperEnsemble:
         with ThreadPoolExecutor(len(self.servers)) as pool:  # at once: a server waits for its peers
             for started in [pool.submit(server.start, timeout) for server in self.servers]:
                 started.result()
-        wait_until(lambda: self.serving() == len(self.servers), timeout=timeout)
+        wait_until(lambda: len(self.modes()) == len(self.servers), timeout=timeout)
         return self
 
-    def serving(self) -> int:
-        """How many servers serve clients (a server without a quorum does not)."""
-        return sum(server.mode() is not None for server in self.servers)
+    def modes(self) -> list[str]:
+        """The modes of the servers that serve clients (a server without a quorum does not)."""
+        return [mode for mode in (server.mode() for server in self.servers) if mode is not None]
 
     def leader(self) -> ZookeeperServer:
         return next(server for server in self.servers if server.mode() == "leader")
