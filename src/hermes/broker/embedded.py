@@ -260,7 +260,7 @@ class EmbeddedBroker:
             self._process.send_signal(signal.SIGCONT)
 
     def _write_config(self) -> Path:
-        # a static quorum of one: its address may change between starts
+        # alone, a static quorum of one whose address may change between starts; in a larger quorum, a fixed port
         controller_port = self.controller_port or free_port(self.host)
         listener = "PLAINTEXT" if self.security is None else "CLIENT"
         settings = {
