@@ -14,6 +14,7 @@ from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.metadata.secrets import KEYS_VARIABLE, new_key
 from tests.support.hermes import HermesProcess
+from tests.support.kafka_cluster import KafkaCluster, ZookeeperEnsemble
 
 SESSION_TIMEOUT = 2.0  # a dead member leaves the cluster this long after its last heartbeat
 REPORT_INTERVAL = 0.5
@@ -24,7 +25,13 @@ FAILOVER_BOUND = SESSION_TIMEOUT + REPORT_INTERVAL + 10.0
 
 
 class Cluster:
-    def __init__(self, tmp: Path, kafka: EmbeddedBroker, zookeeper: ZookeeperServer, root: str) -> None:
+    def __init__(
+        self,
+        tmp: Path,
+        kafka: EmbeddedBroker | KafkaCluster,
+        zookeeper: ZookeeperServer | ZookeeperEnsemble,
+        root: str,
+    ) -> None:
         self.tmp, self.kafka, self.zookeeper, self.root = tmp, kafka, zookeeper, root
         self.processes: dict[str, HermesProcess] = {}
         self.secrets_keys = new_key()  # every process reads the secrets any of them stored

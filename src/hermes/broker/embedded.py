@@ -19,6 +19,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -105,6 +106,11 @@ def ensure_port_free(host: str, port: int, what: str) -> None:
             raise StartupError(f"{what} port {host}:{port} is not available: {exc.strerror}") from None
 
 
+def new_cluster_id() -> str:
+    """A KRaft cluster id: every node of one cluster is formatted with the same."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
 def java_executable() -> str:
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
@@ -115,7 +121,11 @@ def java_executable() -> str:
 
 class EmbeddedBroker:
     """A single-node Apache Kafka whose files live in ``directory`` (``log/`` its data, ``kafka.log`` its log).
-    With ``security``, its one client listener takes SCRAM users only (over TLS unless switched off)."""
+    With ``security``, its one client listener takes SCRAM users only (over TLS unless switched off).
+
+    One node of a several-node cluster takes its controller port, the cluster's id and server ``settings`` over
+    the defaults (``node.id``, ``controller.quorum.voters``, replication factors), and may run with other
+    ``jvm_options`` (a small machine's garbage collector)."""
 
     def __init__(
         self,
@@ -124,12 +134,21 @@ class EmbeddedBroker:
         host: str = "127.0.0.1",
         heap_mb: int = 1024,
         security: BrokerSecurity | None = None,
+        *,
+        controller_port: int = 0,
+        cluster_id: str | None = None,
+        settings: Mapping[str, str] | None = None,
+        jvm_options: Sequence[str] = tuple(_JVM_OPTIONS),
     ) -> None:
         self.directory = directory
         self.host = host
         self.port = port
         self.heap_mb = heap_mb
         self.security = security
+        self.controller_port = controller_port
+        self.cluster_id = cluster_id
+        self.settings = dict(settings or {})
+        self.jvm_options = list(jvm_options)
         self._process: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
         self._lock: DataDirLock | None = None
@@ -170,7 +189,7 @@ class EmbeddedBroker:
             if self.port == 0:
                 self.port = free_port(self.host)
             config = self._write_config()
-            jvm = [java, f"-Xms{min(64, self.heap_mb)}m", f"-Xmx{self.heap_mb}m", *_JVM_OPTIONS]
+            jvm = [java, f"-Xms{min(64, self.heap_mb)}m", f"-Xmx{self.heap_mb}m", *self.jvm_options]
             jvm += [f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}", "-cp", classpath]
             if not (self.directory / "log" / "meta.properties").exists():
                 self._format(jvm, config)
@@ -241,7 +260,8 @@ class EmbeddedBroker:
             self._process.send_signal(signal.SIGCONT)
 
     def _write_config(self) -> Path:
-        controller_port = free_port(self.host)  # a static quorum of one: its address may change between starts
+        # alone, a static quorum of one whose address may change between starts; in a larger quorum, a fixed port
+        controller_port = self.controller_port or free_port(self.host)
         listener = "PLAINTEXT" if self.security is None else "CLIENT"
         settings = {
             **_SERVER_SETTINGS,
@@ -252,13 +272,14 @@ class EmbeddedBroker:
         }
         if self.security is not None:
             settings |= server_settings(self.security, self.directory, self.host)
+        settings |= self.settings
         config = self.directory / "server.properties"
         config.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
         (self.directory / "log4j2.properties").write_text(_LOG4J)
         return config
 
     def _format(self, jvm: list[str], config: Path) -> None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = self.cluster_id or new_cluster_id()
         scram = format_arguments(self.security, self.directory) if self.security is not None else []
         result = subprocess.run(
             # "=": an id may begin with "-", which would read as an option
