@@ -150,7 +150,7 @@ def test_a_refused_login_is_retried_and_its_password_shown_nowhere(
     ("endpoint", "problem"),
     [
         ("jms://127.0.0.1:61613/a/b", "must name one destination"),
-        ("jms://127.0.0.1:61613/queue/", "destination name ''"),
+        ("jms://127.0.0.1:61613/queue/", "must name one destination"),
         ("jms://127.0.0.1:61613", "must name one destination"),
         ("jms://127.0.0.1:61613/queue/a%20b", "destination name 'a%20b'"),
         ("jms://127.0.0.1:61613/orders?x=1", "no query or fragment"),

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from hermes.domain.jms import JMS_SCHEME, jms_destination
+from hermes.domain.jms import DESTINATION_KINDS, DESTINATION_NAME, JMS_SCHEME, jms_destination
 from hermes.errors import ValidationError
 
 HTTP_SCHEMES = frozenset({"http", "https"})
@@ -18,13 +18,13 @@ _USERINFO = r"[A-Za-z0-9._~!$&'()*+,;=%-]"
 _PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 # RFC 3986's shape for what we send to: printable ASCII (other characters percent-encoded), a host name or an
 # IPv6 literal, a port from 1; the OpenAPI document describes endpoints with the same expressions
-_AFTER_SCHEME = (
-    rf"://(?:{_USERINFO}+(?::{_USERINFO}*)?@)?(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::{_PORT})?"
-    r"(?:[/?#][!-~]*)?$"
-)
-URL_PATTERN = rf"^https?{_AFTER_SCHEME}"  # HTTP(S) only: OAuth token endpoints
-ENDPOINT_PATTERN = rf"^(?:https?|{JMS_SCHEME}){_AFTER_SCHEME}"  # a subscription's endpoint
-_URL = re.compile(ENDPOINT_PATTERN)
+_AUTHORITY = rf"(?:{_USERINFO}+(?::{_USERINFO}*)?@)?(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::{_PORT})?"
+_HTTP_URL = rf"https?://{_AUTHORITY}(?:[/?#][!-~]*)?"
+_JMS_URL = rf"{JMS_SCHEME}://{_AUTHORITY}/(?:(?:{'|'.join(DESTINATION_KINDS)})/)?{DESTINATION_NAME}"
+URL_PATTERN = rf"^{_HTTP_URL}$"  # HTTP(S) only: OAuth token endpoints
+ENDPOINT_PATTERN = rf"^(?:{_HTTP_URL}|{_JMS_URL})$"  # a subscription's endpoint
+# any endpoint's shape; a jms:// one's path is then checked by jms_destination, which names what is wrong
+_URL = re.compile(rf"^(?:https?|{JMS_SCHEME})://{_AUTHORITY}(?:[/?#][!-~]*)?$")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from hermes.errors import ValidationError
 JMS_SCHEME = "jms"
 STOMP_PORT = 61613
 DESTINATION_KINDS = ("queue", "topic")
-_NAME = re.compile(r"[A-Za-z0-9._~-]+")
+DESTINATION_NAME = r"[A-Za-z0-9._~-]+"
+_NAME = re.compile(DESTINATION_NAME)
 # the frame's own headers, set by the sender (a stray ``transaction`` would make the broker refuse the frame)
 FRAME_HEADERS = frozenset({"destination", "receipt", "persistent", "transaction"})
 _FORMS = "jms://host:port/NAME (a topic, as in Hermes), jms://host:port/queue/NAME or jms://host:port/topic/NAME"
@@ -46,7 +47,7 @@ class JmsDestination:
 def jms_destination(url: str, field: str = "endpoint") -> JmsDestination:
     """The destination of a ``jms://`` URL (credentials ignored); a ValidationError naming ``field`` if it has none."""
     parts = urlsplit(url)
-    if parts.query or parts.fragment:
+    if "?" in url or "#" in url:
         raise ValidationError(f"a jms:// endpoint has no query or fragment: write it as {_FORMS}", field)
     segments = parts.path.split("/")[1:]
     if len(segments) == 1:
@@ -54,6 +55,8 @@ def jms_destination(url: str, field: str = "endpoint") -> JmsDestination:
     elif len(segments) == 2 and segments[0] in DESTINATION_KINDS:
         kind, name = segments
     else:
+        kind, name = "", ""
+    if not name:
         raise ValidationError(f"must name one destination: write it as {_FORMS}", field)
     if not _NAME.fullmatch(name):
         raise ValidationError(
