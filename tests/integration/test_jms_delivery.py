@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_until
-from tests.support.activemq import PASSWORD, ActiveMqServer, StompReader
+from tests.support.activemq import FORBIDDEN, PASSWORD, ActiveMqServer, StompReader
 from tests.support.hermes import HermesClient, InProcessHermes, unique
 
 pytestmark = pytest.mark.integration
@@ -144,6 +144,27 @@ def test_a_refused_login_is_retried_and_its_password_shown_nowhere(
     assert wrong not in caplog.text
     assert wrong not in client.management.get(f"{path}/metrics").text
     assert wrong not in client.management.get("/status/prometheus").text
+
+
+def test_a_destination_the_broker_refuses_is_retried_until_the_ttl_and_others_go_on(
+    hermes: InProcessHermes, client: HermesClient, activemq: ActiveMqServer, reader: Any
+) -> None:
+    topic = client.create_topic()
+    refused = client.create_subscription(topic, activemq.endpoint(FORBIDDEN), subscriptionPolicy={"messageTtl": 2})
+    queue = unique("allowed")
+    allowed = reader(f"/queue/{queue}")
+    client.create_subscription(topic, activemq.endpoint(f"queue/{queue}"))  # the same broker and login
+    hermes.consumer(topic, refused)
+    client.publish(topic, '{"n": 1}')
+
+    path = f"/topics/{topic}/subscriptions/{refused}/undelivered/last"
+    wait_until(lambda: client.management.get(path).status_code == 200, timeout=30)
+    reason = client.management.get(path).json()["reason"]
+    assert reason.startswith(f"Message sending failed: the JMS broker at 127.0.0.1:{activemq.port} refused: "), reason
+    assert "forbidden.orders" in reason, reason
+    assert hermes.consumer(topic, refused).metrics.totals.get("otherErrors", 0) >= 2  # retried until the TTL
+    client.publish(topic, '{"n": 2}')
+    assert sorted(m.body for m in allowed.wait_for(2)) == [b'{"n": 1}', b'{"n": 2}']
 
 
 @pytest.mark.parametrize(

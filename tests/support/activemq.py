@@ -1,6 +1,7 @@
 """A real Apache ActiveMQ broker (Debian's ``activemq`` package) for the tests of ``jms://`` endpoints, run as a
 process of the test session's own: a free port on 127.0.0.1, only the STOMP connector, a login, its store in a
-temporary directory. And a STOMP consumer (stomp.py) that reads what Hermes delivered there."""
+temporary directory. The login may use every destination whose name has no dot (``FORBIDDEN`` has one). And a
+STOMP consumer (stomp.py) that reads what Hermes delivered there."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.support.waiting import wait_until
 
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
 USER, PASSWORD = "hermes", "amq-s3cret-password"
+FORBIDDEN = "queue/forbidden.orders"  # a destination the login may not write to
 
 _CONFIG = """<beans xmlns="http://www.springframework.org/schema/beans"
   xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
@@ -32,6 +34,11 @@ _CONFIG = """<beans xmlns="http://www.springframework.org/schema/beans"
       <simpleAuthenticationPlugin>
         <users><authenticationUser username="{user}" password="{password}" groups="users"/></users>
       </simpleAuthenticationPlugin>
+      <authorizationPlugin><map><authorizationMap><authorizationEntries>
+        <authorizationEntry queue="*" read="users" write="users" admin="users"/>
+        <authorizationEntry topic="*" read="users" write="users" admin="users"/>
+        <authorizationEntry topic="ActiveMQ.Advisory.>" read="users" write="users" admin="users"/>
+      </authorizationEntries></authorizationMap></map></authorizationPlugin>
     </plugins>
     <transportConnectors>
       <transportConnector name="stomp" uri="stomp://127.0.0.1:{port}"/>
