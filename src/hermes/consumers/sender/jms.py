@@ -14,8 +14,10 @@ listener (on its receiver thread) hands receipts and errors to the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import stomp
@@ -25,6 +27,7 @@ from hermes.consumers.sender.result import SendResult
 from hermes.domain.jms import JmsDestination, jms_destination, jms_properties
 from hermes.domain.message import TOPIC_NAME_HEADER
 from hermes.domain.subscription import Subscription
+from hermes.errors import ValidationError
 from hermes.http.streamed import Body
 
 # stomp.py logs each failed connect and send, with a traceback: the failure log sums them up instead
@@ -99,21 +102,25 @@ class BrokerConnection(stomp.ConnectionListener):  # type: ignore[misc]
     # --- stomp.py's listener, called on its receiver thread ---
 
     def on_connected(self, frame: Any) -> None:
-        self._loop.call_soon_threadsafe(_settle, self._connected, None)
+        self._on_loop(_settle, self._connected, None)
 
     def on_receipt(self, frame: Any) -> None:
-        self._loop.call_soon_threadsafe(self._settle_receipt, frame.headers.get("receipt-id"), None)
+        self._on_loop(self._settle_receipt, frame.headers.get("receipt-id"), None)
 
     def on_error(self, frame: Any) -> None:
         reason = frame.headers.get("message") or bytes(frame.body or b"").decode("utf-8", "replace")[:200]
         error = f"the JMS broker at {self._broker} refused: {reason.strip()}"
         if (receipt := frame.headers.get("receipt-id")) is not None:
-            self._loop.call_soon_threadsafe(self._settle_receipt, receipt, error)
+            self._on_loop(self._settle_receipt, receipt, error)
         else:  # about the connection (a login refused): the broker closes it
-            self._loop.call_soon_threadsafe(self._lose, error)
+            self._on_loop(self._lose, error)
 
     def on_disconnected(self) -> None:
-        self._loop.call_soon_threadsafe(self._lose, f"connection to the JMS broker at {self._broker} lost")
+        self._on_loop(self._lose, f"connection to the JMS broker at {self._broker} lost")
+
+    def _on_loop(self, callback: Callable[..., None], *args: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the process stops, nobody waits
+            self._loop.call_soon_threadsafe(callback, *args)
 
     # --- on the event loop ---
 
@@ -152,7 +159,10 @@ class JmsSender:
     ) -> SendResult:
         """Sends to the endpoint's destination, with the endpoint's credentials as the broker login; the
         message's headers go as its properties (``hermes.domain.jms``), with the topic's name as Hermes sends it."""
-        destination = jms_destination(url)
+        try:
+            destination = jms_destination(url)
+        except ValidationError as exc:  # an address from a resolver of one's own
+            return SendResult.failure(exc.message)
         properties = jms_properties({**headers, TOPIC_NAME_HEADER: subscription.topic_name.qualified})
         data = body if isinstance(body, bytes) else await asyncio.to_thread(b"".join, body.chunks())
         try:
