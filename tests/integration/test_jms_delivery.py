@@ -1,6 +1,7 @@
 """``jms://`` endpoints against a real ActiveMQ (the session's ``activemq`` fixture), read back by a real STOMP
 consumer: a queue and a topic, the headers as JMS properties, a BATCH as one message, retries while the broker is
-down (at-least-once), a refused login, the endpoint's password kept out of answers, logs and metrics, bad URLs."""
+down (at-least-once), a refused login and a refused destination (retried, traced, recorded), the endpoint's
+password kept out of answers, logs and metrics, bad URLs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import wait_until
+from tests.integration.test_tracking import TrackingReader
 from tests.support.activemq import FORBIDDEN, PASSWORD, ActiveMqServer, StompReader
 from tests.support.hermes import HermesClient, InProcessHermes, unique
 
@@ -149,13 +151,15 @@ def test_a_refused_login_is_retried_and_its_password_shown_nowhere(
 def test_a_destination_the_broker_refuses_is_retried_until_the_ttl_and_others_go_on(
     hermes: InProcessHermes, client: HermesClient, activemq: ActiveMqServer, reader: Any
 ) -> None:
-    topic = client.create_topic()
-    refused = client.create_subscription(topic, activemq.endpoint(FORBIDDEN), subscriptionPolicy={"messageTtl": 2})
+    topic = client.create_topic(trackingEnabled=True)
+    refused = client.create_subscription(
+        topic, activemq.endpoint(FORBIDDEN), subscriptionPolicy={"messageTtl": 2}, trackingMode="trackingAll"
+    )
     queue = unique("allowed")
     allowed = reader(f"/queue/{queue}")
-    client.create_subscription(topic, activemq.endpoint(f"queue/{queue}"))  # the same broker and login
+    name = client.create_subscription(topic, activemq.endpoint(f"queue/{queue}"), trackingMode="trackingAll")
     hermes.consumer(topic, refused)
-    client.publish(topic, '{"n": 1}')
+    message_id = client.publish(topic, '{"n": 1}').headers["Hermes-Message-Id"]
 
     path = f"/topics/{topic}/subscriptions/{refused}/undelivered/last"
     wait_until(lambda: client.management.get(path).status_code == 200, timeout=30)
@@ -165,6 +169,13 @@ def test_a_destination_the_broker_refuses_is_retried_until_the_ttl_and_others_go
     assert hermes.consumer(topic, refused).metrics.totals.get("otherErrors", 0) >= 2  # retried until the TTL
     client.publish(topic, '{"n": 2}')
     assert sorted(m.body for m in allowed.wait_for(2)) == [b'{"n": 1}', b'{"n": 2}']
+    tracking = TrackingReader(hermes)  # traced as an HTTP subscriber's deliveries are
+    try:
+        wait_until(lambda: tracking.statuses(message_id, name) == ["INFLIGHT", "SUCCESS"], 20, 0.2)
+        traced = tracking.statuses(message_id, refused)
+        assert traced[0] == "INFLIGHT" and traced[-1] == "DISCARDED" and "FAILED" in traced, traced
+    finally:
+        tracking.close()
 
 
 @pytest.mark.parametrize(
