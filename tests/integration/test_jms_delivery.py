@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from hermes.consumers.rate import RateMode
 from tests.conftest import wait_until
 from tests.integration.test_tracking import TrackingReader
 from tests.support.activemq import FORBIDDEN, PASSWORD, ActiveMqServer, StompReader
@@ -103,12 +104,14 @@ def test_messages_wait_for_a_broker_that_is_down_and_arrive_when_it_is_back(
     queue = unique("payments")
     topic = client.create_topic()
     name = client.create_subscription(topic, activemq.endpoint(f"queue/{queue}"))
-    metrics = hermes.consumer(topic, name).metrics.totals
+    consumer = hermes.consumer(topic, name)
+    metrics = consumer.metrics.totals
     activemq.stop()
     try:
         for n in range(3):
             assert client.publish(topic, json.dumps({"n": n})).status_code == 201
         wait_until(lambda: metrics.get("otherErrors", 0) >= 3, timeout=30)
+        wait_until(lambda: consumer.rate.mode is not RateMode.NORMAL)  # slowed down, as for a failing HTTP one
         assert metrics.get("delivered", 0) == 0
     finally:
         activemq.start()
