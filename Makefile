@@ -2,8 +2,9 @@
 # only what running uses, `make test` the test and benchmark tools too.
 .PHONY: setup setup-run run test lint typecheck check bench
 
-# What `hermes run` uses: the ZooKeeper client (--metadata-store zookeeper), the Spark pipeline, uvloop.
-RUN_EXTRAS = zookeeper,spark,fast
+# What `hermes run` uses: the ZooKeeper client (--metadata-store zookeeper), the Spark pipeline, uvloop, the STOMP
+# client of jms:// endpoints.
+RUN_EXTRAS = zookeeper,spark,fast,jms
 
 setup:
 	@./scripts/setup.sh

@@ -26,6 +26,9 @@ if has_extra dev; then  # the tests' ZooKeeper server, and Debian's Chromium for
   [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need_apt+=(zookeeper)
   command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+  # ActiveMQ for the jms:// sender's tests, which run it as a process of their own; the package's service starts
+  # no broker (none of its instances is enabled in /etc/activemq/instances-enabled)
+  [ -f /usr/share/activemq/bin/activemq.jar ] || need_apt+=(activemq)
 fi
 if has_extra bench; then
   command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # the load generator of hermes bench's publish maxima

@@ -12,6 +12,7 @@ from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.metadata.secrets import SecretKeys, StoredSecrets, key_file
 from hermes.metadata.sqlite import SqliteMetadataRepository
+from tests.support.activemq import ActiveMqServer
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings
 from tests.support.subscriber import SubscriberServer
 from tests.support.waiting import wait_until
@@ -32,6 +33,15 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZookeeperServer]:
     """A real ZooKeeper server (Debian's package), shared by the session's tests: use unique roots."""
     server = ZookeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def activemq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ActiveMqServer]:
+    """A real ActiveMQ broker (Debian's package) for jms:// endpoints, shared by the session's tests: use unique
+    destination names."""
+    server = ActiveMqServer(tmp_path_factory.mktemp("activemq")).start()
     yield server
     server.stop()
 

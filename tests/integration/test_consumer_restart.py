@@ -24,6 +24,7 @@ from hermes.consumers.content import ContentConverter
 from hermes.consumers.context import ConsumerContext
 from hermes.consumers.process import ConsumerProcess
 from hermes.consumers.sender.http import HttpSender
+from hermes.consumers.sender.senders import MessageSenders
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription
@@ -118,7 +119,8 @@ def test_a_kafka_client_that_cannot_start_is_reported_as_a_crash(
 
     async def run() -> ConsumerProcess:
         content = ContentConverter(sqlite_repository)
-        context = ConsumerContext(connection, HttpSender(), sqlite_repository, content, "node", "primary")
+        sender = MessageSenders(HttpSender())
+        context = ConsumerContext(connection, sender, sqlite_repository, content, "node", "primary")
         consumer = ConsumerProcess(subscription, context, crashes.append)
         await consumer.start()
         for _ in range(200):

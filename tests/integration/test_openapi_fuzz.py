@@ -46,6 +46,7 @@ STATE_OR_GRAMMAR = re.compile(
             r"is for subscriptions of CloudEvents topics|CloudEvents topics take JSON|cloudEvents: cannot be changed",
             r"must match the topic in the path",  # a body field against a path parameter
             r"must be after startTimestamp|(tokenRequestMaxDelay|delayTo): must be at least",  # field against field
+            r"is not available with a jms:// endpoint",  # field against field
             r"is not a valid jsonpath path \(",  # JsonPath's grammar is not a regular expression
             r"is not a valid regular expression",  # nor are Python's regular expressions
             r"does not appear to be an IPv4 or IPv6 address",  # nor practically an IPv6 address's

@@ -174,7 +174,7 @@ def _subscriptions(sub: Any) -> None:
     parser = sub.add_parser("create", help="a subscription delivering to ENDPOINT")
     parser.add_argument("topic", metavar="TOPIC")
     parser.add_argument("name", metavar="SUBSCRIPTION")
-    parser.add_argument("endpoint", metavar="ENDPOINT", help="http(s)://...")
+    parser.add_argument("endpoint", metavar="ENDPOINT", help="http(s)://... or jms://host:port/queue/NAME")
     parser.add_argument("--owner", metavar="OWNER_ID", help="the owner's id (source Plaintext)")
     parser.add_argument("--description", metavar="TEXT")
     _set_flag(parser)

@@ -10,7 +10,7 @@ from hermes.consumers.content import ContentConverter
 from hermes.consumers.offloaded import OffloadedMessages
 from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import EndpointAddressResolver, EndpointItself
-from hermes.consumers.sender.http import HttpSender
+from hermes.consumers.sender.senders import MessageSenders
 from hermes.metadata.repository import MetadataRepository
 from hermes.tracker import Tracker
 
@@ -20,7 +20,7 @@ CrashListener = Callable[[BaseException], None]
 @dataclass(frozen=True)
 class ConsumerContext:
     connection: KafkaConnection
-    sender: HttpSender
+    sender: MessageSenders
     repository: MetadataRepository
     content: ContentConverter
     node_id: str

@@ -30,6 +30,7 @@ from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import load_resolver
 from hermes.consumers.sender.http import HttpSender
 from hermes.consumers.sender.oauth import OAuthTokens, TokenClient
+from hermes.consumers.sender.senders import MessageSenders
 from hermes.consumers.shared_reading import SharedReader
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
@@ -84,7 +85,7 @@ class ConsumersSupervisor:
         self._cache.on_subscription_change(self._oauth.subscription_changed)
         self._context = ConsumerContext(
             connection=self._connection,
-            sender=HttpSender(self._oauth, tls),
+            sender=MessageSenders(HttpSender(self._oauth, tls)),
             repository=self._repository,
             content=ContentConverter(self._repository),
             node_id=s.node_id,

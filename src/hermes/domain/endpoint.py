@@ -1,4 +1,5 @@
-"""Subscription endpoints, with the Basic Auth credentials that may be embedded in their URL."""
+"""Subscription endpoints, with the credentials that may be embedded in their URL: HTTP(S) URLs, and ``jms://``
+destinations (``hermes.domain.jms``)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,23 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from hermes.domain.jms import DESTINATION_KINDS, DESTINATION_NAME, JMS_SCHEME, jms_destination
 from hermes.errors import ValidationError
 
-SUPPORTED_SCHEMES = frozenset({"http", "https"})
+HTTP_SCHEMES = frozenset({"http", "https"})
+SUPPORTED_SCHEMES = HTTP_SCHEMES | {JMS_SCHEME}
 MASK = "*****"
 _USERINFO = r"[A-Za-z0-9._~!$&'()*+,;=%-]"
 _PORT = r"(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
 # RFC 3986's shape for what we send to: printable ASCII (other characters percent-encoded), a host name or an
-# IPv6 literal, a port from 1; the OpenAPI document describes endpoints with the same expression
-URL_PATTERN = (
-    rf"^https?://(?:{_USERINFO}+(?::{_USERINFO}*)?@)?(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::{_PORT})?"
-    r"(?:[/?#][!-~]*)?$"
-)
-_URL = re.compile(URL_PATTERN)
+# IPv6 literal, a port from 1; the OpenAPI document describes endpoints with the same expressions
+_AUTHORITY = rf"(?:{_USERINFO}+(?::{_USERINFO}*)?@)?(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::{_PORT})?"
+_HTTP_URL = rf"https?://{_AUTHORITY}(?:[/?#][!-~]*)?"
+_JMS_URL = rf"{JMS_SCHEME}://{_AUTHORITY}/(?:(?:{'|'.join(DESTINATION_KINDS)})/)?{DESTINATION_NAME}"
+URL_PATTERN = rf"^{_HTTP_URL}$"  # HTTP(S) only: OAuth token endpoints
+ENDPOINT_PATTERN = rf"^(?:{_HTTP_URL}|{_JMS_URL})$"  # a subscription's endpoint
+# any endpoint's shape; a jms:// one's path is then checked by jms_destination, which names what is wrong
+_URL = re.compile(rf"^(?:https?|{JMS_SCHEME})://{_AUTHORITY}(?:[/?#][!-~]*)?$")
 
 
 @dataclass(frozen=True)
@@ -29,7 +34,7 @@ class EndpointAddress:
     raw: str
 
     @classmethod
-    def parse(cls, raw: str, field: str = "endpoint") -> EndpointAddress:
+    def parse(cls, raw: str, field: str = "endpoint", schemes: frozenset[str] = SUPPORTED_SCHEMES) -> EndpointAddress:
         if not isinstance(raw, str) or not raw:
             raise ValidationError("must be a non-empty URI", field)
         try:
@@ -41,13 +46,15 @@ class EndpointAddress:
             # an address with credentials is not repeated: the answer would show the password
             guess = f"http://{raw}" if "@" not in raw else "http://user:password@host:port/path"
             raise ValidationError(f"has no scheme: write it as {guess} (or https://)", field)
-        if parts.scheme not in SUPPORTED_SCHEMES:
-            supported = ", ".join(sorted(SUPPORTED_SCHEMES))
+        if parts.scheme not in schemes:
+            supported = ", ".join(sorted(schemes))
             raise ValidationError(f"scheme '{parts.scheme}' is not supported (use one of: {supported})", field)
         if not parts.hostname:
             raise ValidationError("must name a host", field)
         if port == 0 or not _URL.match(raw):
             raise ValidationError("is not a valid URI (printable ASCII, other characters percent-encoded)", field)
+        if parts.scheme == JMS_SCHEME:
+            jms_destination(raw, field)
         return cls(raw)
 
     # cached: every delivery asks (the instance is frozen, and a cached_property bypasses that, not its equality)
@@ -60,7 +67,8 @@ class EndpointAddress:
 
     @functools.cached_property
     def url(self) -> str:
-        """The URL to send to, with the credentials removed (they travel as an Authorization header)."""
+        """The URL to send to, with the credentials removed (they travel as an Authorization header, or as a
+        JMS broker's login)."""
         parts = urlsplit(self.raw)
         if parts.username is None:
             return self.raw
@@ -70,6 +78,10 @@ class EndpointAddress:
         if parts.port is not None:
             netloc = f"{netloc}:{parts.port}"
         return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+    @property
+    def is_jms(self) -> bool:
+        return self.raw.startswith(f"{JMS_SCHEME}://")
 
     @property
     def masked(self) -> str:

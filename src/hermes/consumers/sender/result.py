@@ -39,6 +39,11 @@ class SendResult:
         return cls(status=status, retry_after=retry_after)
 
     @classmethod
+    def delivered(cls) -> SendResult:
+        """A message a JMS broker confirmed: counted as the 2xx of an HTTP subscriber."""
+        return cls(status=200)
+
+    @classmethod
     def timeout(cls) -> SendResult:
         return cls(timed_out=True, error="timeout")
 

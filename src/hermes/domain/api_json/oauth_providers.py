@@ -11,7 +11,7 @@ from hermes.domain.api_json.fields import (
     read_object,
     read_str,
 )
-from hermes.domain.endpoint import EndpointAddress
+from hermes.domain.endpoint import HTTP_SCHEMES, EndpointAddress
 from hermes.domain.names import validate_simple_name
 from hermes.domain.oauth import OAuthProvider
 from hermes.errors import ValidationError
@@ -21,7 +21,7 @@ def oauth_provider_from_json(data: Any) -> OAuthProvider:
     body = read_object(data, "oauthProvider")
     name = validate_simple_name(body.get("name"), "name")  # type: ignore[arg-type]
     endpoint = read_str(body, "tokenEndpoint", "", "tokenEndpoint")
-    EndpointAddress.parse(endpoint, "tokenEndpoint")
+    EndpointAddress.parse(endpoint, "tokenEndpoint", HTTP_SCHEMES)
     client_id = read_str(body, "clientId", "", "clientId")
     secret = read_str(body, "clientSecret", "", "clientSecret")
     if not client_id:

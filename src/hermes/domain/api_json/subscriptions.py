@@ -192,10 +192,15 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
     resolver_metadata = body.get("endpointAddressResolverMetadata") or {}
     if not isinstance(resolver_metadata, dict):
         raise ValidationError("must be a JSON object", "endpointAddressResolverMetadata")
+    endpoint = EndpointAddress.parse(body.get("endpoint"), "endpoint")  # type: ignore[arg-type]
+    if endpoint.is_jms:  # HTTP's own: a JMS broker takes the endpoint's login, and a message has no signature
+        for http_only in ("oAuthPolicy", "signingSecrets"):
+            if body.get(http_only):
+                raise ValidationError("is not available with a jms:// endpoint", http_only)
     return Subscription(
         topic_name=topic_name,
         name=name,
-        endpoint=EndpointAddress.parse(body.get("endpoint"), "endpoint"),  # type: ignore[arg-type]
+        endpoint=endpoint,
         description=read_str(body, "description", ""),
         owner=owner_from_json(owner),
         contact=read_str(body, "contact", ""),

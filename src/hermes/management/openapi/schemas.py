@@ -11,7 +11,7 @@ from typing import Any
 from hermes.domain.api_json.fields import SECRET_MASK
 from hermes.domain.api_json.subscriptions import AVROPATH, JSONPATH
 from hermes.domain.api_json.topics import MAX_CHAOS_DELAY_MS, MAX_MAX_MESSAGE_SIZE, MIN_MAX_MESSAGE_SIZE
-from hermes.domain.endpoint import URL_PATTERN
+from hermes.domain.endpoint import ENDPOINT_PATTERN, URL_PATTERN
 from hermes.domain.names import GROUP_PATTERN, SIMPLE_PATTERN, TOPIC_NAME_PATTERN
 from hermes.domain.signing import MAX_SECRETS, SECRET_PATTERN
 from hermes.domain.subscription import MAX_MESSAGE_TTL_SECONDS
@@ -30,6 +30,7 @@ SIMPLE_NAME: Schema = {"type": "string", "pattern": f"^{SIMPLE_PATTERN}$"}
 TOPIC_NAME: Schema = {"type": "string", "pattern": TOPIC_NAME_PATTERN, "description": "group.topic"}
 SUBSCRIPTION_NAME: Schema = {"type": "string", "pattern": f"^{GROUP_PATTERN}\\.{SIMPLE_PATTERN}\\${SIMPLE_PATTERN}$"}
 HTTP_URL: Schema = {"type": "string", "pattern": URL_PATTERN}
+ENDPOINT: Schema = {"type": "string", "pattern": ENDPOINT_PATTERN, "description": "http(s):// or jms://"}
 REGEX: Schema = {"type": "string", "format": "regex"}
 EPOCH_SECONDS: Schema = {"type": "number", "minimum": 0}
 
@@ -218,7 +219,7 @@ ENTITIES: dict[str, Schema] = {
         {
             "topicName": TOPIC_NAME,
             "name": SIMPLE_NAME,
-            "endpoint": HTTP_URL,
+            "endpoint": ENDPOINT,
             "description": STR,
             "owner": OWNER,
             "supportTeam": {**_OWNER_ID, "description": "older request shape: the owner's id"},
