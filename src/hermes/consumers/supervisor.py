@@ -44,6 +44,10 @@ from hermes.tracker import Tracker
 
 log = logging.getLogger(__name__)
 
+# Metrics snapshots taken in one turn of the event loop: a thousand busy subscriptions' took about 25 ms in one go (a
+# twentieth of the process's CPU at 2 msg/s each), a pause of every delivery once a second.
+_REPORTS_PER_TURN = 50
+
 
 class ConsumersSupervisor:
     def __init__(
@@ -135,7 +139,9 @@ class ConsumersSupervisor:
         while True:
             await asyncio.sleep(self._settings.consumer_metrics_interval)
             snapshots = {}
-            for consumer in list(self._consumers.values()):
+            for index, consumer in enumerate(list(self._consumers.values())):
+                if index % _REPORTS_PER_TURN == _REPORTS_PER_TURN - 1:
+                    await asyncio.sleep(0)  # deliveries go on between the snapshots of a thousand subscriptions
                 try:
                     if (snapshot := consumer.report(changed_only=True)) is not None:
                         snapshots[consumer.snapshot_key] = snapshot
