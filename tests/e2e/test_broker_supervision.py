@@ -29,14 +29,14 @@ def test_a_killed_broker_is_restarted_on_its_port_and_what_was_accepted_meanwhil
     hermes = HermesProcess(
         tmp_path / "data",
         "--embedded-broker-restart-backoff",
-        "3",  # the broker stays down at least this long
+        "12",  # the broker stays down longer than a management request to its group coordinator waits (10 s)
         kafka_port=port,
         env={"HERMES_FRONTEND_ACK_LEADER_TIMEOUT": "200"},  # publishes while the broker is down are answered soon
     ).start()
     client = HermesClient(hermes.management_url, hermes.frontend_url)
     try:
         topic = client.create_topic()
-        client.create_subscription(topic, subscriber.url)
+        name = client.create_subscription(topic, subscriber.url)
         accepted = [_publish(client, topic, 0).headers["Hermes-Message-Id"]]
         subscriber.wait_for(1, timeout=30)
 
@@ -57,6 +57,10 @@ def test_a_killed_broker_is_restarted_on_its_port_and_what_was_accepted_meanwhil
         accepted += [r.headers["Hermes-Message-Id"] for r in meanwhile]
         with pytest.raises(AssertionError, match="no connection to itself"):  # without the port kept, 14,000 do
             connect_to_itself(port, attempts=40_000)
+        # a request to the group's coordinator times out with no broker up: librdkafka aborted the process when the
+        # broker came back, unless Hermes destroyed the client first
+        groups = client.management.get(f"/topics/{topic}/subscriptions/{name}/consumer-groups")
+        assert groups.status_code == 503, groups.text
 
         wait_until(lambda: _status(hermes.management_url) == 200, timeout=60)
         assert _status(hermes.frontend_url) == 200
