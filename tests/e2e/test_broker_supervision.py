@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
+import threading
 from pathlib import Path
 
 import httpx
@@ -26,15 +28,24 @@ def test_a_killed_broker_is_restarted_on_its_port_and_what_was_accepted_meanwhil
 ) -> None:
     subscriber = SubscriberServer().start()
     port = connectable_port()  # in the ephemeral range: one a client retrying it could be given as its own end
+    # Held by a connection to itself when Hermes starts (as a client of the last run's broker can leave it): the
+    # start waits until it is gone instead of refusing to start
+    holder = connect_to_itself(port)
     hermes = HermesProcess(
         tmp_path / "data",
         "--embedded-broker-restart-backoff",
         "12",  # the broker stays down longer than a management request to its group coordinator waits (10 s)
         kafka_port=port,
         env={"HERMES_FRONTEND_ACK_LEADER_TIMEOUT": "200"},  # publishes while the broker is down are answered soon
-    ).start()
+    )
+    waited = f"port 127.0.0.1:{port} is held by a connection"
+    release = threading.Thread(target=_close_once_logged, args=(holder, hermes, waited))
+    release.start()
+    hermes.start()
+    release.join()
     client = HermesClient(hermes.management_url, hermes.frontend_url)
     try:
+        assert waited in hermes.log()
         topic = client.create_topic()
         name = client.create_subscription(topic, subscriber.url)
         accepted = [_publish(client, topic, 0).headers["Hermes-Message-Id"]]
@@ -71,6 +82,13 @@ def test_a_killed_broker_is_restarted_on_its_port_and_what_was_accepted_meanwhil
         client.close()
         assert hermes.stop() == 0
         subscriber.stop()
+
+
+def _close_once_logged(holder: socket.socket, hermes: HermesProcess, line: str) -> None:
+    try:
+        wait_until(lambda: line in hermes.log(), timeout=60)
+    finally:
+        holder.close()
 
 
 def _publish(client: HermesClient, topic: str, n: int) -> httpx.Response:
