@@ -122,14 +122,21 @@ def broker_port(host: str = "127.0.0.1") -> int:
 
 def ensure_port_free(host: str, port: int, what: str) -> None:
     """Fails with a clear message when ``port`` is taken, before anything else starts."""
-    if port == 0:
-        return
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise StartupError(f"{what} port {host}:{port} is not available: {exc.strerror}") from None
+    if port != 0:
+        reserve_port(host, port, what).close()
+
+
+def reserve_port(host: str, port: int, what: str) -> socket.socket:
+    """A socket bound to ``port`` with SO_REUSEADDR and not listening, which a server's listener with SO_REUSEADDR
+    binds beside; fails with a clear message when the port is taken."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((host, port))
+    except OSError as exc:
+        s.close()
+        raise StartupError(f"{what} port {host}:{port} is not available: {exc.strerror}") from None
+    return s
 
 
 def wait_until_port_free(host: str, port: int, what: str, timeout: float) -> None:
@@ -235,13 +242,12 @@ class EmbeddedBroker:
                 self.directory, "an embedded Kafka broker", "broker.lock", "the embedded Kafka broker's directory"
             )
         try:
-            ensure_port_free(self.host, self.port, "embedded Kafka broker")
             if self.port == 0:
                 self.port = broker_port(self.host)
             if self._port_keeper is None:
-                self._port_keeper = socket.socket()
-                self._port_keeper.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                self._port_keeper.bind((self.host, self.port))
+                self._port_keeper = reserve_port(self.host, self.port, "embedded Kafka broker")
+            else:  # a restart: no other server took the port meanwhile
+                ensure_port_free(self.host, self.port, "embedded Kafka broker")
             config = self._write_config()
             jvm = [java, f"-Xms{min(256, self.heap_mb)}m", f"-Xmx{self.heap_mb}m", *_JVM_OPTIONS]
             jvm += [f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}", "-cp", classpath]
