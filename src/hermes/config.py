@@ -138,6 +138,13 @@ class Settings(BaseSettings):
     embedded_broker_heap_mb: int = Field(
         1024, ge=128, le=65536, description="Largest Java heap of the embedded Kafka broker, in MiB."
     )
+    embedded_broker_restart_backoff: float = Field(
+        1.0,
+        gt=0,
+        le=60,
+        description="Seconds before the embedded Kafka broker is started again after it exited; doubled while it "
+        "keeps exiting within a minute, up to 60.",
+    )
     topic_partitions: int = Field(
         2,
         ge=1,

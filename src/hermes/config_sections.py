@@ -125,7 +125,7 @@ SECTIONS = (
             "topic_reconcile_interval",
         ),
     ),
-    Section("hermes run", ("run",), ("embedded_broker_heap_mb", "pipeline")),
+    Section("hermes run", ("run",), ("embedded_broker_heap_mb", "embedded_broker_restart_backoff", "pipeline")),
     Section(
         "frontend",
         ("run", "frontend"),

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from hermes.broker.admin import BrokerAdmin
+from hermes.broker.child import BrokerChild
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker, ensure_port_free
 from hermes.broker.embedded_security import BrokerSecurity
@@ -29,6 +30,7 @@ from hermes.datadir import DataDirLock, make_private
 from hermes.errors import StartupError
 from hermes.http.lean import LeanServer
 from hermes.http.server import Server
+from hermes.http.status import Health
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.factory import open_repository
 from hermes.metadata.repository import MetadataRepository
@@ -83,6 +85,8 @@ class Hermes:
         self.roles = roles
         self.worker = worker
         self.broker: EmbeddedBroker | None = None
+        self._broker_child: BrokerChild | None = None
+        self.health = Health()  # what every port's /status/health reports down
         self.connection: KafkaConnection | None = None
         self.repository: MetadataRepository | None = None
         self.cache: MetadataCache | None = None
@@ -172,8 +176,9 @@ class Hermes:
                 settings.embedded_broker_heap_mb,
                 BrokerSecurity(users) if users else None,
             )
-            self.broker.launch()  # from this thread: the broker dies with the thread that started it
-            await asyncio.to_thread(self.broker.wait_until_ready)
+            child = self._broker_child = BrokerChild(self.broker, settings.embedded_broker_restart_backoff)
+            await child.start()
+            self.health.add(lambda: child.problem)
             bootstrap = self.broker.bootstrap_servers
         bootstrap = bootstrap or self._running_embedded_broker()
         if self.broker is not None and self.broker.security is not None:  # Hermes signs in as the broker's user
@@ -206,7 +211,7 @@ class Hermes:
             cluster = self._cluster_store() if self._distributed else None
             beside = (lambda: self.frontend_url) if Role.FRONTEND in self.roles else None
             self.management = Management(
-                settings, self.repository, admin, kafka_topics, self.security, cluster, self._tls, beside
+                settings, self.repository, admin, kafka_topics, self.security, cluster, self._tls, beside, self.health
             )
             await self._start_role(self.management)
 
@@ -249,6 +254,7 @@ class Hermes:
                 self._cluster_store() if self._distributed else None,
                 worker=self.worker,
                 tls=self._tls,
+                health=self.health,
             )
             await self._start_role(self.frontend)
             reconciler.on_recreated(self.frontend.topic_recreated)
@@ -306,8 +312,9 @@ class Hermes:
         if self.repository is not None:
             self.repository.close()
             self.repository = None
-        if self.broker is not None:
-            await asyncio.to_thread(self.broker.stop)
+        if self._broker_child is not None:
+            await self._broker_child.stop()
+            self._broker_child = None
             self.broker = None
         if self._lock is not None:
             self._lock.release()

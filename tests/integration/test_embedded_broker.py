@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from hermes.broker.embedded import EmbeddedBroker
+from hermes.broker.embedded import EmbeddedBroker, ephemeral_ports, wait_until_port_free
 from hermes.errors import StartupError
+from tests.support.ports import connect_to_itself, connectable_port
 
 pytestmark = pytest.mark.integration
 
@@ -36,3 +40,27 @@ def test_missing_jars_and_a_missing_java_say_run_make_setup(tmp_path: Path, monk
     monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-java"))
     with pytest.raises(StartupError, match=r"needs Java 17 or later.*run `make setup`"):
         EmbeddedBroker(tmp_path / "b").start()
+
+
+def test_the_broker_s_own_port_lies_outside_the_ephemeral_range(kafka: EmbeddedBroker) -> None:
+    """Started on port 0, as the session's broker is: no connection of the machine can take its port."""
+    assert kafka.port not in ephemeral_ports()
+
+
+def test_a_port_held_by_a_connection_to_itself_is_waited_out_and_a_listener_is_refused_at_once() -> None:
+    port = connectable_port()
+    holder = connect_to_itself(port)
+    release = threading.Timer(0.5, holder.close)
+    release.start()
+    started = time.monotonic()
+    wait_until_port_free("127.0.0.1", port, "embedded Kafka broker", timeout=30)
+    assert time.monotonic() - started >= 0.4
+    release.join()
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        started = time.monotonic()
+        with pytest.raises(StartupError, match=f"port 127.0.0.1:{port} is not available"):
+            wait_until_port_free("127.0.0.1", port, "embedded Kafka broker", timeout=30)
+        assert time.monotonic() - started < 5

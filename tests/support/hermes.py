@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from hermes.broker.embedded import free_port
+from hermes.broker.embedded import broker_port, free_port
 from hermes.config import Settings, flag, load_settings
 from hermes.config_sections import commands_of
 from hermes.consumers.process import ConsumerProcess
@@ -109,11 +109,12 @@ class HermesProcess:
         command: str = "run",
         env: dict[str, str] | None = None,
         pipeline: bool = False,
+        kafka_port: int | None = None,
     ) -> None:
         self.frontend_port = free_port()
         self.management_port = free_port()
         self.pipeline_port = free_port()
-        self.kafka_port = free_port()  # of the embedded broker a `run` starts
+        self.kafka_port = kafka_port or broker_port()  # of the embedded broker a `run` starts
         self.data_dir = data_dir
         self.log_path = data_dir / f"hermes-{command}.log"
         ports = {

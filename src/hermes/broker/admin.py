@@ -34,6 +34,14 @@ class BrokerAdmin:
         self._connection = connection
         self._timeout = request_timeout
         self._admin = AdminClient(connection.config())
+        # Requests to a group's coordinator go through a client of their own, destroyed when one of them timed out
+        # and made again once a broker answers: a coordinator look-up left waiting for a broker when none was up
+        # made librdkafka 2.16 abort the process (rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt >
+        # 0') when a broker came back, e.g. after each restart of the embedded broker (confluentinc/librdkafka#4605).
+        # A client destroyed before then does not; meanwhile group requests fail at once, unsent.
+        self._groups: AdminClient | None = AdminClient(connection.config())
+        self._groups_timed_out = False  # set on the client's own thread, which must not destroy it
+        self._next_probe = 0.0
 
     @property
     def connection(self) -> KafkaConnection:
@@ -259,10 +267,10 @@ class BrokerAdmin:
             return {}
         request = [ConsumerGroupTopicPartitions(group_id, partitions)]
         try:
-            futures = self._admin.list_consumer_group_offsets(request, request_timeout=self._timeout)
+            futures = self._group_client().list_consumer_group_offsets(request, request_timeout=self._timeout)
             result = futures[group_id].result(timeout=self._timeout)
-        except KafkaException as exc:
-            raise _to_error(exc, f"reading the committed offsets of {group_id}") from exc
+        except (KafkaException, TimeoutError) as exc:
+            raise self._group_request_failed(exc, f"reading the committed offsets of {group_id}") from exc
         return {tp.partition: (tp.offset, tp.metadata or "") for tp in result.topic_partitions if tp.offset >= 0}
 
     def commit_offsets(self, group_id: str, topic: str, offsets: Mapping[int, int]) -> None:
@@ -291,7 +299,7 @@ class BrokerAdmin:
                 group_id, [TopicPartition(t, p, o, metadata=committer) for (t, p), o in offsets.items()]
             )
         ]
-        future = self._admin.alter_consumer_group_offsets(request, request_timeout=self._timeout)[group_id]
+        future = self._group_client().alter_consumer_group_offsets(request, request_timeout=self._timeout)[group_id]
 
         def finished(result: Any) -> None:
             error = result.exception()
@@ -299,18 +307,19 @@ class BrokerAdmin:
                 failed = [tp for tp in result.result().topic_partitions if tp.error is not None]
                 error = BrokerError(f"committing offsets of {group_id} failed: {failed[0].error}") if failed else None
             elif isinstance(error, KafkaException):
-                error = _to_error(error, f"committing offsets of {group_id}")
+                # on the client's own thread, which must not destroy it: the next group request replaces it
+                error = self._group_request_failed(error, f"committing offsets of {group_id}", replace=False)
             done(error)
 
         future.add_done_callback(finished)
 
     def describe_group(self, group_id: str) -> GroupDescription:
         """The consumer group's state and members, each with the partitions assigned to it."""
-        futures = self._admin.describe_consumer_groups([group_id], request_timeout=self._timeout)
+        futures = self._group_client().describe_consumer_groups([group_id], request_timeout=self._timeout)
         try:
             found = futures[group_id].result(timeout=self._timeout)
-        except KafkaException as exc:
-            raise _to_error(exc, f"describing consumer group {group_id}") from exc
+        except (KafkaException, TimeoutError) as exc:
+            raise self._group_request_failed(exc, f"describing consumer group {group_id}") from exc
         members = tuple(
             GroupMember(
                 m.member_id,
@@ -321,6 +330,41 @@ class BrokerAdmin:
             for m in found.members
         )
         return GroupDescription(found.state.name, members)
+
+    def _group_client(self) -> AdminClient:
+        """The client of group requests (see ``__init__``); BrokerUnavailable while no broker answers after one of
+        them timed out (asked again at most every ``_PROBE_INTERVAL`` seconds)."""
+        if self._groups_timed_out:
+            self._groups_timed_out = False
+            self._groups = None
+        if self._groups is None:
+            now = time.monotonic()
+            if now < self._next_probe:
+                raise BrokerUnavailable("no Kafka broker answers: a request to a group's coordinator timed out")
+            self._next_probe = now + _PROBE_INTERVAL
+            try:
+                self._admin.list_topics(timeout=_PROBE_TIMEOUT)
+            except KafkaException as exc:
+                raise BrokerUnavailable(f"no Kafka broker answers: {exc.args[0].str()}") from None
+            self._groups = AdminClient(self._connection.config())
+        return self._groups
+
+    def _group_request_failed(self, exc: Exception, doing: str, replace: bool = True) -> Exception:
+        """The error to raise for a failed group request; after a timeout, the client is destroyed (see
+        ``__init__``), at once unless ``replace`` is False."""
+        if isinstance(exc, TimeoutError):
+            error: Exception = BrokerUnavailable(f"{doing} timed out after {self._timeout:.0f} s")
+        else:
+            assert isinstance(exc, KafkaException)
+            error = _to_error(exc, doing)
+            err = exc.args[0]
+            if not isinstance(err, KafkaError) or err.code() != KafkaError._TIMED_OUT:
+                return error
+        if replace:
+            self._groups = None
+        else:
+            self._groups_timed_out = True
+        return error
 
 
 @dataclass(frozen=True)
@@ -336,6 +380,10 @@ class GroupDescription:
     state: str  # Kafka's: STABLE, EMPTY, PREPARING_REBALANCING, ...
     members: tuple[GroupMember, ...]
 
+
+# While no broker answers, group requests wait this long between metadata requests asking whether one does.
+_PROBE_INTERVAL = 2.0
+_PROBE_TIMEOUT = 0.5
 
 _NO_LEADER_YET = (
     KafkaError.NOT_LEADER_FOR_PARTITION,

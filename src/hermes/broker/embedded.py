@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -99,16 +100,79 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def ephemeral_ports() -> range:
+    """The ports the kernel gives a socket that connect()s or bind()s to port 0 (Linux: ip_local_port_range)."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return range(low, high + 1)
+
+
+def broker_port(host: str = "127.0.0.1") -> int:
+    """A free port outside the ephemeral range, for a broker that must find its port free again when it restarts.
+    While nothing listens on a port of the range, any process of the machine can be given it: bind(0) hands out
+    its odd ports, connect() its even ones, and a client retrying a dead broker's even port connects to itself
+    (docs/broker.md)."""
+    ephemeral = ephemeral_ports()
+    candidates = [port for port in range(10_000, 65_536) if port not in ephemeral]
+    for port in random.sample(candidates, min(50, len(candidates))):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    return free_port(host)  # a machine whose whole range is ephemeral
+
+
 def ensure_port_free(host: str, port: int, what: str) -> None:
     """Fails with a clear message when ``port`` is taken, before anything else starts."""
-    if port == 0:
-        return
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if port != 0:
+        reserve_port(host, port, what).close()
+
+
+def reserve_port(host: str, port: int, what: str) -> socket.socket:
+    """A socket bound to ``port`` with SO_REUSEADDR and not listening, which a server's listener with SO_REUSEADDR
+    binds beside; fails with a clear message when the port is taken."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind((host, port))
+    except OSError as exc:
+        s.close()
+        raise StartupError(f"{what} port {host}:{port} is not available: {exc.strerror}") from None
+    return s
+
+
+def wait_until_port_free(host: str, port: int, what: str, timeout: float) -> None:
+    """``ensure_port_free``, waiting up to ``timeout`` seconds for a holder that does not listen: a connection
+    that was given the port as its own end while nothing listened there, which ends when its client gives up on
+    it. A listener is another server, refused at once."""
+    deadline = time.monotonic() + timeout
+    logged = False
+    while True:
         try:
-            s.bind((host, port))
-        except OSError as exc:
-            raise StartupError(f"{what} port {host}:{port} is not available: {exc.strerror}") from None
+            ensure_port_free(host, port, what)
+            return
+        except StartupError:
+            if _listened(port) or time.monotonic() >= deadline:
+                raise
+        if not logged:
+            log.warning("%s port %s:%d is held by a connection; waiting up to %.0f s", what, host, port, timeout)
+            logged = True
+        time.sleep(0.1)
+
+
+def _listened(port: int) -> bool:
+    """Whether a socket of this network namespace listens on ``port`` (state 0A of /proc/net/tcp)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    return True
+    return False
 
 
 def new_cluster_id() -> str:
@@ -157,6 +221,10 @@ class EmbeddedBroker:
         self._process: subprocess.Popen[bytes] | None = None
         self._log_file: IO[bytes] | None = None
         self._lock: DataDirLock | None = None
+        # Bound to the broker's port, never listening, from the first start to the stop. A port bound by a socket
+        # is one connect() never gives a client as its own end, so no client retrying the port while the broker is
+        # down connects to itself and takes it; Kafka's listener (SO_REUSEADDR too) binds beside it.
+        self._port_keeper: socket.socket | None = None
         self._log_start = 0  # where this start's lines begin in kafka.log
 
     @property
@@ -178,21 +246,32 @@ class EmbeddedBroker:
     def start(self, timeout: float = 60.0) -> str:
         """Starts the broker and waits until it answers a metadata request. Call it from the thread that keeps
         running as long as the broker should: the child dies when the thread that started it ends."""
+        self.wait_for_port(timeout)
         self.launch()
         self.wait_until_ready(timeout)
         return self.bootstrap_servers
 
+    def wait_for_port(self, timeout: float) -> None:
+        """Waits up to ``timeout`` seconds for a connection holding the broker's port to end (see
+        ``wait_until_port_free``); blocks, so call it from a thread other than the event loop's."""
+        wait_until_port_free(self.host, self.port, "embedded Kafka broker", timeout)
+
     def launch(self) -> None:
+        """Starts the child process; again after it exited, on the same port and in the same directory."""
         java = java_executable()
         classpath = jars_classpath("kafka")
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._lock = DataDirLock.take(
-            self.directory, "an embedded Kafka broker", "broker.lock", "the embedded Kafka broker's directory"
-        )
+        if self._lock is None:
+            self._lock = DataDirLock.take(
+                self.directory, "an embedded Kafka broker", "broker.lock", "the embedded Kafka broker's directory"
+            )
         try:
-            ensure_port_free(self.host, self.port, "embedded Kafka broker")
             if self.port == 0:
-                self.port = free_port(self.host)
+                self.port = broker_port(self.host)
+            if self._port_keeper is None:
+                self._port_keeper = reserve_port(self.host, self.port, "embedded Kafka broker")
+            else:  # a restart: no other server took the port meanwhile
+                ensure_port_free(self.host, self.port, "embedded Kafka broker")
             config = self._write_config()
             jvm = [java, f"-Xms{min(64, self.heap_mb)}m", f"-Xmx{self.heap_mb}m", *self.jvm_options]
             jvm += [f"-Dlog4j2.configurationFile={self.directory / 'log4j2.properties'}", "-cp", classpath]
@@ -219,7 +298,7 @@ class EmbeddedBroker:
         admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0, **self.client_config()})
         while time.monotonic() < deadline:
             if self._process is None or self._process.poll() is not None:
-                reason = self._failure_reason()
+                reason = self.failure_reason()
                 self.stop()
                 raise StartupError(f"the embedded Kafka broker exited at start-up: {reason}")
             try:
@@ -238,6 +317,18 @@ class EmbeddedBroker:
         self.stop()
         raise StartupError(f"the embedded Kafka broker was not ready within {timeout:.0f} s; see {self.log_path}")
 
+    def collect_exit(self) -> int | None:
+        """The exit status of a broker that exited (negative: the signal that killed it), which is reaped and can
+        be launched again; None while it runs."""
+        process = self._process
+        if process is None or process.poll() is None:
+            return None
+        self._process = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        return process.returncode
+
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
@@ -251,6 +342,9 @@ class EmbeddedBroker:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        if self._port_keeper is not None:
+            self._port_keeper.close()
+            self._port_keeper = None
         if self._lock is not None:
             self._lock.release()
             self._lock = None
@@ -266,7 +360,7 @@ class EmbeddedBroker:
 
     def _write_config(self) -> Path:
         # alone, a static quorum of one whose address may change between starts; in a larger quorum, a fixed port
-        controller_port = self.controller_port or free_port(self.host)
+        controller_port = self.controller_port or broker_port(self.host)
         listener = "PLAINTEXT" if self.security is None else "CLIENT"
         settings = {
             **_SERVER_SETTINGS,
@@ -298,7 +392,7 @@ class EmbeddedBroker:
             raise StartupError(f"formatting the embedded Kafka broker's log directory failed: {last[0]}")
         log.info("formatted a new embedded Kafka log directory in %s", self.directory / "log")
 
-    def _failure_reason(self) -> str:
+    def failure_reason(self) -> str:
         """The broker's own words for why it stopped: the first ERROR line of this start's log."""
         if self._log_file is not None:
             self._log_file.flush()

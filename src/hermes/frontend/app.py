@@ -106,6 +106,10 @@ class PublishingApi:
                 _not_allowed(request, "GET,HEAD")
             elif path == "/status/prometheus":
                 self._scrape(request)
+            elif problems := self._readiness.health.problems():
+                # a plain-text answer as Hermes' own, which names what is down
+                state = b"NOT_READY" if path == _READY else b"DOWN"
+                request.respond(503, body=state + b": " + "; ".join(problems).encode(), content_type=TEXT)
             elif path == _READY:
                 ready = self._readiness.ready
                 request.respond(200 if ready else 503, body=b"READY" if ready else b"NOT_READY", content_type=TEXT)

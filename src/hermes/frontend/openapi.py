@@ -35,7 +35,8 @@ def _text(summary: str, answers: dict[str, str]) -> dict[str, Any]:
     return {"get": {"summary": summary, "security": [], "responses": responses}}
 
 
-_HEALTH = _text("The process is up", {"200": "UP"})
+_DOWN = "DOWN: what is down (hermes run's embedded broker, docs/broker.md)"
+_HEALTH = _text("The process is up", {"200": "UP", "503": _DOWN})
 _PUBLISH = {
     "post": {
         "summary": "Publish a message to the topic",
@@ -71,7 +72,9 @@ _DOCUMENT: dict[str, Any] = {
         "/": _HEALTH,
         "/status/ping": _HEALTH,
         "/status/health": _HEALTH,
-        "/status/ready": _text("Whether the frontend takes publishes", {"200": "READY", "503": "NOT_READY"}),
+        "/status/ready": _text(
+            "Whether the frontend takes publishes", {"200": "READY", "503": "NOT_READY, or NOT_READY: what is down"}
+        ),
         "/status/prometheus": {
             "get": {
                 "summary": "Prometheus metrics",

@@ -27,6 +27,7 @@ from hermes.frontend.readiness import Readiness
 from hermes.frontend.schemas import SchemaSource
 from hermes.http.edge import EdgeLimits
 from hermes.http.lean import DEFAULT_MAX_BODY, LeanServer
+from hermes.http.status import Health
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.documents import TOPIC_METRICS
 from hermes.metadata.repository import MetadataRepository
@@ -50,7 +51,8 @@ log = logging.getLogger(__name__)
 
 class Frontend:
     """``worker``: one of the processes of ``hermes frontend --workers N``, all listening on one port and serving
-    every worker's metrics. ``cluster``: the cluster's znodes, in distributed mode."""
+    every worker's metrics. ``cluster``: the cluster's znodes, in distributed mode. ``health``: the process's,
+    for ``/status/health``."""
 
     def __init__(
         self,
@@ -64,6 +66,7 @@ class Frontend:
         *,
         worker: bool = False,
         tls: ssl.SSLContext | None = None,
+        health: Health | None = None,
     ) -> None:
         self._settings = settings
         self._connection = connection
@@ -74,6 +77,7 @@ class Frontend:
         self._cluster = cluster
         self._worker = worker
         self._tls = tls
+        self._health = health
         self._exit = contextlib.AsyncExitStack()
         self.producer: BrokerProducer | None = None
         self.server: LeanServer | None = None
@@ -115,7 +119,7 @@ class Frontend:
         for entry in pending:
             publisher.resend(entry)
         published = PublishedCounter()
-        readiness = Readiness(producer)
+        readiness = Readiness(producer, health=self._health)
         await readiness.start()
         self._exit.push_async_callback(readiness.stop)
         access = PublishAccess(self._security.authenticator, settings.publish_authentication == "required")

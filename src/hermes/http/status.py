@@ -1,5 +1,6 @@
 """``/status/health`` and ``/status/prometheus``, served by every process. Metrics name topics and
-subscriptions, so while authentication is on a scrape must authenticate (``guard``, docs/security.md)."""
+subscriptions, so while authentication is on a scrape must authenticate (``guard``, docs/security.md). Health
+is 503 while a part the process runs is down (``Health``: under ``hermes run``, the embedded broker)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,22 @@ from hermes.http.server import error_middleware, json_response
 # Checks a scrape's credentials: None lets it through, a response refuses it.
 ScrapeGuard = Callable[[web.Request], Awaitable[web.StreamResponse | None]]
 _GUARD: web.AppKey[ScrapeGuard] = web.AppKey("scrape guard")
+
+
+class Health:
+    """The problems of this process, each named by a check that returns None while its part is up."""
+
+    def __init__(self) -> None:
+        self._checks: list[Callable[[], str | None]] = []
+
+    def add(self, check: Callable[[], str | None]) -> None:
+        self._checks.append(check)
+
+    def problems(self) -> list[str]:
+        return [problem for check in self._checks if (problem := check()) is not None]
+
+
+HEALTH: web.AppKey[Health] = web.AppKey("health")
 
 
 def register(router: web.UrlDispatcher) -> None:
@@ -32,7 +49,10 @@ def status_app(guard: ScrapeGuard | None) -> web.Application:
     return app
 
 
-async def health(_: web.Request) -> web.Response:
+async def health(request: web.Request) -> web.Response:
+    problems = request.app[HEALTH].problems() if HEALTH in request.app else []
+    if problems:
+        return json_response({"status": "DOWN", "problems": problems}, status=503)
     return json_response({"status": "UP"})
 
 

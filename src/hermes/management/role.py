@@ -15,6 +15,7 @@ from hermes.config import Settings
 from hermes.errors import MetadataUnavailable
 from hermes.http.edge import EdgeLimits
 from hermes.http.server import Server
+from hermes.http.status import HEALTH, Health
 from hermes.management.app import create_app
 from hermes.management.services import ManagementService
 from hermes.metadata.repository import MetadataRepository
@@ -42,10 +43,14 @@ class Management:
         cluster: ClusterStore | None = None,
         tls: ssl.SSLContext | None = None,
         frontend_url: Callable[[], str] | None = None,
+        health: Health | None = None,
     ) -> None:
-        """``frontend_url``: the publishing API beside it in this process, for the console."""
+        """``frontend_url``: the publishing API beside it in this process, for the console; ``health``: the
+        process's, for ``/status/health``."""
         self._repository = repository
         app = create_app(ManagementService(settings, repository, admin, kafka_topics), security)
+        if health is not None:
+            app[HEALTH] = health
         if cluster is not None:
             from hermes.cluster.nodes_api import CLUSTER
 

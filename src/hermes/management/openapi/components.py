@@ -282,7 +282,8 @@ SCHEMAS: dict[str, Schema] = {
         }
     ),
     "Owner": obj({"id": STR, "name": STR}),
-    "Status": obj({"status": STR}),
+    # "DOWN" (503) while a part of the process is down, each named in problems (the embedded broker, docs/broker.md)
+    "Status": obj({"status": enum("UP", "DOWN"), "problems": array(STR)}, ["status"]),
     "ConsoleConfiguration": obj(
         {
             key: {"type": "object"}

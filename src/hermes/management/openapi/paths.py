@@ -88,9 +88,17 @@ _UNHEALTHY = _op(
     },
 )
 
+
+def _status(summary: str) -> Schema:
+    """Answered 200 UP, or 503 DOWN with the same body."""
+    op = _op(summary, body=ref("Status"), errors=())
+    op["responses"]["503"] = {**op["responses"]["200"], "description": "Down"}
+    return op
+
+
 PATHS: dict[str, dict[str, Schema]] = {
-    "/status/health": {"get": _op("Health", body=ref("Status"), errors=())},
-    "/status/ready": {"get": _op("Readiness", body=ref("Status"), errors=())},
+    "/status/health": {"get": _status("Health")},
+    "/status/ready": {"get": _status("Readiness")},
     "/status/prometheus": {"get": _op("Prometheus metrics", errors=())},
     "/openapi.json": {"get": _op("This document", errors=())},
     "/groups": {
