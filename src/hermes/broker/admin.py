@@ -55,9 +55,16 @@ class BrokerAdmin:
         )
 
     def create_topic(
-        self, name: str, partitions: int, *, retention_ms: int | None = None, max_message_bytes: int | None = None
+        self,
+        name: str,
+        partitions: int,
+        *,
+        retention_ms: int | None = None,
+        max_message_bytes: int | None = None,
+        compacted: bool = False,
     ) -> None:
-        config = {}
+        """``compacted``: Kafka keeps the latest record of each key, and deletes records after ``retention_ms``."""
+        config = {"cleanup.policy": "compact,delete"} if compacted else {}
         if retention_ms is not None:
             config["retention.ms"] = str(retention_ms)
         if max_message_bytes is not None:
