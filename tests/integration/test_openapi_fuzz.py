@@ -44,6 +44,7 @@ STATE_OR_GRAMMAR = re.compile(
             r"AVRO is only available on AVRO topics",  # the topic's state
             r"must match the topic in the path",  # a body field against a path parameter
             r"must be after startTimestamp|(tokenRequestMaxDelay|delayTo): must be at least",  # field against field
+            r"idempotencyWindow: must be at most",  # its duration against its unit
             r"is not a valid jsonpath path \(",  # JsonPath's grammar is not a regular expression
             r"is not a valid regular expression",  # nor are Python's regular expressions
             r"does not appear to be an IPv4 or IPv6 address",  # nor practically an IPv6 address's
