@@ -9,6 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from hermes import client as hermes_client
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.runtime import Role
@@ -42,6 +43,17 @@ def test_a_repeat_is_answered_as_the_first_and_produces_nothing(hermes: InProces
     elsewhere = client.publish(other, '{"order": 1}', {KEY: key})
     assert elsewhere.status_code == 201 and elsewhere.headers[ID] != first.headers[ID]
     assert REPLAYED not in elsewhere.headers
+
+
+def test_the_python_client_publishes_with_a_key(hermes: InProcessHermes, client: HermesClient) -> None:
+    topic = client.create_topic()
+    connection = hermes_client.Connection(hermes.management_url, hermes.frontend_url)
+    with hermes_client.HermesClient(connection) as publisher:
+        first = publisher.publish(topic, {"order": 7}, idempotency_key="order-7")
+        again = publisher.publish(topic, {"order": 7}, idempotency_key="order-7")
+    assert first.status == again.status == 201 and not first.replayed
+    assert again.replayed and again.message_id == first.message_id
+    assert produced(hermes, topic) == 1
 
 
 def test_the_same_key_with_another_body_is_422(hermes: InProcessHermes, client: HermesClient) -> None:
