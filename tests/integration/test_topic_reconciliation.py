@@ -98,4 +98,4 @@ def test_hermes_own_topics_are_no_inconsistency_refuse_deletion_and_come_back_af
     # an empty discovery topic would advertise nothing: the frontend advertises again
     wait_until(lambda: admin.last_value(METADATA_TOPIC) == advertised, timeout=30)
     assert admin.topic_config(METADATA_TOPIC)["retention.ms"] == "-1"
-    assert admin.topic_config(IDEMPOTENCY.name)["cleanup.policy"] == "compact,delete"
+    assert admin.topic_config(IDEMPOTENCY.name)["retention.ms"] == str(7 * 86400 * 1000)

@@ -55,16 +55,9 @@ class BrokerAdmin:
         )
 
     def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        *,
-        retention_ms: int | None = None,
-        max_message_bytes: int | None = None,
-        compacted: bool = False,
+        self, name: str, partitions: int, *, retention_ms: int | None = None, max_message_bytes: int | None = None
     ) -> None:
-        """``compacted``: Kafka keeps the latest record of each key, and deletes records after ``retention_ms``."""
-        config = {"cleanup.policy": "compact,delete"} if compacted else {}
+        config = {}
         if retention_ms is not None:
             config["retention.ms"] = str(retention_ms)
         if max_message_bytes is not None:

@@ -34,14 +34,13 @@ class InternalTopic:
     name: str
     partitions: int | None = None  # None: --topic-partitions
     retention_ms: int | None = None  # None: the broker's default; -1: forever
-    compacted: bool = False  # the latest record of each key is kept (within retention_ms)
 
 
 TRACKING = InternalTopic(TRACKING_TOPIC)
 # the large-message discovery topic: its latest record names the offload service (offload/discovery.py)
 OFFLOAD_DISCOVERY = InternalTopic("sys.metadata", partitions=1, retention_ms=-1)
 # the idempotency keys of publishes (frontend/idempotency.py): records older than the longest window are useless
-IDEMPOTENCY = InternalTopic("hermes.idempotency", retention_ms=MAX_IDEMPOTENCY_WINDOW * 1000, compacted=True)
+IDEMPOTENCY = InternalTopic("hermes.idempotency", retention_ms=MAX_IDEMPOTENCY_WINDOW * 1000)
 INTERNAL_TOPICS = {topic.name: topic for topic in (TRACKING, OFFLOAD_DISCOVERY, IDEMPOTENCY)}
 
 
@@ -68,9 +67,7 @@ class KafkaTopics:
         )
 
     def create_internal(self, topic: InternalTopic) -> None:
-        self._admin.create_topic(
-            topic.name, topic.partitions or self._partitions, retention_ms=topic.retention_ms, compacted=topic.compacted
-        )
+        self._admin.create_topic(topic.name, topic.partitions or self._partitions, retention_ms=topic.retention_ms)
 
     def update(self, topic: Topic) -> None:
         """Applies the topic's retention and size limit, and grows its partitions to --topic-partitions when that

@@ -2,13 +2,15 @@
 within the topic's ``idempotencyWindow`` is answered as that first one was (its status and ``Hermes-Message-Id``,
 with ``Idempotent-Replayed: true``) and produces nothing; the same key with another body is 422.
 
-The keys live in Hermes' compacted Kafka topic ``hermes.idempotency`` (record key ``<topic>/<idempotency key>``;
-value: the body's digest, the status, the message id and the end of the window), written once a publish is
-answered. Every frontend process (every worker of one too) reads the whole topic at start and follows it afterwards
-into an in-memory index, so that a key outlives restarts and is known to every frontend of the Kafka cluster, and
-the check on the publish path is a dict look-up. A repeat arriving while its first is still in flight in the same
-process waits for the first's answer. Two frontends that get the same key before the first's record reached the
-other (tens of milliseconds) both publish it: a duplicate, never a loss."""
+The keys live in Hermes' Kafka topic ``hermes.idempotency``, written once a publish is answered: one record per
+turn of the event loop holds every key answered in it (``<topic>/<key>``, the body's digest, the status, the
+message id, the end of the window), keyed by the process that wrote it. A record per key cost as much CPU again
+as the publish itself. Every frontend process (every worker of one too) reads the whole topic at start and follows
+it afterwards into an in-memory index, skipping its own records, so that a key outlives restarts and is known to
+every frontend of the Kafka cluster, and the check on the publish path is a dict look-up. A repeat arriving while
+its first is still in flight in the same process waits for the first's answer. Two frontends that get the same
+key before the first's record reached the other (tens of milliseconds) both publish it: a duplicate, never a
+loss."""
 
 from __future__ import annotations
 
@@ -18,8 +20,8 @@ import heapq
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
-from typing import NamedTuple
 
 import orjson
 
@@ -41,23 +43,13 @@ MAX_KEY_LENGTH = 255
 # A restarted frontend serves once it has read the keys up to here, or after this long (then it learns the rest
 # while serving: a repeat it does not know yet is published again).
 _CATCH_UP_SECONDS = 30.0
+# A record of keys stays far below Kafka's 1 MB records (a key and its entry take up to 400 bytes)
+_KEYS_PER_RECORD = 1000
 
 
-class _Entry(NamedTuple):
-    digest: bytes
-    status: int  # 201 or 202
-    message_id: str
-    until: float  # epoch seconds: the end of its window
-
-
-class _Twin:
-    """A first publish of its key, in flight in this process: repeats wait for its answer."""
-
-    __slots__ = ("digest", "waiting")
-
-    def __init__(self, digest: bytes) -> None:
-        self.digest = digest
-        self.waiting: list[Answer] = []
+# A key's first publish: the body's digest, acknowledged (201; else 202), its message id, the end of its window
+# (epoch seconds). A plain tuple: one is made for every publish with a key.
+_Entry = tuple[bytes, bool, str, float]
 
 
 def _digest(body: bytes) -> bytes:
@@ -80,8 +72,10 @@ class IdempotencyKeys:
         self._admin = admin
         self._index: dict[str, _Entry] = {}
         self._expiry: list[tuple[float, str]] = []  # a heap: (until, key), to forget keys whose window is over
-        self._twins: dict[str, _Twin] = {}
-        self._outbox: list[tuple[bytes, bytes]] = []
+        self._twins: dict[str, bytes] = {}  # first publishes in flight here: their digests
+        self._waiting: dict[str, list[Answer]] = {}  # repeats of those, waiting for their answer
+        self._outbox: list[str] = []  # keys answered in this turn of the loop
+        self._writer = uuid.uuid4().hex.encode()  # its records' Kafka key: the follower skips them
         self._tasks: set[asyncio.Task[None]] = set()  # digests of spooled bodies
         self._stopping = threading.Event()
         self._follower: threading.Thread | None = None
@@ -132,64 +126,59 @@ class IdempotencyKeys:
         """None when ``answer`` is taken care of; else the answer to publish with, which records the key."""
         name = f"{topic.qualified_name}/{key}"
         entry = self._index.get(name)
-        if entry is not None and entry.until > time.time():
-            if entry.digest != digest:
+        if entry is not None and entry[3] > time.time():
+            if entry[0] != digest:
                 raise _reused(topic, key)
-            answer(PublishResult(entry.message_id, entry.status == 201, replayed=True))
+            answer(PublishResult(entry[2], entry[1], replayed=True))
             return None
         twin = self._twins.get(name)
         if twin is not None:
-            if twin.digest != digest:
+            if twin != digest:
                 raise _reused(topic, key)
-            twin.waiting.append(answer)
+            self._waiting.setdefault(name, []).append(answer)
             return None
-        first = self._twins[name] = _Twin(digest)
-        window = topic.idempotency_window.seconds
+        self._twins[name] = digest
+        return _First(self, name, digest, topic.idempotency_window.seconds, answer)
 
-        def answered(outcome: PublishResult | Exception) -> None:
-            del self._twins[name]
-            repeat: PublishResult | Exception = outcome  # an error: repeats get it too, and may try again
-            if isinstance(outcome, PublishResult):
-                status = 201 if outcome.acknowledged else 202
-                recorded = _Entry(digest, status, outcome.message_id, time.time() + window)
-                self._remember(name, recorded)
-                self._write(name, recorded)
-                repeat = outcome._replace(replayed=True)
-            answer(outcome)
-            for waiting in first.waiting:
-                waiting(repeat)
-
-        return answered
+    def _answered(self, name: str, entry: _Entry | None, outcome: PublishResult | Exception) -> None:
+        """The first publish of ``name`` is answered (``entry``: it was accepted); repeats that came meanwhile
+        get its answer (an error too: they may try again)."""
+        del self._twins[name]
+        if entry is not None:
+            self._remember(name, entry)
+            if not self._outbox:  # produced with the others of this turn of the loop: this may run inside the
+                asyncio.get_running_loop().call_soon(self._flush)  # producer's poll, which must not produce
+            self._outbox.append(name)
+        waiting = self._waiting.pop(name, None) if self._waiting else None
+        if waiting:
+            repeat = outcome._replace(replayed=True) if isinstance(outcome, PublishResult) else outcome
+            for answer in waiting:
+                answer(repeat)
 
     def _remember(self, name: str, entry: _Entry) -> None:
         self._index[name] = entry
-        expiry = self._expiry
-        heapq.heappush(expiry, (entry.until, name))
-        now = time.time()
-        while expiry[0][0] <= now:
-            _, gone = heapq.heappop(expiry)
-            current = self._index.get(gone)
-            if current is not None and current.until <= now:
-                del self._index[gone]
+        heapq.heappush(self._expiry, (entry[3], name))
 
-    def _write(self, name: str, entry: _Entry) -> None:
-        """Queued, and produced a moment later: this may run inside the producer's poll, which must not produce."""
-        value = orjson.dumps(
-            {
-                "digest": entry.digest.hex(),
-                "status": entry.status,
-                "messageId": entry.message_id,
-                "until": int(entry.until * 1000),
-            }
-        )
-        if not self._outbox:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._outbox.append((name.encode(), value))
+    def _forget_expired(self) -> None:
+        expiry, index, now = self._expiry, self._index, time.time()
+        while expiry and expiry[0][0] <= now:
+            _, gone = heapq.heappop(expiry)
+            current = index.get(gone)
+            if current is not None and current[3] <= now:
+                del index[gone]
 
     def _flush(self) -> None:
         outbox, self._outbox = self._outbox, []
-        for key, value in outbox:
-            self._producer.produce(IDEMPOTENCY.name, value, _written, key=key, ack=Ack.LEADER)
+        index = self._index
+        keys = [
+            (name, e[0].hex(), 201 if e[1] else 202, e[2], int(e[3] * 1000))
+            for name in outbox
+            if (e := index.get(name)) is not None
+        ]
+        for start in range(0, len(keys), _KEYS_PER_RECORD):
+            value = orjson.dumps(keys[start : start + _KEYS_PER_RECORD])
+            self._producer.produce(IDEMPOTENCY.name, value, _written, key=self._writer, ack=Ack.LEADER)
+        self._forget_expired()
 
     # --- the keys of every frontend, from hermes.idempotency ---
 
@@ -216,15 +205,15 @@ class IdempotencyKeys:
         for task in self._tasks:
             task.cancel()
 
-    def _catch_up(self, consumer: BrokerConsumer) -> list[tuple[bytes | None, bytes]]:
+    def _catch_up(self, consumer: BrokerConsumer) -> list[bytes]:
         ends = self._admin.end_offsets(IDEMPOTENCY.name)
         consumer.assign({(IDEMPOTENCY.name, p): 0 for p in ends})  # 0 or the earliest left (auto.offset.reset)
         behind = {p for p, end in ends.items() if end > 0}
-        records: list[tuple[bytes | None, bytes]] = []
+        records: list[bytes] = []
         deadline = time.monotonic() + _CATCH_UP_SECONDS
         while behind and time.monotonic() < deadline:
             for message in consumer.poll(5000, 0.2):
-                records.append((message.key, message.body))
+                records.append(message.body)
                 if message.offset + 1 >= ends[message.partition]:
                     behind.discard(message.partition)
         if behind:
@@ -240,28 +229,48 @@ class IdempotencyKeys:
                     log.warning("idempotency: reading %s failed", IDEMPOTENCY.name, exc_info=True)
                     self._stopping.wait(1.0)
                     continue
-                if messages:
-                    loop.call_soon_threadsafe(self._learn, [(m.key, m.body) for m in messages])
+                others = [m.body for m in messages if m.key != self._writer]
+                if others:
+                    loop.call_soon_threadsafe(self._learn, others)
         finally:
             consumer.close()
 
-    def _learn(self, records: list[tuple[bytes | None, bytes]]) -> None:
+    def _learn(self, records: list[bytes]) -> None:
         now = time.time()
-        for key, value in records:
+        for record in records:
             try:
-                data = orjson.loads(value)
-                entry = _Entry(
-                    bytes.fromhex(data["digest"]), int(data["status"]), str(data["messageId"]), data["until"] / 1000
-                )
-                name = key.decode() if key is not None else ""
-            except (ValueError, KeyError, TypeError, AttributeError):
-                log.debug("idempotency: a record of %s that is not a key is ignored", IDEMPOTENCY.name)
+                keys = orjson.loads(record)
+                entries = [(str(n), (bytes.fromhex(d), s == 201, str(m), u / 1000)) for n, d, s, m, u in keys]
+            except (ValueError, TypeError):
+                log.debug("idempotency: a record of %s that holds no keys is ignored", IDEMPOTENCY.name)
                 continue
-            if entry.until > now and name:
-                self._remember(name, entry)
+            for name, entry in entries:
+                if entry[3] > now:
+                    self._remember(name, entry)
+        self._forget_expired()
 
 
 Produce = Callable[[Answer], None]
+
+
+class _First:
+    """The answer of a key's first publish: records the key when the publish was accepted."""
+
+    __slots__ = ("_answer", "_digest", "_keys", "_name", "_window")
+
+    def __init__(self, keys: IdempotencyKeys, name: str, digest: bytes, window: int, answer: Answer) -> None:
+        self._keys = keys
+        self._name = name
+        self._digest = digest
+        self._window = window
+        self._answer = answer
+
+    def __call__(self, outcome: PublishResult | Exception) -> None:
+        entry = None
+        if isinstance(outcome, PublishResult):
+            entry = (self._digest, outcome.acknowledged, outcome.message_id, time.time() + self._window)
+        self._keys._answered(self._name, entry, outcome)
+        self._answer(outcome)
 
 
 def _produce(produce: Produce, admitted: Answer) -> None:
