@@ -4,13 +4,13 @@ with ``Idempotent-Replayed: true``) and produces nothing; the same key with anot
 
 The keys live in Hermes' Kafka topic ``hermes.idempotency``, written once a publish is answered: one record per
 turn of the event loop holds every key answered in it (``<topic>/<key>``, the body's digest, the status, the
-message id, the end of the window), keyed by the process that wrote it. A record per key cost as much CPU again
-as the publish itself. Every frontend process (every worker of one too) reads the whole topic at start and follows
-it afterwards into an in-memory index, skipping its own records, so that a key outlives restarts and is known to
-every frontend of the Kafka cluster, and the check on the publish path is a dict look-up. A repeat arriving while
-its first is still in flight in the same process waits for the first's answer. Two frontends that get the same
-key before the first's record reached the other (tens of milliseconds) both publish it: a duplicate, never a
-loss."""
+message id, the end of the window), keyed by the process that wrote it (a record per key, compacted, cost the
+frontend some 20 µs of CPU more per publish, writing and reading it back). Every frontend process (every worker
+of one too) reads the whole topic at start and follows it afterwards into an in-memory index, skipping its own
+records, so that a key outlives restarts and is known to every frontend of the Kafka cluster, and the check on
+the publish path is a dict look-up. A repeat arriving while its first is still in flight in the same process
+waits for the first's answer. Two frontends that get the same key before the first's record reached the other
+(tens of milliseconds) both publish it: a duplicate, never a loss."""
 
 from __future__ import annotations
 
@@ -53,14 +53,15 @@ _Entry = tuple[bytes, bool, str, float]
 
 
 def _digest(body: bytes) -> bytes:
-    return hashlib.blake2b(body, digest_size=16).digest()
+    """SHA-256 (the CPU's SHA instructions make it the cheapest of hashlib's here), its first 16 bytes."""
+    return hashlib.sha256(body).digest()[:16]
 
 
 def _spooled_digest(body: SpooledBody) -> bytes:
-    digest = hashlib.blake2b(digest_size=16)
+    digest = hashlib.sha256()
     for chunk in body.chunks():
         digest.update(chunk)
-    return digest.digest()
+    return digest.digest()[:16]
 
 
 class IdempotencyKeys:
