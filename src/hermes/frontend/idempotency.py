@@ -2,8 +2,8 @@
 within the topic's ``idempotencyWindow`` is answered as that first one was (its status and ``Hermes-Message-Id``,
 with ``Idempotent-Replayed: true``) and produces nothing; the same key with another body is 422.
 
-The keys live in Hermes' Kafka topic ``hermes.idempotency``, written once a publish is answered: one record per
-turn of the event loop holds every key answered in it (``<topic>/<key>``, the body's digest, the status, the
+The keys live in Hermes' Kafka topic ``hermes.idempotency``, written once a publish is answered: one record holds
+every key answered within 10 ms (``<topic>/<key>``, the body's digest, the status, the
 message id, the end of the window), keyed by the process that wrote it (a record per key, compacted, cost the
 frontend some 20 µs of CPU more per publish, writing and reading it back). Every frontend process (every worker
 of one too) reads the whole topic at start and follows it afterwards into an in-memory index, skipping its own
@@ -43,6 +43,9 @@ MAX_KEY_LENGTH = 255
 # A restarted frontend serves once it has read the keys up to here, or after this long (then it learns the rest
 # while serving: a repeat it does not know yet is published again).
 _CATCH_UP_SECONDS = 30.0
+# Keys answered within this many seconds go in one record. A callback due at once (call_soon) made the event loop
+# turn once more for every batch of publishes, costing more than the keys themselves.
+_FLUSH_DELAY = 0.01
 # A record of keys stays far below Kafka's 1 MB records (a key and its entry take up to 400 bytes)
 _KEYS_PER_RECORD = 1000
 
@@ -75,7 +78,8 @@ class IdempotencyKeys:
         self._expiry: list[tuple[float, str]] = []  # a heap: (until, key), to forget keys whose window is over
         self._twins: dict[str, bytes] = {}  # first publishes in flight here: their digests
         self._waiting: dict[str, list[Answer]] = {}  # repeats of those, waiting for their answer
-        self._outbox: list[str] = []  # keys answered in this turn of the loop
+        self._outbox: list[str] = []  # keys answered, not written yet
+        self._flushing: asyncio.TimerHandle | None = None
         self._writer = uuid.uuid4().hex.encode()  # its records' Kafka key: the follower skips them
         self._tasks: set[asyncio.Task[None]] = set()  # digests of spooled bodies
         self._stopping = threading.Event()
@@ -147,8 +151,8 @@ class IdempotencyKeys:
         del self._twins[name]
         if entry is not None:
             self._remember(name, entry)
-            if not self._outbox:  # produced with the others of this turn of the loop: this may run inside the
-                asyncio.get_running_loop().call_soon(self._flush)  # producer's poll, which must not produce
+            if not self._outbox:  # produced with the others answered meanwhile (this may run inside the
+                self._flushing = asyncio.get_running_loop().call_later(_FLUSH_DELAY, self._flush)  # producer's poll)
             self._outbox.append(name)
         waiting = self._waiting.pop(name, None) if self._waiting else None
         if waiting:
@@ -169,6 +173,7 @@ class IdempotencyKeys:
                 del index[gone]
 
     def _flush(self) -> None:
+        self._flushing = None
         outbox, self._outbox = self._outbox, []
         index = self._index
         keys = [
@@ -200,6 +205,10 @@ class IdempotencyKeys:
         self._follower.start()
 
     async def stop(self) -> None:
+        """Writes the keys not written yet (the producer flushes them as it closes, after this)."""
+        if self._flushing is not None:
+            self._flushing.cancel()
+            self._flush()
         self._stopping.set()
         if self._follower is not None:
             await asyncio.to_thread(self._follower.join)
