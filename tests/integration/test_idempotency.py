@@ -66,6 +66,19 @@ def test_the_same_key_with_another_body_is_422(hermes: InProcessHermes, client: 
     assert produced(hermes, topic) == 1
 
 
+def test_a_body_spooled_to_disk_is_told_apart_too(hermes: InProcessHermes, client: HermesClient) -> None:
+    """Over 1 MiB a body arrives in a file, and its digest is taken in a thread."""
+    topic = client.create_topic(maxMessageSize=2 * 1024 * 1024)
+    body = b'{"data": "' + b"x" * 1_500_000 + b'"}'
+    first = client.publish(topic, body, {KEY: "big"})
+    assert first.status_code == 201, first.text
+    repeat = client.publish(topic, body, {KEY: "big"})
+    assert repeat.headers.get(REPLAYED) == "true" and repeat.headers[ID] == first.headers[ID]
+    other = client.publish(topic, body.replace(b"xx", b"yy", 1), {KEY: "big"})
+    assert other.status_code == 422, other.text
+    assert produced(hermes, topic) == 1
+
+
 @pytest.mark.parametrize("key", ["", "k" * 256, "tab\there"])
 def test_a_bad_key_is_400_naming_the_header(client: HermesClient, key: str) -> None:
     topic = client.create_topic()
