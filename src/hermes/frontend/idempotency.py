@@ -215,9 +215,14 @@ class IdempotencyKeys:
         for task in self._tasks:
             task.cancel()
 
-    def _catch_up(self, consumer: BrokerConsumer) -> list[bytes]:
+    def _assign(self, consumer: BrokerConsumer) -> dict[int, int]:
+        """Reads every partition from its start; returns their ends now."""
         ends = self._admin.end_offsets(IDEMPOTENCY.name)
         consumer.assign({(IDEMPOTENCY.name, p): 0 for p in ends})  # 0 or the earliest left (auto.offset.reset)
+        return ends
+
+    def _catch_up(self, consumer: BrokerConsumer) -> list[bytes]:
+        ends = self._assign(consumer)
         behind = {p for p, end in ends.items() if end > 0}
         records: list[bytes] = []
         deadline = time.monotonic() + _CATCH_UP_SECONDS
@@ -234,6 +239,10 @@ class IdempotencyKeys:
         try:
             while not self._stopping.is_set():
                 try:
+                    # the broker failed the catch-up, or the topic was missing: tried again each second
+                    if not consumer.assignment() and not self._assign(consumer):
+                        self._stopping.wait(1.0)
+                        continue
                     messages = consumer.poll(5000, 0.1)
                 except Exception:  # the thread must outlive a broker hiccup
                     log.warning("idempotency: reading %s failed", IDEMPOTENCY.name, exc_info=True)
