@@ -46,7 +46,7 @@ _CATCH_UP_SECONDS = 30.0
 # Keys answered within this many seconds go in one record. A callback due at once (call_soon) made the event loop
 # turn once more for every batch of publishes, costing more than the keys themselves.
 _FLUSH_DELAY = 0.01
-# A record of keys stays far below Kafka's 1 MB records (a key and its entry take up to 400 bytes)
+# A record of keys stays below Kafka's 1 MB records (a key and its entry take up to about 600 bytes)
 _KEYS_PER_RECORD = 1000
 
 
