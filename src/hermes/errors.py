@@ -125,8 +125,8 @@ class PublishingForbidden(Forbidden):
 
 
 class InternalTopicProtected(Forbidden):
-    """A Kafka topic Hermes itself owns (message tracking, large-message discovery) is never created, changed or
-    deleted through the API."""
+    """A Kafka topic Hermes itself owns (message tracking, large-message discovery, idempotency keys) is never
+    created, changed or deleted through the API."""
 
 
 class TooManyFailedLogins(HermesError):
@@ -160,6 +160,13 @@ class SubscriptionAlreadyExists(AlreadyExistsError):
 
 class OAuthProviderAlreadyExists(AlreadyExistsError):
     code = "OAUTH_PROVIDER_ALREADY_EXISTS"
+
+
+class IdempotencyKeyReused(HermesError):
+    """A publish's Idempotency-Key was used, within its topic's window, for a message with another body."""
+
+    code = "IDEMPOTENCY_KEY_REUSED"
+    status = 422
 
 
 class ConflictError(HermesError):

@@ -22,7 +22,7 @@ from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker, ensure_port_free
 from hermes.broker.embedded_security import BrokerSecurity
 from hermes.broker.producer import BrokerProducer
-from hermes.broker.topics import OFFLOAD_DISCOVERY, TRACKING, KafkaTopics, TopicReconciler
+from hermes.broker.topics import IDEMPOTENCY, OFFLOAD_DISCOVERY, TRACKING, KafkaTopics, TopicReconciler
 from hermes.config import Settings, scram_users
 from hermes.consumers.role import Consumers
 from hermes.consumers.supervisor import ConsumersSupervisor
@@ -190,8 +190,9 @@ class Hermes:
 
         self.repository = await asyncio.to_thread(open_repository, settings)
         kafka_topics = KafkaTopics(admin, settings.topic_partitions)
-        # the tracking topic, created before any role writes to it; the discovery topic where a frontend advertises
-        internal = [TRACKING, OFFLOAD_DISCOVERY] if Role.FRONTEND in self.roles else [TRACKING]
+        # the tracking topic, created before any role writes to it; the discovery topic where a frontend advertises,
+        # and the one of idempotency keys it reads at start
+        internal = [TRACKING, OFFLOAD_DISCOVERY, IDEMPOTENCY] if Role.FRONTEND in self.roles else [TRACKING]
         reconciler = TopicReconciler(
             kafka_topics, self.repository.list_topics, settings.topic_reconcile_interval, internal
         )

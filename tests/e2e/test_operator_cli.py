@@ -74,6 +74,9 @@ def test_subscriptions_and_publish(
     assert code == 0 and published["status"] in (201, 202)
     (received,) = subscriber.wait_for(1)
     assert (received.message_id, received.body) == (published["messageId"], b'{"orderId": 42}')
+    once = ("publish", topic, str(body), "--idempotency-key", "order-42", "--output", "json")
+    first, again = (json.loads(_hermes(capsys, hermes, *once)[1]) for _ in range(2))
+    assert again == {**first, "replayed": True} and "replayed" not in first
     assert _hermes(capsys, hermes, "subscriptions", "suspend", topic, "printer")[1].split() == ["state", "SUSPENDED"]
     assert _hermes(capsys, hermes, "subscriptions", "activate", topic, "printer")[1].split() == ["state", "ACTIVE"]
 

@@ -10,7 +10,7 @@ import pytest
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker
-from hermes.broker.topics import KafkaTopics
+from hermes.broker.topics import IDEMPOTENCY, KafkaTopics
 from hermes.domain.names import TopicName
 from hermes.domain.topic import RetentionTime, RetentionUnit, Topic
 from hermes.domain.trace import TRACKING_TOPIC
@@ -77,7 +77,7 @@ def test_hermes_own_topics_are_no_inconsistency_refuse_deletion_and_come_back_af
     admin = BrokerAdmin(KafkaConnection(kafka.bootstrap_servers))
     advertised = admin.last_value(METADATA_TOPIC)
     assert advertised is not None, "the frontend advertises the offload service at its start"
-    internal = (METADATA_TOPIC, TRACKING_TOPIC)
+    internal = (METADATA_TOPIC, TRACKING_TOPIC, IDEMPOTENCY.name)
 
     listed = client.management.get("/consistency/inconsistencies/topics").json()
     assert not set(internal) & set(listed), listed
@@ -98,3 +98,4 @@ def test_hermes_own_topics_are_no_inconsistency_refuse_deletion_and_come_back_af
     # an empty discovery topic would advertise nothing: the frontend advertises again
     wait_until(lambda: admin.last_value(METADATA_TOPIC) == advertised, timeout=30)
     assert admin.topic_config(METADATA_TOPIC)["retention.ms"] == "-1"
+    assert admin.topic_config(IDEMPOTENCY.name)["retention.ms"] == str(7 * 86400 * 1000)

@@ -178,3 +178,16 @@ def test_the_publish_report_judges_the_maximum_and_shows_the_32_connection_one_b
     assert "| 15,000 (15,000) |" in text and "p99 < 5 ms at half the maximum: **not met**" in text
     del scenario["also"]  # a result from before the maxima were taken at two concurrencies
     assert "32 connections" not in "\n".join(_publish(scenario))
+    assert "Idempotency-Key" not in text  # nor the fresh-key variant
+    scenario["idempotency_key"] = {
+        "plain": closed(30_000, 35.0),
+        "keyed": closed(28_500, 37.0),
+        "throughput_ratio": 0.95,
+        "cpu_ratio": 1.057,
+    }
+    keyed = "\n".join(_publish(scenario))
+    assert (
+        "| a new `Idempotency-Key` per request: msg/s | **28,500** (28,500-28,500) "
+        "| plain, runs in turn: **30,000** (30,000-30,000) | **0.95** | ≥ 0.9: **met** |" in keyed
+    )
+    assert "| **1.057** |" in keyed

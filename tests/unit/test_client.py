@@ -46,6 +46,15 @@ def test_a_publish_whose_answer_was_lost_is_not_sent_again() -> None:
     assert len(sent) == 1
 
 
+def test_a_publish_with_an_idempotency_key_is_sent_again_after_a_lost_answer() -> None:
+    sent: list[httpx.Request] = []
+    replayed = _answer(201, **{"Idempotent-Replayed": "true"})
+    with _client([_raise(httpx.ReadTimeout), replayed], sent) as client:
+        result = client.publish("g.t", b"{}", idempotency_key="order-42")
+    assert result.message_id == "m1" and result.replayed
+    assert [r.headers["Idempotency-Key"] for r in sent] == ["order-42", "order-42"]
+
+
 def test_a_publish_that_never_connected_or_was_refused_is_sent_again() -> None:
     sent: list[httpx.Request] = []
     with _client([_raise(httpx.ConnectError), _answer(503, **{"Retry-After": "0"}), _answer(201)], sent) as client:

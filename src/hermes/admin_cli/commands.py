@@ -219,8 +219,8 @@ def _publish(client: HermesClient, args: argparse.Namespace) -> Any:
     headers = dict(_header(value) for value in args.header)
     if args.content_type:
         headers["Content-Type"] = args.content_type
-    result = client.publish(args.topic, body, headers, args.partition_key)
-    return {"messageId": result.message_id, "status": result.status}
+    result = client.publish(args.topic, body, headers, args.partition_key, args.idempotency_key)
+    return {"messageId": result.message_id, "status": result.status, **({"replayed": True} if result.replayed else {})}
 
 
 def _header(value: str) -> tuple[str, str]:
@@ -234,6 +234,9 @@ def _publish_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("topic", metavar="TOPIC")
     parser.add_argument("file", metavar="FILE", nargs="?", help="the body; - or none: standard input")
     parser.add_argument("--partition-key", metavar="KEY", help="messages of one key stay in order")
+    parser.add_argument(
+        "--idempotency-key", metavar="KEY", help="a repeat with this key stores nothing and answers as the first"
+    )
     parser.add_argument("--header", metavar="NAME:VALUE", action="append", default=[], help="(repeatable)")
     parser.add_argument("--content-type", metavar="TYPE", help="default application/json (avro/binary for Avro)")
     parser.set_defaults(action=_publish)

@@ -22,6 +22,7 @@ SUSTAINED_P99_GROWTH = 1.2
 # The targets of the issue "Speed" for one frontend process.
 PUBLISH_RATIO_TARGET = 0.5
 PUBLISH_CPU_TARGET_US = 45.0
+IDEMPOTENCY_RATIO_TARGET = 0.9  # publishing with a fresh Idempotency-Key: within 10% of plain publishing
 PUBLISH_P99_TARGET_MS = 5.0
 # The target of the issue "Security": publishing with (cached) authentication within 10% of without.
 PUBLISH_AUTH_THROUGHPUT_TARGET = 0.9
@@ -278,6 +279,20 @@ def _cluster(c: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _idempotency_key(k: dict[str, Any] | None) -> list[str]:
+    """Rows of the fresh-key variant (results from before it have none)."""
+    if k is None:
+        return []
+    within = k["throughput_ratio"] >= IDEMPOTENCY_RATIO_TARGET
+    return [
+        f"| a new `Idempotency-Key` per request: msg/s | {_mmm(k['keyed']['throughput'])} "
+        f"| plain, runs in turn: {_mmm(k['plain']['throughput'])} | **{k['throughput_ratio']}** "
+        f"| ≥ {IDEMPOTENCY_RATIO_TARGET}: **{_met(within)}** |",
+        f"| ... its server CPU µs per request | {_mmm(k['keyed']['server_cpu_us'])} "
+        f"| plain: {_mmm(k['plain']['server_cpu_us'])} | **{k['cpu_ratio']}** | |",
+    ]
+
+
 def _publish(p: dict[str, Any]) -> list[str]:
     fastest = p["noop"][p["fastest_noop"]]
     one, two = p["closed"], p["two_workers"]
@@ -308,6 +323,7 @@ def _publish(p: dict[str, Any]) -> list[str]:
         f"**{_met(one['server_cpu_us']['median'] <= PUBLISH_CPU_TARGET_US)}** |",
         f"| two workers (`hermes frontend --workers 2`): msg/s | {_mmm(two['throughput'])} "
         f"| | **{two['throughput']['median'] / max(one['throughput']['median'], 1e-9):.2f}** of one process | |",
+        *_idempotency_key(p.get("idempotency_key")),
         "",
         f"Non-2xx answers: {one['non_2xx']} (one process), {two['non_2xx']} (two workers). On 2 cores, wrk, the "
         "broker and the workers share the cores: two workers cannot double the figure here.",

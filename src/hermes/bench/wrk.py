@@ -18,6 +18,14 @@ _SCRIPT = """wrk.method = "POST"
 wrk.body = {body}
 wrk.headers["Content-Type"] = "application/json"
 """
+# A header of its own per request (an Idempotency-Key): the prefix and a counter (one wrk thread)
+_FRESH_HEADER = """local sent = 0
+request = function()
+  sent = sent + 1
+  wrk.headers["{name}"] = "{prefix}-" .. sent
+  return wrk.format()
+end
+"""
 
 
 def command(connections: int) -> str:
@@ -31,15 +39,20 @@ def run(
     connections: int,
     pid: int | None = None,
     headers: dict[str, str] | None = None,
+    fresh: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """One run: requests/s, non-2xx answers and socket errors; with ``pid``, that process's (and its children's)
-    CPU time per request. ``headers`` are sent with every request besides Content-Type."""
+    CPU time per request. ``headers`` are sent with every request besides Content-Type; ``fresh`` (a header's
+    name, a prefix) one more, with a value of its own per request (wrk then builds each request in Lua, which
+    costs the generator)."""
     wrk = shutil.which("wrk")
     if wrk is None:
         raise StartupError("the benchmark needs wrk (apt-get install wrk, or make setup)")
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(_SCRIPT.format(body='"' + body.decode().replace('"', '\\"') + '"'))
         script.writelines(f'wrk.headers["{name}"] = "{value}"\n' for name, value in (headers or {}).items())
+        if fresh is not None:
+            script.write(_FRESH_HEADER.format(name=fresh[0], prefix=fresh[1]))
     try:
         before = tree_cpu_seconds(pid) if pid is not None else 0.0
         out = subprocess.run(

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 from hermes.broker.admin import BrokerAdmin
-from hermes.domain.topic import Topic
+from hermes.domain.topic import MAX_IDEMPOTENCY_WINDOW, Topic
 from hermes.domain.trace import TRACKING_TOPIC
 from hermes.errors import HermesError
 from hermes.tasks import cancel
@@ -39,7 +39,9 @@ class InternalTopic:
 TRACKING = InternalTopic(TRACKING_TOPIC)
 # the large-message discovery topic: its latest record names the offload service (offload/discovery.py)
 OFFLOAD_DISCOVERY = InternalTopic("sys.metadata", partitions=1, retention_ms=-1)
-INTERNAL_TOPICS = {topic.name: topic for topic in (TRACKING, OFFLOAD_DISCOVERY)}
+# the idempotency keys of publishes (frontend/idempotency.py): records older than the longest window are useless
+IDEMPOTENCY = InternalTopic("hermes.idempotency", retention_ms=MAX_IDEMPOTENCY_WINDOW * 1000)
+INTERNAL_TOPICS = {topic.name: topic for topic in (TRACKING, OFFLOAD_DISCOVERY, IDEMPOTENCY)}
 
 
 def kafka_body_limit(topic: Topic) -> int:

@@ -70,9 +70,12 @@ class AsyncHermesClient:
         body: bytes | str | Any,
         headers: Mapping[str, str] | None = None,
         partition_key: str | None = None,
+        idempotency_key: str | None = None,
     ) -> PublishResult:
-        """``body``: bytes or text as they are, anything else as JSON."""
-        return await self.send(calls.publish(topic, body, headers, partition_key), frontend=True)
+        """``body``: bytes or text as they are, anything else as JSON. ``idempotency_key``: a repeat of this
+        publish within the topic's window (a retry after a lost answer too) stores nothing and answers as the first
+        (``PublishResult.replayed``)."""
+        return await self.send(calls.publish(topic, body, headers, partition_key, idempotency_key), frontend=True)
 
     async def publish_many(
         self, topic: str, bodies: Iterable[bytes | str | Any], concurrency: int = 16

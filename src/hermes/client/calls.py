@@ -15,6 +15,7 @@ from hermes.errors import NotFoundError
 T = TypeVar("T")
 JsonObject = dict[str, Any]
 Method = Literal["GET", "POST", "PUT", "DELETE"]
+IDEMPOTENCY_KEY = "Idempotency-Key"
 # Default owner of what the client creates when the caller names none: Hermes requires one.
 DEFAULT_OWNER = {"source": "Plaintext", "id": "hermes-client"}
 
@@ -33,8 +34,9 @@ class Call(Generic[T]):
 
     @property
     def idempotent(self) -> bool:
-        """Sent twice, it changes nothing more than once: safe to retry when the answer is lost."""
-        return self.method in ("GET", "PUT", "DELETE")
+        """Sent twice, it changes nothing more than once: safe to retry when the answer is lost (a publish with an
+        Idempotency-Key too: its repeat is answered as the first, and stores nothing)."""
+        return self.method in ("GET", "PUT", "DELETE") or IDEMPOTENCY_KEY in self.headers
 
     def answer(self, status: int, headers: Mapping[str, str], body: bytes) -> T:
         if status == 404 and self.none_when_absent:
@@ -80,8 +82,10 @@ def publish(
     body: bytes | str | Any,
     headers: Mapping[str, str] | None = None,
     partition_key: str | None = None,
+    idempotency_key: str | None = None,
 ) -> Call[PublishResult]:
-    """``body``: bytes or text as they are, anything else as JSON."""
+    """``body``: bytes or text as they are, anything else as JSON. With ``idempotency_key``, a repeat within the
+    topic's window stores nothing and gets the first publish's answer, so a lost answer is retried."""
     if isinstance(body, bytes | str):
         content = body.encode() if isinstance(body, str) else body
     else:
@@ -89,6 +93,8 @@ def publish(
     sent = {"Content-Type": "application/json", **(headers or {})}
     if partition_key is not None:
         sent["Partition-Key"] = partition_key
+    if idempotency_key is not None:
+        sent[IDEMPOTENCY_KEY] = idempotency_key
     return Call("POST", f"/topics/{_segment(topic)}", PublishResult.read, {}, content, sent)
 
 

@@ -20,6 +20,7 @@ class PublishResult:
 
     message_id: str
     status: int
+    replayed: bool = False  # a repeat of an Idempotency-Key: the first publish's answer, nothing stored now
 
     @property
     def accepted(self) -> bool:
@@ -27,7 +28,7 @@ class PublishResult:
 
     @classmethod
     def read(cls, status: int, headers: Mapping[str, str], _body: bytes) -> PublishResult:
-        return cls(headers.get(MESSAGE_ID_HEADER, ""), status)
+        return cls(headers.get(MESSAGE_ID_HEADER, ""), status, headers.get("Idempotent-Replayed") == "true")
 
 
 def _error_classes() -> dict[str, type[HermesError]]:

@@ -1,6 +1,7 @@
 """When a request may be sent again: only when the first one cannot have taken effect (it never reached the
 server, or the server refused it), or when taking effect twice changes nothing (GET, PUT, DELETE). A publish whose
-answer was lost is not sent again: the message may already be in Kafka, and a second one would be a duplicate."""
+answer was lost is not sent again: the message may already be in Kafka, and a second one would be a duplicate;
+unless it has an Idempotency-Key, whose repeat stores nothing."""
 
 from __future__ import annotations
 

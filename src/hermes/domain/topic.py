@@ -102,6 +102,9 @@ class Group:
 
 
 DEFAULT_MAX_MESSAGE_SIZE = 50 * 1024
+# How long a publish's Idempotency-Key is remembered (seconds): the longest window keeps every key this long
+MAX_IDEMPOTENCY_WINDOW = 7 * 86400
+DEFAULT_IDEMPOTENCY_WINDOW = RetentionTime(24, RetentionUnit.HOURS)
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,8 @@ class Topic:
     migrated_from_json_type: bool = False
     fallback_to_remote_datacenter_enabled: bool = False
     chaos: PublishingChaosPolicy = field(default_factory=PublishingChaosPolicy)
+    # Our extension: how long a publish's Idempotency-Key makes repeats of it answer without producing
+    idempotency_window: RetentionTime = DEFAULT_IDEMPOTENCY_WINDOW
     created_at: int = 0  # epoch millis, set by the repository
     modified_at: int = 0
 

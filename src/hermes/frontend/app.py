@@ -38,6 +38,8 @@ _HEALTH = ("/", "/status/ping", "/status/health")
 _READY = "/status/ready"
 _STATUS = (*_HEALTH, _READY, "/status/prometheus")
 _UNLABELLED = frozenset({401, 404, 429})
+# as Stripe's API says it of a repeated Idempotency-Key
+_REPLAYED = ("Idempotent-Replayed", "true")
 
 
 class TopicLookup:
@@ -189,7 +191,10 @@ class PublishingApi:
         headers: tuple[tuple[str, str], ...] = ((MESSAGE_ID_HEADER, message_id),)
         if isinstance(outcome, PublishResult):
             status = 201 if outcome.acknowledged else 202
-            self._published.count(name)
+            if outcome.replayed:  # the first publish's id; nothing was published now
+                headers = ((MESSAGE_ID_HEADER, outcome.message_id), _REPLAYED)
+            else:
+                self._published.count(name)
             request.respond(status, headers)
         elif isinstance(outcome, HermesError):
             status = outcome.status

@@ -24,7 +24,13 @@ _ERROR = {
         }
     },
 }
-_MESSAGE_ID = {MESSAGE_ID_HEADER: {"description": "The message's id", "schema": {"type": "string"}}}
+_MESSAGE_ID = {
+    MESSAGE_ID_HEADER: {"description": "The message's id", "schema": {"type": "string"}},
+    "Idempotent-Replayed": {
+        "description": "true: a repeat of an Idempotency-Key, answered as its first publish; nothing was stored now",
+        "schema": {"type": "string", "enum": ["true"]},
+    },
+}
 
 
 def _text(summary: str, answers: dict[str, str]) -> dict[str, Any]:
@@ -50,7 +56,16 @@ _PUBLISH = {
                 "in": "path",
                 "required": True,
                 "schema": {"type": "string", "pattern": TOPIC_NAME_PATTERN, "description": "group.topic"},
-            }
+            },
+            {
+                "name": "Idempotency-Key",
+                "in": "header",
+                "required": False,
+                "description": "Our extension: a repeat with this key on this topic, within the topic's "
+                "idempotencyWindow, is answered as the first publish and stores nothing; with another body it is "
+                "422 (docs/publishing.md#idempotent-publishing)",
+                "schema": {"type": "string", "pattern": "^[ -~]{1,255}$"},
+            },
         ],
         "requestBody": {
             "required": True,
@@ -60,7 +75,7 @@ _PUBLISH = {
         "responses": {
             "201": {"description": "Acknowledged by Kafka", "headers": _MESSAGE_ID},
             "202": {"description": "Accepted, not acknowledged yet (journaled)", "headers": _MESSAGE_ID},
-            **{status: _ERROR for status in ("400", "401", "403", "404", "413", "415", "429", "503")},
+            **{status: _ERROR for status in ("400", "401", "403", "404", "413", "415", "422", "429", "503")},
         },
     }
 }

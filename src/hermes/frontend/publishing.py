@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import orjson
 
@@ -39,6 +39,9 @@ from hermes.frontend.schemas import SchemaSource
 from hermes.http.lean import SpooledBody
 from hermes.offload.offloader import Offloader, placeholder_headers
 from hermes.tracker import Tracker
+
+if TYPE_CHECKING:
+    from hermes.frontend.idempotency import IdempotencyKeys
 
 # A journaled message the broker refused is produced again after this many seconds.
 _RESEND_DELAY = 5.0
@@ -86,6 +89,7 @@ class PublishTimeouts:
 class PublishResult(NamedTuple):
     message_id: str
     acknowledged: bool  # False: accepted (202), the broker has not acknowledged yet
+    replayed: bool = False  # a repeat of a publish with the same Idempotency-Key: nothing was produced
 
 
 # Called once per publish: with the result, or with the error that refused the message.
@@ -102,8 +106,10 @@ class Publisher:
         propagated_headers: frozenset[str] = frozenset(),
         journal: Journal | None = None,
         offloader: Offloader | None = None,
+        idempotency: IdempotencyKeys | None = None,
     ) -> None:
         self.journal = journal
+        self._idempotency = idempotency
         self._offloader = offloader
         self._producer = producer
         self._timeouts = {ack: AckTimeouts(timeouts.for_ack(ack)) for ack in (Ack.LEADER, Ack.ALL)}
@@ -118,6 +124,16 @@ class Publisher:
         """Raises what is wrong with the message; otherwise produces it, and ``answer`` gets the outcome.
         ``headers`` are the request's, keyed by lower-case name. A spooled body is read into memory only when it
         goes to Kafka itself (or must be validated, or is Avro)."""
+        idempotency = self._idempotency
+        if idempotency is not None and (key := idempotency.key_of(headers)) is not None:
+            produce = functools.partial(self._publish, topic, message_id, body, headers)
+            idempotency.publish(topic, key, body, answer, produce)
+            return
+        self._publish(topic, message_id, body, headers, answer)
+
+    def _publish(
+        self, topic: Topic, message_id: str, body: bytes | SpooledBody, headers: Mapping[str, str], answer: Answer
+    ) -> None:
         if topic.cloud_events:
             publish_events(self._produce, topic, message_id, body, headers, answer)
             return

@@ -20,6 +20,7 @@ from hermes.domain.topic import Topic
 from hermes.errors import StartupError
 from hermes.frontend.access import PublishAccess
 from hermes.frontend.app import PublishingApi, TopicLookup
+from hermes.frontend.idempotency import IdempotencyKeys
 from hermes.frontend.journal import Journal
 from hermes.frontend.publish_metrics import JOURNAL_BYTES, JOURNAL_MESSAGES, PublishedCounter, SharedMetrics
 from hermes.frontend.publishing import Publisher, PublishTimeouts
@@ -81,6 +82,7 @@ class Frontend:
         self._exit = contextlib.AsyncExitStack()
         self.producer: BrokerProducer | None = None
         self.server: LeanServer | None = None
+        self.idempotency: IdempotencyKeys | None = None
         self._offload_endpoint: str | None = None  # advertised in sys.metadata once the frontend listens
 
     async def start(self) -> None:
@@ -106,6 +108,9 @@ class Frontend:
         JOURNAL_MESSAGES.set_function(lambda: journal.depth)
         JOURNAL_BYTES.set_function(lambda: journal.pending_bytes)
         store = await self._start_blob_store()
+        self.idempotency = idempotency = IdempotencyKeys(producer, self._connection, self._admin)
+        await idempotency.start()  # the keys known before, before the first publish
+        self._exit.push_async_callback(idempotency.stop)
         offloader = Offloader(store, settings.offload_max_message_size)
         publisher = Publisher(
             producer,
@@ -115,6 +120,7 @@ class Frontend:
             frozenset(h.strip() for h in settings.frontend_propagated_headers.split(",") if h.strip()),
             journal,
             offloader,
+            idempotency,
         )
         for entry in pending:
             publisher.resend(entry)

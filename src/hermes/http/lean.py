@@ -51,6 +51,7 @@ REASONS = {
     413: "Payload Too Large",
     414: "URI Too Long",
     415: "Unsupported Media Type",
+    422: "Unprocessable Content",
     431: "Request Header Fields Too Large",
     500: "Internal Server Error",
     503: "Service Unavailable",

@@ -59,8 +59,8 @@ def protect_internal(name: str) -> None:
     """Hermes' own Kafka topics are kept whatever the API is asked (clients and the pipeline depend on them)."""
     if name in INTERNAL_TOPICS:
         raise InternalTopicProtected(
-            f"{name} is a Kafka topic Hermes itself owns (message tracking, large-message discovery): it cannot be "
-            "created or deleted through the API"
+            f"{name} is a Kafka topic Hermes itself owns (message tracking, large-message discovery, idempotency "
+            "keys): it cannot be created or deleted through the API"
         )
 
 

@@ -17,6 +17,8 @@ from hermes.domain.api_json.fields import (
 )
 from hermes.domain.names import TopicName
 from hermes.domain.topic import (
+    DEFAULT_IDEMPOTENCY_WINDOW,
+    MAX_IDEMPOTENCY_WINDOW,
     Ack,
     ChaosMode,
     ChaosPolicy,
@@ -115,9 +117,24 @@ def topic_from_json(data: Any, *, topic_partitions_limit: int | None = None) -> 
         migrated_from_json_type=read_bool(body, "migratedFromJsonType", False),
         fallback_to_remote_datacenter_enabled=read_bool(body, "fallbackToRemoteDatacenterEnabled", False),
         chaos=_chaos(body.get("chaos")),
+        idempotency_window=_idempotency_window(body.get("idempotencyWindow")),
         created_at=read_timestamp(body, "createdAt"),
         modified_at=read_timestamp(body, "modifiedAt"),
     )
+
+
+def _idempotency_window(value: Any) -> RetentionTime:
+    """In the shape of the topic's ``retentionTime``; at most ``MAX_IDEMPOTENCY_WINDOW``."""
+    if value is None:
+        return DEFAULT_IDEMPOTENCY_WINDOW
+    data = read_object(value, "idempotencyWindow")
+    window = RetentionTime(
+        duration=read_int(data, "duration", 24, "idempotencyWindow.duration", 1, MAX_IDEMPOTENCY_WINDOW),
+        unit=read_enum(data, "retentionUnit", RetentionUnit, RetentionUnit.HOURS, "idempotencyWindow.retentionUnit"),
+    )
+    if window.seconds > MAX_IDEMPOTENCY_WINDOW:
+        raise ValidationError(f"must be at most {MAX_IDEMPOTENCY_WINDOW // 86400} days", "idempotencyWindow")
+    return window
 
 
 def _publishing_auth(value: Any) -> PublishingAuth:
@@ -209,6 +226,10 @@ def _topic_fields(topic: Topic) -> Json:
         "migratedFromJsonType": topic.migrated_from_json_type,
         "fallbackToRemoteDatacenterEnabled": topic.fallback_to_remote_datacenter_enabled,
         "chaos": _chaos_to_json(topic.chaos),
+        "idempotencyWindow": {
+            "duration": topic.idempotency_window.duration,
+            "retentionUnit": topic.idempotency_window.unit.value,
+        },
         "createdAt": seconds(topic.created_at),
         "modifiedAt": seconds(topic.modified_at),
     }

@@ -15,6 +15,7 @@ from hermes.domain.endpoint import ENDPOINT_PATTERN, URL_PATTERN
 from hermes.domain.names import GROUP_PATTERN, SIMPLE_PATTERN, TOPIC_NAME_PATTERN
 from hermes.domain.signing import MAX_SECRETS, SECRET_PATTERN
 from hermes.domain.subscription import MAX_MESSAGE_TTL_SECONDS
+from hermes.domain.topic import MAX_IDEMPOTENCY_WINDOW
 
 Schema = dict[str, Any]
 
@@ -208,6 +209,17 @@ ENTITIES: dict[str, Schema] = {
                 },
                 [],
             ),
+            "idempotencyWindow": {
+                **obj(
+                    {
+                        "duration": ranged(1, MAX_IDEMPOTENCY_WINDOW),
+                        "retentionUnit": enum("SECONDS", "MINUTES", "HOURS", "DAYS"),
+                    },
+                    [],
+                ),
+                "description": "our extension: how long a publish's Idempotency-Key is remembered (default 24 "
+                "HOURS, at most 7 days)",
+            },
             "schema": {"description": "AVRO topics: the latest Avro schema (an object, or a string holding one)"},
             "createdAt": EPOCH_SECONDS,
             "modifiedAt": EPOCH_SECONDS,
