@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import signal
 import sys
@@ -243,7 +244,9 @@ async def _failovers(session: aiohttp.ClientSession, c: _Cluster, api: Managemen
     return {
         "session_timeout_s": Settings.model_fields["cluster_session_timeout"].default,
         "kafka_session_timeout_s": Settings.model_fields["consumer_session_timeout_ms"].default / 1000,
-        "commit_interval_s": Settings.model_fields["consumer_commit_interval"].default,
+        "commit_interval_s": float(
+            os.environ.get("HERMES_CONSUMER_COMMIT_INTERVAL", Settings.model_fields["consumer_commit_interval"].default)
+        ),
         "rate": STEADY_RATE,
         "published": len(published),
         "stops": per_stop,
