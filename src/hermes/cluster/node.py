@@ -86,14 +86,8 @@ class ConsumersNode:
         ]
 
     async def stop(self) -> None:
-        """A planned stop hands the subscriptions over before leaving: its consumers commit what they delivered and
-        leave their groups, whose other members read on from there, and only then does the coordinator hear
-        of it and assign the rest anew. Leaving first, a node's successors read what it was still delivering."""
         for task in self._tasks:
             await cancel(task)
-        self._assigned = self._taken_over = frozenset()  # none starts again meanwhile
-        if self._supervisor is not None:
-            await self._supervisor.stop_consumers()
         await asyncio.to_thread(self._coordinator.stop)
         await asyncio.to_thread(self._store.unregister, CONSUMERS, self.node_id)  # leave now, not at the timeout
 

@@ -114,7 +114,11 @@ class ConsumersSupervisor:
 
     async def stop(self) -> None:
         await cancel(self._reporter)
-        await self.stop_consumers()
+        async with self._lock:  # a restart stopping its crashed consumer holds the lock until that is done
+            for task in list(self._restarts):
+                task.cancel()
+            consumers, self._consumers = list(self._consumers.values()), {}
+        await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
         if self._reader is not None:
             await self._reader.stop()
         if self._oauth is not None:
@@ -206,15 +210,6 @@ class ConsumersSupervisor:
         """In a cluster, before ``start``: whether this node runs a subscription, and its share of the rate."""
         self._placement, self._rate_share = placement, rate_share
         self._clustered = True
-
-    async def stop_consumers(self) -> None:
-        """Stops every consumer at once: each lets what it is sending finish for a moment, commits and leaves its
-        group. A cluster node stopping does this before it leaves the cluster (node.py)."""
-        async with self._lock:  # a restart stopping its crashed consumer holds the lock until that is done
-            for task in list(self._restarts):
-                task.cancel()
-            consumers, self._consumers = list(self._consumers.values()), {}
-        await asyncio.gather(*(c.stop() for c in consumers), return_exceptions=True)
 
     async def replace(self) -> None:
         """Starts and stops consumers after ``placement`` changed its answers."""
