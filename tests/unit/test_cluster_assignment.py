@@ -176,3 +176,12 @@ def test_evening_out_leaves_a_move_by_load_alone() -> None:
     result = assign({A: 1, B: 1, C: 1}, {"n1": 0.9, "n2": 0.0, "n3": 0.0}, moving, Limits())
     assert result.subscriptions[A] == ("n1", "n2") and result.moves == moving.moves
     assert _per_node(result, ("n1", "n2", "n3")) == [1, 1, 2]  # n1 keeps B or C, the other went to n3
+
+
+def test_evening_out_counts_idle_nodes_as_equally_loaded_and_fills_no_busy_one() -> None:
+    wanted = {f"g.t$s{i}": 1 for i in range(4)}
+    current = assign(wanted, {"n1": 0.0, "n2": 0.0}, Assignment(), Limits())
+    joined = assign(wanted, {"n1": 0.001, "n2": 0.0, "n3": 0.05}, current, Limits())  # n3 still starting up
+    assert _per_node(joined, ("n1", "n2", "n3")) == [1, 1, 2]
+    busy = assign(wanted, {"n1": 0.1, "n2": 0.1, "n3": 0.9}, current, Limits())
+    assert _per_node(busy, ("n1", "n2", "n3")) == [0, 2, 2]

@@ -21,6 +21,9 @@ from typing import Any
 # A node that reports no use at all still costs something per subscription it runs: without this floor an idle
 # cluster would pile every new subscription onto the same node.
 MIN_SUBSCRIPTION_COST = 0.01
+# Cores of CPU load by which nodes count as equally loaded when slots are evened out: idle nodes report a few
+# thousandths apart, and a node just started reports its start-up for a while.
+LOAD_NOISE = 0.1
 
 
 @dataclass(frozen=True)
@@ -156,7 +159,8 @@ def _even_out(
     projected: _Loads,
 ) -> None:
     """Hands slots over, one at a time, from the node holding most to the least-loaded node that holds at least
-    two fewer and reports no more load (a busy node is for moves by load to relieve, not to fill), until none can.
+    two fewer and reports no more load, give or take ``LOAD_NOISE`` (a busy node is for moves by load to relieve,
+    not to fill), until none can.
     Without this, minimal moves left a node that joined after the others (or came back after a restart) with
     nothing while they held everything."""
     leaving = dict.fromkeys(projected.count, 0)  # a move's source lets go of its subscription soon
@@ -172,7 +176,7 @@ def _even_out(
                 takers = [
                     n
                     for n in projected.count
-                    if n not in kept[name] and held(n) <= held(node) - 2 and loads[n] <= loads[node]
+                    if n not in kept[name] and held(n) <= held(node) - 2 and loads[n] <= loads[node] + LOAD_NOISE
                 ]
                 if takers:
                     return name, node, projected.order(takers)[0]
