@@ -181,7 +181,8 @@ def test_the_coordinator_moves_by_the_loads_its_members_report(
 
         again, second = first_seen(lambda a: light in a.moves)
         assert second.moves == {light: ("busy", "warm")}  # the loads as reported now
-        assert again - started >= settings.move_interval
+        # seen through a watch: the first write's delivery may lag the second's by some milliseconds
+        assert again - started >= settings.move_interval - 0.05
     finally:
         coordinator.stop()
         store.close()
