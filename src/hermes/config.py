@@ -186,6 +186,13 @@ class Settings(BaseSettings):
         "interval", description="When the journal forces its file to disk (process crashes are safe with any)."
     )
     frontend_journal_fsync_interval: float = Field(0.05, gt=0, description="Seconds between journal fsyncs.")
+    frontend_shutdown_wait: float = Field(
+        0.0,
+        ge=0,
+        le=300,
+        description="Seconds a stopping frontend goes on publishing after /status/ready answers 503 and it left the "
+        "cluster, before it closes its port: let load balancers see it (docs/cluster.md, Rolling restarts).",
+    )
     workers: int = Field(
         default_factory=lambda: os.cpu_count() or 1,
         ge=1,

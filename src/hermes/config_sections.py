@@ -137,6 +137,7 @@ SECTIONS = (
             "frontend_journal_max_bytes",
             "frontend_journal_fsync",
             "frontend_journal_fsync_interval",
+            "frontend_shutdown_wait",
         ),
     ),
     Section(

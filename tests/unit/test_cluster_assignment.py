@@ -51,10 +51,10 @@ def test_a_node_over_a_lowered_limit_sheds_subscriptions() -> None:
     assert len(result.of_node("n1")) == 2 and len(result.of_node("n2")) == 1
 
 
-def test_minimal_moves_a_joining_node_takes_only_missing_slots() -> None:
+def test_minimal_moves_a_joining_node_takes_one_slot_of_a_node_two_ahead() -> None:
     current = assign({A: 2, B: 2}, {"n1": 0.3, "n2": 0.3}, Assignment(), Limits())
     result = assign({A: 2, B: 2}, {"n1": 0.3, "n2": 0.3, "n3": 0.0}, current, Limits())
-    assert result.subscriptions == current.subscriptions
+    assert result.subscriptions == {A: ("n3", "n2"), B: ("n1", "n2")}
 
 
 def test_a_dead_nodes_slots_go_to_the_survivors_and_nothing_else_moves() -> None:
@@ -139,3 +139,49 @@ def test_a_move_adds_the_new_node_before_removing_the_old() -> None:
 def test_the_document_round_trips() -> None:
     original = start_move(assign({A: 1, B: 2}, {"n1": 0.0, "n2": 0.1}, Assignment(), Limits()), A, "n1", "n2")
     assert Assignment.from_document(original.to_document()) == original
+
+
+def _per_node(assignment: Assignment, nodes: tuple[str, ...]) -> list[int]:
+    return sorted(len(assignment.of_node(n)) for n in nodes)
+
+
+def test_nodes_joining_one_by_one_get_even_shares_of_the_slots() -> None:
+    """Issue 33: three nodes started, four subscriptions of two nodes each (8 slots): the first node's round saw
+    it alone, the next round two nodes, and the third node got none of the 8 slots while the others held 4."""
+    wanted = {f"g.t$s{i}": 2 for i in range(4)}
+    assignment = Assignment()
+    for members in (("n1",), ("n1", "n2"), ("n1", "n2", "n3")):
+        assignment = assign(wanted, dict.fromkeys(members, 0.0), assignment, Limits())
+    assert _per_node(assignment, ("n1", "n2", "n3")) == [2, 3, 3]
+    assert all(len(set(nodes)) == 2 for nodes in assignment.subscriptions.values())
+    again = assign(wanted, dict.fromkeys(("n1", "n2", "n3"), 0.0), assignment, Limits())
+    assert again == assignment  # even already: the next round moves nothing
+
+
+def test_a_restarted_node_gets_its_share_back() -> None:
+    wanted = {f"g.t$s{i}": 1 for i in range(8)}
+    three = dict.fromkeys(("n1", "n2", "n3"), 0.0)
+    assignment = assign(wanted, three, Assignment(), Limits())
+    assert _per_node(assignment, tuple(three)) == [2, 3, 3]
+    without = assign(wanted, {"n1": 0.0, "n2": 0.0}, assignment, Limits())  # n3 restarts: it left...
+    assert _per_node(without, ("n1", "n2")) == [4, 4]
+    back = assign(wanted, three, without, Limits())  # ...and came back
+    assert _per_node(back, tuple(three)) == [2, 3, 3]
+    kept = sum(len(set(back.subscriptions[s]) & set(without.subscriptions[s])) for s in wanted)
+    assert kept == 6  # only the two slots n3 takes moved
+
+
+def test_evening_out_leaves_a_move_by_load_alone() -> None:
+    moving = start_move(Assignment({A: ("n1",), B: ("n1",), C: ("n1",)}), A, "n1", "n2")
+    result = assign({A: 1, B: 1, C: 1}, {"n1": 0.9, "n2": 0.0, "n3": 0.0}, moving, Limits())
+    assert result.subscriptions[A] == ("n1", "n2") and result.moves == moving.moves
+    assert _per_node(result, ("n1", "n2", "n3")) == [1, 1, 2]  # n1 keeps B or C, the other went to n3
+
+
+def test_evening_out_counts_idle_nodes_as_equally_loaded_and_fills_no_busy_one() -> None:
+    wanted = {f"g.t$s{i}": 1 for i in range(4)}
+    current = assign(wanted, {"n1": 0.0, "n2": 0.0}, Assignment(), Limits())
+    joined = assign(wanted, {"n1": 0.001, "n2": 0.0, "n3": 0.05}, current, Limits())  # n3 still starting up
+    assert _per_node(joined, ("n1", "n2", "n3")) == [1, 1, 2]
+    busy = assign(wanted, {"n1": 0.1, "n2": 0.1, "n3": 0.9}, current, Limits())
+    assert _per_node(busy, ("n1", "n2", "n3")) == [0, 2, 2]

@@ -271,10 +271,28 @@ def _cluster(c: dict[str, Any]) -> list[str]:
     f = c["failover"]
     lines += [
         "",
-        f"Two nodes / one: **{c['two_nodes_vs_one']}**. Failover of a one-node subscription (its node SIGKILLed "
-        f"under {f.get('published', 0):,} messages at a steady rate): **{f.get('kill_to_first_delivery_s')} s** "
-        f"from the kill to the first delivery by the node that took over, with a ZooKeeper session timeout of "
-        f"{f.get('session_timeout_s')} s; missing {f.get('missing')}, duplicates {f.get('duplicates')}.",
+        f"Two nodes / one: **{c['two_nodes_vs_one']}**.",
+        "",
+        f"Failovers under {f.get('rate')} msg/s ({f.get('published', 0):,} messages): the node of a one-node "
+        f"subscription (single; both nodes run shared) stopped, then started again; ZooKeeper session timeout "
+        f"{f.get('session_timeout_s')} s, Kafka's {f.get('kafka_session_timeout_s')} s, commit interval "
+        f"{f.get('commit_interval_s')} s; missing {f.get('missing')}.",
+        "",
+        "Seconds from the signal (or the restart) to the last late delivery (more than 1 s after its publish), and "
+        "the duplicates, until the restart (or the next stop):",
+        "",
+        "| stop | single: stop | single: restart | shared: stop | shared: restart |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {stop['signal']} | "
+        + " | ".join(
+            f"{stop[name][when]['last_late_delivery_s']} s, {stop[name][when]['duplicates']} dup."
+            for name in ("single", "shared")
+            for when in ("stop", "restart")
+        )
+        + " |"
+        for stop in f.get("stops", [])
     ]
     return lines
 

@@ -4,10 +4,11 @@ coordinator (coordinator.py) and written to ZooKeeper.
 Every active subscription gets ``consumers`` nodes (``consumersPerSubscription``, or its workload constraint),
 never two on one node, at most ``max_per_node`` subscriptions on a node, the least-loaded nodes first. A new
 assignment starts from the current one and changes only what it must (minimal moves): an assignee stays while
-it lives, a subscription loses assignees only when it has more than it needs, and a missing one goes to the
-least-loaded node that does not run it yet. A subscription on one node gets ``standbys`` (the next
-least-loaded nodes, in order): each takes over on its own, after a timeout staggered by its place in the list,
-when every assignee has gone and no coordinator has reassigned it (node.py).
+it lives, a subscription loses assignees only when it has more than it needs, a missing one goes to the
+least-loaded node that does not run it yet, and a node holding two slots more than a node no more loaded
+hands one over (nodes joining one by one, or coming back, get their share). A subscription on one node gets
+``standbys`` (the next least-loaded nodes, in order): each takes over on its own, after a timeout staggered by
+its place in the list, when every assignee has gone and no coordinator has reassigned it (node.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from typing import Any
 # A node that reports no use at all still costs something per subscription it runs: without this floor an idle
 # cluster would pile every new subscription onto the same node.
 MIN_SUBSCRIPTION_COST = 0.01
+# Cores of CPU load by which nodes count as equally loaded when slots are evened out: idle nodes report a few
+# thousandths apart, and a node just started reports its start-up for a while.
+LOAD_NOISE = 0.1
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,7 @@ def assign(wanted: Mapping[str, int], loads: Mapping[str, float], current: Assig
             nodes = (*nodes, node)
             projected.add(node)
         kept[name] = nodes
+    _even_out(kept, moves, loads, projected)
     standbys = {}
     for name, nodes in kept.items():
         if len(nodes) == 1 and limits.standbys:
@@ -145,6 +150,43 @@ def assign(wanted: Mapping[str, int], loads: Mapping[str, float], current: Assig
             if others[: limits.standbys]:
                 standbys[name] = tuple(others[: limits.standbys])
     return Assignment({s: n for s, n in kept.items() if n}, standbys, moves, current.rates)
+
+
+def _even_out(
+    kept: dict[str, tuple[str, ...]],
+    moves: Mapping[str, tuple[str, str]],
+    loads: Mapping[str, float],
+    projected: _Loads,
+) -> None:
+    """Hands slots over, one at a time, from the node holding most to the least-loaded node that holds at least
+    two fewer and reports no more load, give or take ``LOAD_NOISE`` (a busy node is for moves by load to relieve,
+    not to fill), until none can.
+    Without this, minimal moves left a node that joined after the others (or came back after a restart) with
+    nothing while they held everything."""
+    leaving = dict.fromkeys(projected.count, 0)  # a move's source lets go of its subscription soon
+    for source, _ in moves.values():
+        leaving[source] += 1
+
+    def held(node: str) -> int:
+        return projected.count[node] - leaving[node]
+
+    def handover() -> tuple[str, str, str] | None:
+        for node in sorted(projected.count, key=lambda n: (-held(n), n)):
+            for name in sorted(s for s in kept if node in kept[s] and s not in moves):
+                takers = [
+                    n
+                    for n in projected.count
+                    if n not in kept[name] and held(n) <= held(node) - 2 and loads[n] <= loads[node] + LOAD_NOISE
+                ]
+                if takers:
+                    return name, node, projected.order(takers)[0]
+        return None
+
+    while (step := handover()) is not None:  # each step narrows the spread: it ends
+        name, node, taker = step
+        kept[name] = tuple(taker if n == node else n for n in kept[name])
+        projected.remove(node)
+        projected.add(taker)
 
 
 @dataclass(frozen=True)

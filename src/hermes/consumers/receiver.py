@@ -230,7 +230,7 @@ class MessageReceiver(Receiver):
         try:
             consumer.subscribe([self._topic])
             self._read(consumer)
-            self._commit(consumer)
+            self._commit_before_leaving(consumer)
         except Exception as exc:
             self._crashed(exc)
         finally:
@@ -320,16 +320,34 @@ class MessageReceiver(Receiver):
         # after every hand-over of what was read before: the loop runs them in order
         self._loop.call_soon_threadsafe(self._flow.revoked, set(partitions))
 
-    def _commit(self, consumer: BrokerConsumer, only: list[Partition] | None = None, forget: bool = False) -> None:
+    def _commit_before_leaving(self, consumer: BrokerConsumer) -> None:
+        """The last commit, tried again while the group rebalances (a member joining or leaving at the same time:
+        Kafka refuses a commit of the generation before), polling to rejoin it. What that polling reads is not
+        delivered. Given up after ``_HANDOVER_WAIT``: what was not committed is sent again by the next member."""
+        deadline = time.monotonic() + _HANDOVER_WAIT
+        while not self._commit(consumer, quiet=True) and time.monotonic() < deadline:
+            consumer.poll(max_messages=100, timeout=0.1)
+        with self._lock:
+            left = self._tracker.committable()
+        if left:
+            log.warning("the last offsets of %s could not be committed: the next member sends them again", self._name)
+
+    def _commit(
+        self, consumer: BrokerConsumer, only: list[Partition] | None = None, forget: bool = False, quiet: bool = False
+    ) -> bool:
+        """Whether the offsets of what is finished are committed."""
         with self._lock:
             offsets = self._tracker.committable()
             if only is not None:
                 offsets = {p: o for p, o in offsets.items() if p in only}
+        done = False
         try:
             consumer.commit(offsets)
         except Exception:
-            log.warning("committing offsets of %s failed", self._name, exc_info=True)  # the next one tries again
+            if not quiet:  # the next one tries again
+                log.warning("committing offsets of %s failed", self._name, exc_info=True)
         else:
+            done = True
             with self._lock:
                 self._tracker.mark_committed(offsets)
                 committed = self._tracker.committed()
@@ -339,6 +357,7 @@ class MessageReceiver(Receiver):
         if forget and only is not None:  # revoked: whoever reads them next starts from the last commit
             with self._lock:
                 self._tracker.forget(only)
+        return done
 
 
 _partition_of = operator.attrgetter("topic", "partition")

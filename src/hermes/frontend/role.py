@@ -45,6 +45,7 @@ from hermes.tasks import cancel
 from hermes.tracker import Tracker
 
 if TYPE_CHECKING:
+    from hermes.cluster.members import FrontendMember
     from hermes.cluster.registry import ClusterStore
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,8 @@ class Frontend:
         self.server: LeanServer | None = None
         self.idempotency: IdempotencyKeys | None = None
         self._offload_endpoint: str | None = None  # advertised in sys.metadata once the frontend listens
+        self._readiness: Readiness | None = None
+        self._member: FrontendMember | None = None
 
     async def start(self) -> None:
         settings = self._settings
@@ -125,7 +128,7 @@ class Frontend:
         for entry in pending:
             publisher.resend(entry)
         published = PublishedCounter()
-        readiness = Readiness(producer, health=self._health)
+        self._readiness = readiness = Readiness(producer, health=self._health)
         await readiness.start()
         self._exit.push_async_callback(readiness.stop)
         access = PublishAccess(self._security.authenticator, settings.publish_authentication == "required")
@@ -168,9 +171,8 @@ class Frontend:
         if self._cluster is not None:
             from hermes.cluster.members import FrontendMember
 
-            member = FrontendMember(self._cluster, url, settings.cluster_report_interval)
-            await member.start()
-            self._exit.push_async_callback(member.stop)
+            self._member = FrontendMember(self._cluster, url, settings.cluster_report_interval)
+            await self._member.start()
 
     def _offload_scram(self) -> HttpScram | None:
         """HTTP SCRAM for the offload service when Kafka has SCRAM users: theirs, and Hermes' own Kafka user when
@@ -218,8 +220,19 @@ class Frontend:
             await self._advertise()
 
     async def stop(self) -> None:
-        """Stops accepting, then flushes the producer, then closes the journal."""
+        """Says it is going (/status/ready answers 503, it leaves the cluster, answers close their connections),
+        publishes on for ``--frontend-shutdown-wait`` seconds, stops accepting, answers what it is publishing,
+        flushes the producer, closes the journal."""
         self._offload_endpoint = None  # no more advertising
+        if self._readiness is not None:
+            await self._readiness.stop()
+        if self.server is not None:
+            self.server.drain()
+        if self._member is not None:
+            await self._member.stop()
+            self._member = None
+        if self.server is not None and self._settings.frontend_shutdown_wait:
+            await asyncio.sleep(self._settings.frontend_shutdown_wait)
         await self._exit.aclose()
 
     @staticmethod

@@ -374,6 +374,8 @@ class _Connection(asyncio.Protocol):
     def _head(
         self, request: Request, status: int, headers: Iterable[tuple[str, str]], size: int, content_type: str
     ) -> list[bytes]:
+        if self._server.draining:
+            self._keep_alive = False
         last = not self._keep_alive and not self._queued
         head = [f"HTTP/1.1 {status} {REASONS.get(status, 'Unknown')}\r\n".encode()]
         for name, value in headers:
@@ -450,7 +452,7 @@ class _Connection(asyncio.Protocol):
         return self._phase == _IDLE and self._current is None and not self._queued
 
     def close_if_idle(self) -> None:
-        if self._current is None and self._transport is not None:
+        if self.idle and self._transport is not None:  # not one whose request is still arriving
             self._transport.close()
 
     def keep_deadlines(self, now: float, limits: EdgeLimits) -> None:
@@ -516,6 +518,7 @@ class LeanServer:
         self._reuse_port = reuse_port
         self._server: asyncio.Server | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self.draining = False  # stopping: every answer closes its connection
         self.loop: asyncio.AbstractEventLoop  # set by start(), before any connection
 
     async def start(self) -> int:
@@ -553,10 +556,16 @@ class LeanServer:
         oldest.abort()
         return True
 
+    def drain(self) -> None:
+        """Serves on, but every answer closes its connection: clients leave for new connections, which find the
+        port closed once ``stop`` closed it, rather than sending on a kept-alive connection as it closes."""
+        self.draining = True
+
     async def stop(self, grace: float = 5.0) -> None:
         """Stops accepting, lets the requests in progress be answered (``grace`` seconds at most), closes."""
         if self._server is None:
             return
+        self.draining = True
         self._server.close()
         if self._timer is not None:
             self._timer.cancel()
