@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -41,6 +42,9 @@ from hermes.security.tls import client_context
 from hermes.tasks import cancel
 from hermes.tracker import Tracker
 
+if TYPE_CHECKING:  # imported only when tracing is on: the extra's package
+    from hermes.telemetry.spans import Tracing
+
 log = logging.getLogger(__name__)
 
 
@@ -52,7 +56,9 @@ class ConsumersSupervisor:
         cache: MetadataCache,
         repository: MetadataRepository,
         tracker: Tracker | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
+        self._tracing = tracing
         self._settings = settings
         self._connection = connection
         self._cache = cache
@@ -84,12 +90,13 @@ class ConsumersSupervisor:
         self._cache.on_subscription_change(self._oauth.subscription_changed)
         self._context = ConsumerContext(
             connection=self._connection,
-            sender=HttpSender(self._oauth, tls),
+            sender=HttpSender(self._oauth, tls, self._tracing),
             repository=self._repository,
             content=ContentConverter(self._repository),
             node_id=s.node_id,
             cluster=s.cluster_name,
             tracker=self._tracker,
+            tracing=self._tracing,
             commit_interval=s.consumer_commit_interval,
             metrics_interval=s.consumer_metrics_interval,
             session_timeout_ms=s.consumer_session_timeout_ms,
