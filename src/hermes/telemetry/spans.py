@@ -17,6 +17,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from hermes.domain.trace_context import TRACEPARENT
+
 # Span attributes: OpenTelemetry's semantic conventions where they have a name, Hermes' otherwise.
 TOPIC = "messaging.destination.name"
 MESSAGE_ID = "messaging.message.id"
@@ -45,22 +47,25 @@ class Tracing:
 
     # --- the frontend ---
 
-    def publish(self, topic: str, message_id: str, headers: MutableMapping[str, str]) -> Callable[[int], None]:
+    def publish(self, topic: str, message_id: str, headers: MutableMapping[str, str]) -> Callable[[int], None] | None:
         """Starts a publish's span, in the publisher's trace if ``headers`` (the request's) carry one, else in a
-        new one; its context replaces theirs, so the message carries it to its deliveries. Returns what ends it,
-        with the response's status."""
+        new one; its traceparent replaces theirs, so the message carries it to its deliveries (their tracestate
+        goes unchanged). Returns what ends it, with the response's status; None when the sampler dropped it."""
+        parent = _W3C.extract(headers) if TRACEPARENT in headers else None
         span = self._tracer.start_span(
-            f"publish {topic}",
-            _W3C.extract(headers),
-            SpanKind.SERVER,
-            {TOPIC: topic, MESSAGE_ID: message_id},
+            f"publish {topic}", parent, SpanKind.SERVER, {TOPIC: topic, MESSAGE_ID: message_id}
         )
-        _W3C.inject(headers, trace.set_span_in_context(span))
-        return functools.partial(_published, span)
+        context = span.get_span_context()
+        headers[TRACEPARENT] = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+        return functools.partial(_published, span) if span.is_recording() else None
 
-    def ack(self, topic: str, headers: Mapping[str, str]) -> Callable[[Exception | None], None]:
+    def ack(self, topic: str, headers: Mapping[str, str]) -> Callable[[Exception | None], None] | None:
         """Starts the span of the broker's ack of a message being produced, in its publish's trace (``headers``:
-        the request's, with the publish span's context). Returns what ends it, with the broker's error if any."""
+        the request's, with the publish span's context). Returns what ends it, with the broker's error if any;
+        None when the publish was not sampled (nor is its ack, then)."""
+        traceparent = headers.get(TRACEPARENT)
+        if traceparent is not None and not int(traceparent[53:55], 16) & 1:  # the sampled flag
+            return None
         span = self._tracer.start_span(f"ack {topic}", _W3C.extract(headers), SpanKind.PRODUCER, {TOPIC: topic})
         return functools.partial(_acked, span)
 

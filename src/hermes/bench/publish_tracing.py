@@ -1,0 +1,124 @@
+"""Publishing with OpenTelemetry tracing (``--tracing``, docs/tracing.md): the closed-loop maximum (wrk) and CPU per
+publish of one frontend process with tracing off, on with every trace sampled (a publish's span and its ack's,
+the batch span processor exporting them over OTLP/HTTP to a local receiver), and on with the parent-based
+ratio sampler. The issue's target: tracing on within 10% of plain publishing.
+
+``python -m hermes.bench.publish_tracing [SECONDS]`` runs it alone and prints its JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from hermes.bench.publish import closed
+from hermes.bench.stats import ratio
+from hermes.bench.system import Management, System, run_alone
+
+# The sampler of the third run: one trace in RATIO, or as the publisher's traceparent says
+RATIO = 0.1
+
+
+class OtlpSink:
+    """An OTLP/HTTP trace receiver in a thread of this process, counting the spans it is sent (the exporter's
+    protobuf, decoded with the definitions its package brings)."""
+
+    def __init__(self) -> None:
+        # the otel extra's: imported only when this runs
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        sink = self
+        self.spans = 0
+        self.requests = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the exporter's session expects
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                request = ExportTraceServiceRequest.FromString(body)
+                sink.requests += 1
+                sink.spans += sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> OtlpSink:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@contextlib.contextmanager
+def _environment(**values: str) -> Iterator[None]:
+    """Settings the child processes started meanwhile read."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
+def _traced(system: System, sink: OtlpSink, sampler: dict[str, str], run: Callable[[int], dict[str, Any]]) -> Any:
+    """``run`` against a frontend with tracing on, exporting to ``sink`` with ``sampler``: its figures, and the spans
+    it exported (counted once it stopped and exported the rest; its 1 s warm-up's included)."""
+    spans = sink.spans
+    environment = _environment(OTEL_EXPORTER_OTLP_ENDPOINT=sink.endpoint, **sampler)
+    with environment, system.frontend_with("--workers", "1", "--tracing") as frontend:
+        figures = run(frontend.pid)
+    figures["spans_exported"] = sink.spans - spans
+    return figures
+
+
+def publish_tracing(seconds: float, concurrency: int, reps: int) -> dict[str, Any]:
+    async def scenario(system: System, _sink: Any, api: Management) -> dict[str, Any]:
+        topic = await api.topic("benchtrace", "publish")
+        url = f"{system.frontend}/topics/{topic}"
+
+        def run(pid: int) -> dict[str, Any]:
+            return closed(url, seconds, concurrency, reps, pid)
+
+        off = run(system.processes["frontend"].pid)
+        with OtlpSink() as sink:
+            always = _traced(system, sink, {"OTEL_TRACES_SAMPLER": "always_on"}, run)
+            sampled = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(RATIO)}
+            some = _traced(system, sink, sampled, run)
+        return {"off": off, "always_on": always, "ratio": some}
+
+    runs = asyncio.run(run_alone(scenario))
+    cpu = {name: figures["server_cpu_us"]["median"] for name, figures in runs.items()}
+    throughput = {name: figures["throughput"]["median"] for name, figures in runs.items()}
+    return {
+        "seconds": seconds,
+        "concurrency": concurrency,
+        "sampler_ratio": RATIO,
+        **runs,
+        "cpu_ratio": {name: ratio(cpu[name], cpu["off"]) for name in ("always_on", "ratio")},
+        "throughput_ratio": {name: ratio(throughput[name], throughput["off"]) for name in ("always_on", "ratio")},
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(publish_tracing(float(sys.argv[1]) if len(sys.argv) > 1 else 4.0, 32, 3), indent=2))
