@@ -81,11 +81,17 @@ def _environment(**values: str) -> Iterator[None]:
                 os.environ[name] = value
 
 
-def _traced(system: System, sink: OtlpSink, sampler: dict[str, str], run: Callable[[int], dict[str, Any]]) -> Any:
-    """``run`` against a frontend with tracing on, exporting to ``sink`` with ``sampler``: its figures, and the spans
+def _frontend(
+    system: System, tracing: dict[str, str] | None, run: Callable[[int], dict[str, Any]], sink: OtlpSink
+) -> dict[str, Any]:
+    """``run`` against a frontend started for it: with ``tracing`` on (its sampler's settings), exporting to
+    ``sink``, or off. Each run has a fresh frontend, so that none has warmed up longer. With tracing on, the spans
     it exported (counted once it stopped and exported the rest; its 1 s warm-up's included)."""
     spans = sink.spans
-    environment = _environment(OTEL_EXPORTER_OTLP_ENDPOINT=sink.endpoint, **sampler)
+    if tracing is None:
+        with system.frontend_with("--workers", "1") as frontend:
+            return run(frontend.pid)
+    environment = _environment(OTEL_EXPORTER_OTLP_ENDPOINT=sink.endpoint, **tracing)
     with environment, system.frontend_with("--workers", "1", "--tracing") as frontend:
         figures = run(frontend.pid)
     figures["spans_exported"] = sink.spans - spans
@@ -100,12 +106,13 @@ def publish_tracing(seconds: float, concurrency: int, reps: int) -> dict[str, An
         def run(pid: int) -> dict[str, Any]:
             return closed(url, seconds, concurrency, reps, pid)
 
-        off = run(system.processes["frontend"].pid)
+        sampled = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(RATIO)}
         with OtlpSink() as sink:
-            always = _traced(system, sink, {"OTEL_TRACES_SAMPLER": "always_on"}, run)
-            sampled = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(RATIO)}
-            some = _traced(system, sink, sampled, run)
-        return {"off": off, "always_on": always, "ratio": some}
+            return {
+                "off": _frontend(system, None, run, sink),
+                "always_on": _frontend(system, {"OTEL_TRACES_SAMPLER": "always_on"}, run, sink),
+                "ratio": _frontend(system, sampled, run, sink),
+            }
 
     runs = asyncio.run(run_alone(scenario))
     cpu = {name: figures["server_cpu_us"]["median"] for name, figures in runs.items()}
