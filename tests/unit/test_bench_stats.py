@@ -193,13 +193,15 @@ def test_the_report_renders_the_publish_with_tracing_scenario() -> None:
         "concurrency": 32,
         "sampler_ratio": 0.1,
         "off": run(7_000, 40.0),
+        "off_traceparent": run(6_900, 41.0),
         "always_on": run(3_500, 160.0, 80_000),
         "ratio": run(6_650, 46.0, 9_000),
-        "cpu_ratio": {"always_on": 4.0, "ratio": 1.15},
-        "throughput_ratio": {"always_on": 0.5, "ratio": 0.95},
+        "cpu_ratio": {"off_traceparent": 1.03, "always_on": 4.0, "ratio": 1.15},
+        "throughput_ratio": {"off_traceparent": 0.99, "always_on": 0.5, "ratio": 0.95},
     }
     text = "\n".join(_publish_tracing(scenario))
     assert "| off | **7,000** (7,000-7,000) | | **40.0** (40.0-40.0) | | | |" in text
+    assert "| off, the publisher sends a `traceparent` | **6,900** (6,900-6,900) | **0.99** |" in text
     assert "| on, every trace | **3,500** (3,500-3,500) | **0.5** | **160.0** (160.0-160.0) | **4.0** | 80,000 " in text
     assert "| ≥ 0.9: **not met** |" in text
     assert "| on, sampled 0.1 | **6,650** (6,650-6,650) | **0.95** |" in text

@@ -1,9 +1,10 @@
 """Publishing with OpenTelemetry tracing (``--tracing``, docs/tracing.md): the closed-loop maximum (wrk) and CPU per
-publish of one frontend process with tracing off, on with every trace sampled (a publish's span and its ack's,
+publish of one frontend process with tracing off (without, then with a publisher's ``traceparent``), on with every
+trace sampled (a publish's span and its ack's,
 the batch span processor exporting them over OTLP/HTTP to a local receiver), and on with the parent-based
 ratio sampler. The issue's target: tracing on within 10% of plain publishing.
 
-``python -m hermes.bench.publish_tracing [SECONDS]`` runs it alone and prints its JSON."""
+``python -m hermes.bench.publish_tracing [SECONDS [RATIO]]`` runs it alone and prints its JSON."""
 
 from __future__ import annotations
 
@@ -21,8 +22,10 @@ from hermes.bench.publish import closed
 from hermes.bench.stats import ratio
 from hermes.bench.system import Management, System, run_alone
 
-# The sampler of the third run: one trace in RATIO, or as the publisher's traceparent says
-RATIO = 0.1
+# What the publisher sends in the second run: the trace context travels with each message, tracing off
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+# The sampler of the fourth run: one trace in RATIO, or as the publisher's traceparent says
+RATIO = 0.01
 
 
 class OtlpSink:
@@ -82,7 +85,7 @@ def _environment(**values: str) -> Iterator[None]:
 
 
 def _frontend(
-    system: System, tracing: dict[str, str] | None, run: Callable[[int], dict[str, Any]], sink: OtlpSink
+    system: System, tracing: dict[str, str] | None, run: Callable[..., dict[str, Any]], sink: OtlpSink, **headers: str
 ) -> dict[str, Any]:
     """``run`` against a frontend started for it: with ``tracing`` on (its sampler's settings), exporting to
     ``sink``, or off. Each run has a fresh frontend, so that none has warmed up longer. With tracing on, the spans
@@ -90,7 +93,7 @@ def _frontend(
     spans = sink.spans
     if tracing is None:
         with system.frontend_with("--workers", "1") as frontend:
-            return run(frontend.pid)
+            return run(frontend.pid, headers)
     environment = _environment(OTEL_EXPORTER_OTLP_ENDPOINT=sink.endpoint, **tracing)
     with environment, system.frontend_with("--workers", "1", "--tracing") as frontend:
         figures = run(frontend.pid)
@@ -98,20 +101,24 @@ def _frontend(
     return figures
 
 
-def publish_tracing(seconds: float, concurrency: int, reps: int) -> dict[str, Any]:
+_COMPARED = ("off_traceparent", "always_on", "ratio")
+
+
+def publish_tracing(seconds: float, concurrency: int, reps: int, sampled: float = RATIO) -> dict[str, Any]:
     async def scenario(system: System, _sink: Any, api: Management) -> dict[str, Any]:
         topic = await api.topic("benchtrace", "publish")
         url = f"{system.frontend}/topics/{topic}"
 
-        def run(pid: int) -> dict[str, Any]:
-            return closed(url, seconds, concurrency, reps, pid)
+        def run(pid: int, headers: dict[str, str] | None = None) -> dict[str, Any]:
+            return closed(url, seconds, concurrency, reps, pid, headers)
 
-        sampled = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(RATIO)}
+        ratio_sampler = {"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": str(sampled)}
         with OtlpSink() as sink:
             return {
                 "off": _frontend(system, None, run, sink),
+                "off_traceparent": _frontend(system, None, run, sink, traceparent=TRACEPARENT),
                 "always_on": _frontend(system, {"OTEL_TRACES_SAMPLER": "always_on"}, run, sink),
-                "ratio": _frontend(system, sampled, run, sink),
+                "ratio": _frontend(system, ratio_sampler, run, sink),
             }
 
     runs = asyncio.run(run_alone(scenario))
@@ -120,12 +127,14 @@ def publish_tracing(seconds: float, concurrency: int, reps: int) -> dict[str, An
     return {
         "seconds": seconds,
         "concurrency": concurrency,
-        "sampler_ratio": RATIO,
+        "sampler_ratio": sampled,
         **runs,
-        "cpu_ratio": {name: ratio(cpu[name], cpu["off"]) for name in ("always_on", "ratio")},
-        "throughput_ratio": {name: ratio(throughput[name], throughput["off"]) for name in ("always_on", "ratio")},
+        "cpu_ratio": {name: ratio(cpu[name], cpu["off"]) for name in _COMPARED},
+        "throughput_ratio": {name: ratio(throughput[name], throughput["off"]) for name in _COMPARED},
     }
 
 
 if __name__ == "__main__":
-    print(json.dumps(publish_tracing(float(sys.argv[1]) if len(sys.argv) > 1 else 4.0, 32, 3), indent=2))
+    arguments = [float(arg) for arg in sys.argv[1:]]
+    seconds, sampled = arguments[0] if arguments else 4.0, arguments[1] if len(arguments) > 1 else RATIO
+    print(json.dumps(publish_tracing(seconds, 32, 3, sampled), indent=2))

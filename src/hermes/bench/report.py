@@ -372,11 +372,17 @@ def _publish_tracing(p: dict[str, Any] | None) -> list[str]:
         "|---|---|---|---|---|---|---|",
         f"| off | {_mmm(off['throughput'])} | | {_mmm(off['server_cpu_us'], 1)} | | | |",
     ]
-    for key, label in (("always_on", "on, every trace"), ("ratio", f"on, sampled {p['sampler_ratio']:g}")):
+    compared = (
+        ("off_traceparent", "off, the publisher sends a `traceparent`"),
+        ("always_on", "on, every trace"),
+        ("ratio", f"on, sampled {p['sampler_ratio']:g}"),
+    )
+    for key, label in compared:
         run, throughput = p[key], p["throughput_ratio"][key]
+        spans = f"{run['spans_exported']:,}" if "spans_exported" in run else ""
         lines.append(
             f"| {label} | {_mmm(run['throughput'])} | **{throughput}** | {_mmm(run['server_cpu_us'], 1)} "
-            f"| **{p['cpu_ratio'][key]}** | {run['spans_exported']:,} "
+            f"| **{p['cpu_ratio'][key]}** | {spans} "
             f"| ≥ {PUBLISH_TRACING_TARGET:g}: **{_met(throughput >= PUBLISH_TRACING_TARGET)}** |"
         )
     return [*lines, ""]
