@@ -154,3 +154,14 @@ def test_a_batch_is_in_the_trace_of_its_first_message_and_links_the_others(
     [other] = [trace_id for trace_id in traces if trace_id != first]
     [other_publish] = by_name(otlp.wait_for(2, other), "publish ")
     assert deliver.links == (other_publish.span_id,)
+
+
+def test_a_publish_to_an_unknown_topic_is_a_span_without_its_made_up_name(
+    client: HermesClient, otlp: OtlpReceiver
+) -> None:
+    trace_id = uuid.uuid4().hex
+    headers = {"traceparent": f"00-{trace_id}-{PUBLISHER_SPAN}-01"}
+    assert client.publish(f"nobody.{uuid.uuid4().hex}", "{}", headers).status_code == 404
+
+    [publish] = otlp.wait_for(1, trace_id)
+    assert (publish.name, publish.attributes["http.response.status_code"]) == ("publish", 404)

@@ -43,5 +43,5 @@ def test_a_publishers_sampled_trace_is_recorded(dropping: Tracing) -> None:
     acked = dropping.ack("g.t", headers)
     assert acked is not None
     acked(None)
-    published(201)
+    published(201, True)
     dropping.close()

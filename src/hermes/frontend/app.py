@@ -192,7 +192,7 @@ class PublishingApi:
         name: str,
         message_id: str,
         started: float,
-        traced: Callable[[int], None] | None,
+        traced: Callable[[int, bool], None] | None,
         outcome: PublishResult | Exception,
     ) -> None:
         headers: tuple[tuple[str, str], ...] = ((MESSAGE_ID_HEADER, message_id),)
@@ -208,10 +208,11 @@ class PublishingApi:
             status = 500
             log.error("unhandled error publishing to %s", name, exc_info=outcome)
             request.respond(status, headers, body=error_body("internal error", "INTERNAL_ERROR"), content_type=JSON)
-        # a stranger's made-up names must not become metric labels
-        PUBLISH_REQUESTS.record(name if status not in _UNLABELLED else "unknown", status, time.perf_counter() - started)
+        # a stranger's made-up names must not become metric labels (nor span names)
+        known = status not in _UNLABELLED
+        PUBLISH_REQUESTS.record(name if known else "unknown", status, time.perf_counter() - started)
         if traced is not None:
-            traced(status)
+            traced(status, known)
 
 
 def _not_found(request: Request) -> None:

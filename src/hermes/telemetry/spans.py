@@ -47,10 +47,13 @@ class Tracing:
 
     # --- the frontend ---
 
-    def publish(self, topic: str, message_id: str, headers: MutableMapping[str, str]) -> Callable[[int], None] | None:
+    def publish(
+        self, topic: str, message_id: str, headers: MutableMapping[str, str]
+    ) -> Callable[[int, bool], None] | None:
         """Starts a publish's span, in the publisher's trace if ``headers`` (the request's) carry one, else in a
         new one; its traceparent replaces theirs, so the message carries it to its deliveries (their tracestate
-        goes unchanged). Returns what ends it, with the response's status; None when the sampler dropped it."""
+        goes unchanged). Returns what ends it, with the response's status and whether the topic is known (a
+        stranger's made-up name does not stay the span's name); None when the sampler dropped it."""
         parent = _W3C.extract(headers) if TRACEPARENT in headers else None
         span = self._tracer.start_span(
             f"publish {topic}", parent, SpanKind.SERVER, {TOPIC: topic, MESSAGE_ID: message_id}
@@ -118,7 +121,9 @@ class Tracing:
             span.set_status(StatusCode.ERROR)
 
 
-def _published(span: Span, status: int) -> None:
+def _published(span: Span, status: int, known: bool) -> None:
+    if not known:
+        span.update_name("publish")
     span.set_attribute(HTTP_STATUS, status)
     if status >= 500:
         span.set_status(StatusCode.ERROR)
