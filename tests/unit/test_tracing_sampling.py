@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from hermes.domain.trace_context import valid_traceparent
+from hermes.errors import UsageError
+from hermes.telemetry import start_tracing
 from hermes.telemetry.spans import Tracing
 
 pytestmark = pytest.mark.unit
@@ -45,3 +49,10 @@ def test_a_publishers_sampled_trace_is_recorded(dropping: Tracing) -> None:
     acked(None)
     published(201, True)
     dropping.close()
+
+
+def test_tracing_without_the_sdk_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert start_tracing(False, "frontend") is None  # off: the SDK is not imported
+    monkeypatch.setitem(sys.modules, "hermes.telemetry.spans", None)  # as if its packages were missing
+    with pytest.raises(UsageError, match=r"--tracing needs the OpenTelemetry SDK: pip install 'hermes-broker\[otel\]'"):
+        start_tracing(True, "frontend")

@@ -19,7 +19,5 @@ def start_tracing(enabled: bool, role: str) -> Tracing | None:
     try:
         from hermes.telemetry.spans import Tracing
     except ImportError as exc:
-        raise UsageError(
-            f"--tracing needs the OpenTelemetry SDK ({exc.name} is missing): pip install 'hermes-broker[otel]'"
-        ) from None
+        raise UsageError(f"--tracing needs the OpenTelemetry SDK: pip install 'hermes-broker[otel]' ({exc})") from None
     return Tracing(role)
