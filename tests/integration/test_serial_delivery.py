@@ -311,6 +311,7 @@ def test_records_with_headers_hermes_cannot_read_are_delivered_all_the_same(
     producer = hermes.hermes.producer
     assert producer is not None
     broken = [(KAFKA_PUBLISH_TIMESTAMP, b"yesterday"), (KAFKA_SCHEMA_VERSION, b"v2"), (KAFKA_MESSAGE_ID, b"\xff\n")]
+    broken += [("h-traceparent", b"00-cut-short"), ("h-tracestate", b"a=b")]  # a trace context not to pass on
 
     async def produce() -> None:
         await producer.send(topic, b'{"raw": true}', headers=broken)
@@ -321,6 +322,7 @@ def test_records_with_headers_hermes_cannot_read_are_delivered_all_the_same(
     assert sorted(r.body for r in received) == [b'{"n": 2}', b'{"raw": true}']
     raw = next(r for r in received if r.body == b'{"raw": true}')
     assert raw.message_id is not None and raw.message_id.startswith(f"{topic}-")
+    assert "traceparent" not in raw.headers and "tracestate" not in raw.headers
 
 
 def test_an_avro_record_that_is_no_record_of_its_schema_is_discarded_with_the_reason_in_words(

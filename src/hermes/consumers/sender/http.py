@@ -20,7 +20,7 @@ from hermes.domain.message import (
 )
 from hermes.domain.signing import signature_headers, signing_now
 from hermes.domain.subscription import Subscription
-from hermes.domain.trace_context import TRACEPARENT, child_traceparent
+from hermes.domain.trace_context import TRACEPARENT, TRACESTATE, child_traceparent, valid_traceparent
 from hermes.http.client import HttpClient
 from hermes.http.streamed import Body, StreamedBody
 
@@ -69,7 +69,11 @@ class HttpSender:
         message is sent as that of a new span in its trace."""
         if self._tracing is None:
             if (traceparent := headers.get(TRACEPARENT)) is not None:
-                headers[TRACEPARENT] = child_traceparent(traceparent)
+                if valid_traceparent(traceparent):
+                    headers[TRACEPARENT] = child_traceparent(traceparent)
+                else:  # another Kafka producer's record: its header is not trusted
+                    del headers[TRACEPARENT]
+                    headers.pop(TRACESTATE, None)
             return await self._send(subscription, url, body, headers, timeout_ms)
         with self._tracing.attempt(
             subscription.qualified_name.qualified, int(headers[RETRY_COUNT_HEADER]), headers
