@@ -14,7 +14,9 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import Decision
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from hermes.domain.trace_context import TRACEPARENT
@@ -31,6 +33,8 @@ DELIVERY_STATUS = "hermes.delivery.status"  # DELIVERED or DISCARDED
 REASON = "hermes.reason"
 
 _W3C = TraceContextTextMapPropagator()
+# The flags of a trace dropped at its start: not sampled, its trace id random (W3C Trace Context level 2)
+_RANDOM_UNSAMPLED = f"{TraceFlags.RANDOM_TRACE_ID:02x}"
 
 
 class Tracing:
@@ -38,7 +42,10 @@ class Tracing:
 
     def __init__(self, role: str) -> None:
         resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "hermes"), "hermes.role": role})
-        self._provider = TracerProvider(resource=resource)  # its sampler: OTEL_TRACES_SAMPLER, default always on
+        self._ids = _ChosenTraceIds()
+        # its sampler: OTEL_TRACES_SAMPLER, default parent-based always on
+        self._provider = TracerProvider(resource=resource, id_generator=self._ids)
+        self._sampler = self._provider.sampler
         self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         self._tracer = self._provider.get_tracer("hermes")
 
@@ -54,10 +61,17 @@ class Tracing:
         new one; its traceparent replaces theirs, so the message carries it to its deliveries (their tracestate
         goes unchanged). Returns what ends it, with the response's status and whether the topic is known (a
         stranger's made-up name does not stay the span's name); None when the sampler dropped it."""
-        parent = _W3C.extract(headers) if TRACEPARENT in headers else None
-        span = self._tracer.start_span(
-            f"publish {topic}", parent, SpanKind.SERVER, {TOPIC: topic, MESSAGE_ID: message_id}
-        )
+        attributes = {TOPIC: topic, MESSAGE_ID: message_id}
+        if TRACEPARENT in headers:
+            parent = _W3C.extract(headers)
+        else:  # a new trace: sampled as the SDK would, and when dropped, without making a span (half the cost)
+            parent, trace_id = None, self._ids.generate_trace_id()
+            decision = self._sampler.should_sample(None, trace_id, "publish", SpanKind.SERVER, attributes).decision
+            if decision is Decision.DROP:
+                headers[TRACEPARENT] = f"00-{trace_id:032x}-{self._ids.generate_span_id():016x}-{_RANDOM_UNSAMPLED}"
+                return None
+            self._ids.chosen = trace_id  # the span the SDK makes now is in the trace just sampled
+        span = self._tracer.start_span(f"publish {topic}", parent, SpanKind.SERVER, attributes)
         context = span.get_span_context()
         headers[TRACEPARENT] = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
         return functools.partial(_published, span) if span.is_recording() else None
@@ -119,6 +133,17 @@ class Tracing:
         if failure is not None or (status is not None and status >= 400):
             span.set_attribute(ERROR_TYPE, failure or str(status))
             span.set_status(StatusCode.ERROR)
+
+
+class _ChosenTraceIds(RandomIdGenerator):
+    """The SDK's random ids, but the next trace id is the one a publish was just sampled with."""
+
+    def __init__(self) -> None:
+        self.chosen = 0
+
+    def generate_trace_id(self) -> int:
+        chosen, self.chosen = self.chosen, 0
+        return chosen or super().generate_trace_id()
 
 
 def _published(span: Span, status: int, known: bool) -> None:
