@@ -174,6 +174,10 @@ class Settings(BaseSettings):
     frontend_ack_all_timeout: float = Field(
         400, gt=0, description="Millis a publish waits for an ack ALL topic's broker ack before answering 202."
     )
+    tracing: bool = Field(
+        False,
+        description="Export OpenTelemetry spans of publishes and deliveries (OTLP; OTEL_* variables, docs/tracing.md).",
+    )
     frontend_propagated_headers: str = Field(
         "Trace-Id,Span-Id,Parent-Span-Id,Trace-Sampled,Trace-Reported",
         description="Comma-separated publisher request headers passed on to subscribers.",

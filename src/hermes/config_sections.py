@@ -202,6 +202,7 @@ SECTIONS = (
             "cluster_load_low",
         ),
     ),
+    Section("tracing", ("run", "frontend", "consumers"), ("tracing",)),
     Section("tracking", ("run", "management", "pipeline"), ("pipeline_tracking_dir",)),
     Section(
         "pipeline",

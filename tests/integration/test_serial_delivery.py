@@ -94,6 +94,30 @@ def test_request_headers(client: HermesClient, scripted: list[SubscriberServer])
     assert received.headers["Authorization"] == "Basic " + base64.b64encode(b"alice:s3cret").decode()
 
 
+def test_the_publishers_trace_context_goes_to_every_attempt_with_tracing_off(
+    client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    attempts = itertools.count()  # of the traced message: its first fails
+    subscriber = serve(scripted, lambda _n, r: Reply(503 if b'"n": 1' in r.body and not next(attempts) else 200))
+    topic = client.create_topic()
+    client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
+    trace_id, span_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    context = {"traceparent": f"00-{trace_id}-{span_id}-01", "tracestate": "congo=t61rcWkgMzE"}
+    client.publish(topic, '{"n": 1}', context)
+    client.publish(topic, '{"n": 2}', {"traceparent": f"00-{trace_id}-{'0' * 16}-01", "tracestate": "a=b"})  # invalid
+    client.publish(topic, '{"n": 3}')
+    received = subscriber.wait_for(4, timeout=20)
+    traced = [r for r in received if b'"n": 1' in r.body]
+    assert [r.headers["Hermes-Retry-Count"] for r in traced] == ["0", "1"]
+    parents = [r.headers["traceparent"].split("-") for r in traced]
+    assert [(p[0], p[1], p[3]) for p in parents] == [("00", trace_id, "01")] * 2  # the publisher's trace
+    spans = [p[2] for p in parents]
+    assert len(set(spans)) == 2 and span_id not in spans  # a span of its own for each attempt
+    assert [r.headers["tracestate"] for r in traced] == ["congo=t61rcWkgMzE"] * 2
+    untraced = [r for r in received if b'"n": 1' not in r.body]
+    assert untraced and all("traceparent" not in r.headers and "tracestate" not in r.headers for r in untraced)
+
+
 def test_backoff_grows_exponentially(
     hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
 ) -> None:
@@ -287,6 +311,7 @@ def test_records_with_headers_hermes_cannot_read_are_delivered_all_the_same(
     producer = hermes.hermes.producer
     assert producer is not None
     broken = [(KAFKA_PUBLISH_TIMESTAMP, b"yesterday"), (KAFKA_SCHEMA_VERSION, b"v2"), (KAFKA_MESSAGE_ID, b"\xff\n")]
+    broken += [("h-traceparent", b"00-cut-short"), ("h-tracestate", b"a=b")]  # a trace context not to pass on
 
     async def produce() -> None:
         await producer.send(topic, b'{"raw": true}', headers=broken)
@@ -297,6 +322,7 @@ def test_records_with_headers_hermes_cannot_read_are_delivered_all_the_same(
     assert sorted(r.body for r in received) == [b'{"n": 2}', b'{"raw": true}']
     raw = next(r for r in received if r.body == b'{"raw": true}')
     assert raw.message_id is not None and raw.message_id.startswith(f"{topic}-")
+    assert "traceparent" not in raw.headers and "tracestate" not in raw.headers
 
 
 def test_an_avro_record_that_is_no_record_of_its_schema_is_discarded_with_the_reason_in_words(

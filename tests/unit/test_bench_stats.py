@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes.bench.report import _publish, _publish_auth
+from hermes.bench.report import _publish, _publish_auth, _publish_tracing
 from hermes.bench.stats import (
     achieved_rate,
     edge_windows,
@@ -191,3 +191,32 @@ def test_the_publish_report_judges_the_maximum_and_shows_the_32_connection_one_b
         "| plain, runs in turn: **30,000** (30,000-30,000) | **0.95** | ≥ 0.9: **met** |" in keyed
     )
     assert "| **1.057** |" in keyed
+
+
+def test_the_report_renders_the_publish_with_tracing_scenario() -> None:
+    def run(rate: float, cpu: float, spans: int | None = None) -> dict[str, object]:
+        figures: dict[str, object] = {
+            "throughput": {"median": rate, "min": rate, "max": rate},
+            "server_cpu_us": {"median": cpu, "min": cpu, "max": cpu},
+        }
+        return figures if spans is None else {**figures, "spans_exported": spans}
+
+    scenario = {
+        "seconds": 4.0,
+        "concurrency": 32,
+        "sampler_ratio": 0.1,
+        "off": run(7_000, 40.0),
+        "off_traceparent": run(6_900, 41.0),
+        "always_on": run(3_500, 160.0, 80_000),
+        "ratio": run(6_650, 46.0, 9_000),
+        "cpu_ratio": {"off_traceparent": 1.03, "always_on": 4.0, "ratio": 1.15},
+        "throughput_ratio": {"off_traceparent": 0.99, "always_on": 0.5, "ratio": 0.95},
+    }
+    text = "\n".join(_publish_tracing(scenario))
+    assert "| off | **7,000** (7,000-7,000) | | **40.0** (40.0-40.0) | | | |" in text
+    assert "| off, the publisher sends a `traceparent` | **6,900** (6,900-6,900) | **0.99** |" in text
+    assert "| on, every trace | **3,500** (3,500-3,500) | **0.5** | **160.0** (160.0-160.0) | **4.0** | 80,000 " in text
+    assert "| ≥ 0.9: **not met** |" in text
+    assert "| on, sampled 0.1 | **6,650** (6,650-6,650) | **0.95** |" in text
+    assert "| ≥ 0.9: **met** |" in text
+    assert "Not measured." in "\n".join(_publish_tracing(None))

@@ -31,10 +31,12 @@ MAY_IMPORT: dict[str, set[str]] = {
     "broker": _BASE | {"config", "datadir", "domain", "jars"},
     "metadata": _BASE | {"config", "domain"},
     "tracker": _BASE | {"broker", "domain"},
-    "consumers": _BASE | {"broker", "cluster", "config", "domain", "http", "metadata", "security", "tracker"},
+    "telemetry": _BASE | {"domain"},
+    "consumers": _BASE
+    | {"broker", "cluster", "config", "domain", "http", "metadata", "security", "telemetry", "tracker"},
     "frontend": _BASE
     | {"broker", "cluster", "config", "datadir", "domain", "event_loop", "http", "logs", "metadata"}
-    | {"offload", "security", "tracker"},
+    | {"offload", "security", "telemetry", "tracker"},
     "management": _BASE | {"broker", "cluster", "config", "domain", "http", "metadata", "security", "ui"},
     # the web console: the management and publishing APIs over HTTP only, never the management package
     "ui": _BASE,
@@ -68,6 +70,8 @@ ONLY_IN = {
     "sqlite3": ("metadata/",),
     "pyspark": ("pipeline/",),
     "httpx": ("client/",),  # the client's HTTP library; the broker speaks aiohttp (http/)
+    # the otel extra: imported only when tracing is on (and by its benchmark's OTLP receiver)
+    "opentelemetry": ("telemetry/spans.py", "bench/publish_tracing.py"),
 }
 # The domain is pure: none of these.
 IO_MODULES = {"asyncio", "aiohttp", "socket", "ssl", "subprocess", "threading", "signal", "sqlite3", "pathlib"}

@@ -35,6 +35,7 @@ def closed(
     runs = [wrk.run(url, BODY, seconds, concurrency, pid, headers) for _ in range(reps)]
     return {
         **summarize_runs(runs, ["throughput", "server_cpu_us"]),
+        "requests": sum(r["requests"] for r in runs),
         "non_2xx": sum(r["non_2xx"] for r in runs),
         "socket_errors": sum(r["socket_errors"] for r in runs),
     }

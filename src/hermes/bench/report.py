@@ -26,6 +26,7 @@ IDEMPOTENCY_RATIO_TARGET = 0.9  # publishing with a fresh Idempotency-Key: withi
 PUBLISH_P99_TARGET_MS = 5.0
 # The target of the issue "Security": publishing with (cached) authentication within 10% of without.
 PUBLISH_AUTH_THROUGHPUT_TARGET = 0.9
+PUBLISH_TRACING_TARGET = 0.9  # tracing on within 10% of plain publishing (issue 34)
 
 
 def _archive(archive: dict[str, Any]) -> list[str]:
@@ -116,6 +117,7 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
     ]
     lines += _publish(s["publish"])
     lines += _publish_auth(s.get("publish_auth"))
+    lines += _publish_tracing(s.get("publish_tracing"))
     raw_post = s["raw_post"]["throughput"]
     lines += [
         "### 2. SERIAL delivery (1 KB; inflightSize 100)",
@@ -389,6 +391,35 @@ def _publish_auth(p: dict[str, Any] | None) -> list[str]:
         f"| non-2xx answers | {without['non_2xx']} | {basic['non_2xx']} | | |",
         "",
     ]
+
+
+def _publish_tracing(p: dict[str, Any] | None) -> list[str]:
+    lines = ["### 1c. Publish with OpenTelemetry tracing (1 KB JSON, one frontend process)", ""]
+    if not p:
+        return [*lines, "Not measured.", ""]
+    off = p["off"]
+    lines += [
+        f"wrk, {p['concurrency']} connections, {p['seconds']} s a run, a fresh frontend for each row; spans exported "
+        "over OTLP/HTTP to a receiver in the benchmark's process.",
+        "",
+        "| tracing | msg/s | msg/s ratio | server CPU µs per publish | CPU ratio | spans exported | target |",
+        "|---|---|---|---|---|---|---|",
+        f"| off | {_mmm(off['throughput'])} | | {_mmm(off['server_cpu_us'], 1)} | | | |",
+    ]
+    compared = (
+        ("off_traceparent", "off, the publisher sends a `traceparent`"),
+        ("always_on", "on, every trace"),
+        ("ratio", f"on, sampled {p['sampler_ratio']:g}"),
+    )
+    for key, label in compared:
+        run, throughput = p[key], p["throughput_ratio"][key]
+        spans = f"{run['spans_exported']:,}" if "spans_exported" in run else ""
+        lines.append(
+            f"| {label} | {_mmm(run['throughput'])} | **{throughput}** | {_mmm(run['server_cpu_us'], 1)} "
+            f"| **{p['cpu_ratio'][key]}** | {spans} "
+            f"| ≥ {PUBLISH_TRACING_TARGET:g}: **{_met(throughput >= PUBLISH_TRACING_TARGET)}** |"
+        )
+    return [*lines, ""]
 
 
 def _met(ok: bool) -> str:

@@ -26,6 +26,7 @@ from hermes.bench.kafka_alone import produce_consume
 from hermes.bench.load import Sink
 from hermes.bench.offloaded import offloaded_message
 from hermes.bench.publish_auth import publish_auth
+from hermes.bench.publish_tracing import publish_tracing
 from hermes.bench.startup import STARTUP_COMMAND, startup
 from hermes.bench.sustained import sustained
 from hermes.bench.system import Management, System, run_alone
@@ -235,6 +236,8 @@ def run(plan: Plan, log: Any = print) -> dict[str, Any]:
     results["scenarios"]["many_subscriptions"] = asyncio.run(run_alone(many))
     log("publishing with and without publisher authentication (its own broker and users)")
     results["scenarios"]["publish_auth"] = publish_auth(plan.seconds, plan.concurrency, plan.reps)
+    log("publishing with tracing off, on and sampled (a fresh frontend for each)")
+    results["scenarios"]["publish_tracing"] = publish_tracing(plan.seconds, plan.concurrency, plan.reps)
     results["void_reasons"] = void_reasons(results["scenarios"])
     results["void"] = bool(results["void_reasons"])
     results["duration_s"] = round(time.monotonic() - began, 1)

@@ -152,14 +152,20 @@ class System:
     def frontend_workers(self, workers: int) -> Iterator[subprocess.Popen[bytes]]:
         """The frontend as ``hermes frontend --workers N`` on the same port while the block runs (its
         master process is yielded), then the one-process frontend again."""
+        with self.frontend_with("--workers", str(workers)) as master:
+            time.sleep(1.0)  # every worker listening, not only the first
+            yield master
+
+    @contextlib.contextmanager
+    def frontend_with(self, *flags: str) -> Iterator[subprocess.Popen[bytes]]:
+        """The frontend started with ``flags`` (and this process's environment as it is now) on the same port
+        while the block runs, then the one-process frontend again."""
         first = self.processes["frontend"]
         first.terminate()
         first.wait(30)
         try:
-            argv = self._argv("frontend", "--workers", str(workers))
-            with child(argv, self.ports["frontend"]) as master:
-                time.sleep(1.0)  # every worker listening, not only the first
-                yield master
+            with child(self._argv("frontend", *flags), self.ports["frontend"]) as process:
+                yield process
         finally:
             self.processes["frontend"] = self._stack.enter_context(
                 child(self._argv("frontend"), self.ports["frontend"])

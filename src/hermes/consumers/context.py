@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hermes.broker.connection import KafkaConnection
 from hermes.consumers.content import ContentConverter
@@ -13,6 +14,9 @@ from hermes.consumers.resolver import EndpointAddressResolver, EndpointItself
 from hermes.consumers.sender.senders import MessageSenders
 from hermes.metadata.repository import MetadataRepository
 from hermes.tracker import Tracker
+
+if TYPE_CHECKING:  # imported only when tracing is on: the extra's package
+    from hermes.telemetry.spans import Tracing
 
 CrashListener = Callable[[BaseException], None]
 
@@ -26,6 +30,7 @@ class ConsumerContext:
     node_id: str
     cluster: str
     tracker: Tracker | None = None
+    tracing: Tracing | None = None
     commit_interval: float = 1.0
     metrics_interval: float = 1.0
     session_timeout_ms: int = 6000

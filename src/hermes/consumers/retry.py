@@ -53,7 +53,26 @@ async def retry_until_ttl(
     """Attempts to deliver ``messages`` (one message, or a batch sent as one request) until they are delivered,
     or discarded once their messageTtl, counted from ``started``, ends before the next attempt. Each attempt
     uses the subscription as it is then (an update may come while they wait). A ``paced`` delivery waits for
-    the rate limiter before each attempt, within the TTL, and tells it how the attempt went."""
+    the rate limiter before each attempt, within the TTL, and tells it how the attempt went. With tracing on,
+    the delivery is a span, its attempts' spans within it."""
+    tracing = delivery.context.tracing
+    if tracing is None:
+        discarded = await _attempts(delivery, messages, started, send, paced)
+    else:
+        ids, contexts = [m.message_id for m in messages], [m.propagated_headers for m in messages]
+        with tracing.delivery(delivery.name, messages[0].topic, ids, contexts) as span:
+            discarded = await _attempts(delivery, messages, started, send, paced)
+            tracing.delivered(span, discarded)
+    if discarded is None:
+        delivery.delivered(messages)
+    else:
+        await delivery.discard(messages, discarded)
+
+
+async def _attempts(
+    delivery: Delivery, messages: Sequence[Message], started: float, send: Send, paced: bool
+) -> str | None:
+    """None once ``messages`` are delivered; else why they are discarded."""
     recipients = Recipients(delivery.subscription.mode)
     reason = HELD_BACK  # why the messages are not delivered yet
     retries = 0
@@ -63,11 +82,7 @@ async def retry_until_ttl(
         if paced:
             delivery.rate.record(failed=outcome.slow_down)
         if not outcome.retry:
-            if outcome.rejected:
-                await delivery.discard(messages, outcome.reason)
-            else:
-                delivery.delivered(messages)
-            return
+            return outcome.reason if outcome.rejected else None
         reason = outcome.reason
         backoff = Backoff.of(subscription).delay(retries, outcome.retry_after)
         if backoff > delivery.ttl_left(started):
@@ -75,4 +90,4 @@ async def retry_until_ttl(
         delivery.traces(messages, TraceStatus.FAILED, reason)
         retries += 1
         await delivery.pause(backoff)
-    await delivery.discard(messages, reason)
+    return reason

@@ -18,6 +18,7 @@ from hermes.http.server import Server
 from hermes.http.status import ScrapeGuard, status_app
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.repository import MetadataRepository
+from hermes.telemetry import start_tracing
 from hermes.tracker import Tracker
 
 if TYPE_CHECKING:
@@ -57,8 +58,13 @@ class Consumers:
         tracking_producer = BrokerProducer(self._connection)
         self._exit.push_async_callback(asyncio.to_thread, tracking_producer.close, 2.0)
         tracker = Tracker(tracking_producer, settings.cluster_name)
+        tracing = start_tracing(settings.tracing, "consumers")
+        if tracing is not None:  # closed after the supervisor: the spans of its last deliveries go too
+            self._exit.callback(tracing.close)
         node = self.node
-        self.supervisor = ConsumersSupervisor(settings, self._connection, self._cache, self._repository, tracker)
+        self.supervisor = ConsumersSupervisor(
+            settings, self._connection, self._cache, self._repository, tracker, tracing
+        )
         if node is not None:
             self.supervisor.place(node.runs, node.rate_share)
         await self.supervisor.start()

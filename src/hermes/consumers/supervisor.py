@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -42,6 +43,9 @@ from hermes.security.tls import client_context
 from hermes.tasks import cancel
 from hermes.tracker import Tracker
 
+if TYPE_CHECKING:  # imported only when tracing is on: the extra's package
+    from hermes.telemetry.spans import Tracing
+
 log = logging.getLogger(__name__)
 
 # Metrics snapshots taken in one turn of the event loop: a thousand busy subscriptions' took about 25 ms in one go (a
@@ -57,7 +61,9 @@ class ConsumersSupervisor:
         cache: MetadataCache,
         repository: MetadataRepository,
         tracker: Tracker | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
+        self._tracing = tracing
         self._settings = settings
         self._connection = connection
         self._cache = cache
@@ -89,12 +95,13 @@ class ConsumersSupervisor:
         self._cache.on_subscription_change(self._oauth.subscription_changed)
         self._context = ConsumerContext(
             connection=self._connection,
-            sender=MessageSenders(HttpSender(self._oauth, tls)),
+            sender=MessageSenders(HttpSender(self._oauth, tls, self._tracing)),
             repository=self._repository,
             content=ContentConverter(self._repository),
             node_id=s.node_id,
             cluster=s.cluster_name,
             tracker=self._tracker,
+            tracing=self._tracing,
             commit_interval=s.consumer_commit_interval,
             metrics_interval=s.consumer_metrics_interval,
             session_timeout_ms=s.consumer_session_timeout_ms,

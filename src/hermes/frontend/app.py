@@ -8,6 +8,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import orjson
@@ -24,6 +25,9 @@ from hermes.frontend.readiness import Readiness
 from hermes.http.lean import Handler, Request, error_body
 from hermes.metadata.cache import MetadataCache
 from hermes.offload import OFFLOAD_PREFIX
+
+if TYPE_CHECKING:  # imported only when tracing is on: the extra's package
+    from hermes.telemetry.spans import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -82,8 +86,10 @@ class PublishingApi:
         access: PublishAccess,
         exposition: Callable[[], bytes] = generate_latest,  # a worker's covers every worker
         offload: Handler | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._publisher = publisher
+        self._tracing = tracing
         self._access = access
         self._exposition = exposition
         self._offload = offload
@@ -152,7 +158,8 @@ class PublishingApi:
     def _publish(self, request: Request, name: str) -> None:
         started = time.perf_counter()
         message_id = new_message_id()
-        answer = functools.partial(self._answer, request, name, message_id, started)
+        traced = None if self._tracing is None else self._tracing.publish(name, message_id, request.headers)
+        answer = functools.partial(self._answer, request, name, message_id, started, traced)
         try:
             caller = self._access.identify_now(request.headers.get("authorization"))
             topic = self._cache.topic(name)
@@ -186,7 +193,13 @@ class PublishingApi:
         task.add_done_callback(self._lookups.discard)
 
     def _answer(
-        self, request: Request, name: str, message_id: str, started: float, outcome: PublishResult | Exception
+        self,
+        request: Request,
+        name: str,
+        message_id: str,
+        started: float,
+        traced: Callable[[int, bool], None] | None,
+        outcome: PublishResult | Exception,
     ) -> None:
         headers: tuple[tuple[str, str], ...] = ((MESSAGE_ID_HEADER, message_id),)
         if isinstance(outcome, PublishResult):
@@ -204,8 +217,11 @@ class PublishingApi:
             status = 500
             log.error("unhandled error publishing to %s", name, exc_info=outcome)
             request.respond(status, headers, body=error_body("internal error", "INTERNAL_ERROR"), content_type=JSON)
-        # a stranger's made-up names must not become metric labels
-        PUBLISH_REQUESTS.record(name if status not in _UNLABELLED else "unknown", status, time.perf_counter() - started)
+        # a stranger's made-up names must not become metric labels (nor span names)
+        known = status not in _UNLABELLED
+        PUBLISH_REQUESTS.record(name if known else "unknown", status, time.perf_counter() - started)
+        if traced is not None:
+            traced(status, known)
 
 
 def _not_found(request: Request) -> None:

@@ -30,6 +30,7 @@ from hermes.domain.message import (
 )
 from hermes.domain.topic import Ack, ContentType, Topic
 from hermes.domain.trace import TraceStatus
+from hermes.domain.trace_context import TRACEPARENT, TRACESTATE, valid_traceparent, valid_tracestate
 from hermes.errors import HermesError, PayloadTooLarge, UnsupportedMediaType, ValidationError
 from hermes.frontend.acks import AckTimeouts
 from hermes.frontend.cloudevents import publish_events
@@ -42,6 +43,7 @@ from hermes.tracker import Tracker
 
 if TYPE_CHECKING:
     from hermes.frontend.idempotency import IdempotencyKeys
+    from hermes.telemetry.spans import Tracing  # imported only when tracing is on: the extra's package
 
 # A journaled message the broker refused is produced again after this many seconds.
 _RESEND_DELAY = 5.0
@@ -107,9 +109,11 @@ class Publisher:
         journal: Journal | None = None,
         offloader: Offloader | None = None,
         idempotency: IdempotencyKeys | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.journal = journal
         self._idempotency = idempotency
+        self._tracing = tracing
         self._offloader = offloader
         self._producer = producer
         self._timeouts = {ack: AckTimeouts(timeouts.for_ack(ack)) for ack in (Ack.LEADER, Ack.ALL)}
@@ -238,6 +242,8 @@ class Publisher:
         self, message_id: str, schema_version: int | None, headers: Mapping[str, str]
     ) -> list[tuple[str, bytes]]:
         propagated = {name: v for lower, name in self._propagated.items() if (v := headers.get(lower)) is not None}
+        if (traceparent := headers.get(TRACEPARENT)) is not None:
+            _trace_context(traceparent, headers.get(TRACESTATE), propagated)
         return kafka_headers(message_id, int(time.time() * 1000), schema_version, propagated)
 
     def _produce(
@@ -262,8 +268,9 @@ class Publisher:
         entry = JournalEntry(message_id, topic.qualified_name, value, key, tuple(record_headers), topic.ack)
         if tracker is not None:
             tracker.frontend(message_id, entry.topic, TraceStatus.INFLIGHT)
+        acked = None if self._tracing is None else self._tracing.ack(entry.topic, headers)
         if topic.ack is Ack.NONE:  # no ack to wait for: answered unless the producer refused it at once
-            inflight = _InFlight(self, entry, tracker, answer, 0.0)
+            inflight = _InFlight(self, entry, tracker, answer, 0.0, acked)
             self._producer.produce(entry.topic, value, inflight.settled, key=key, headers=record_headers, ack=Ack.NONE)
             if not inflight.answered:
                 inflight.answered = True
@@ -271,7 +278,7 @@ class Publisher:
             return
         loop = asyncio.get_running_loop()
         timeouts = self._timeouts[topic.ack]
-        inflight = _InFlight(self, entry, tracker, answer, loop.time() + timeouts.seconds)
+        inflight = _InFlight(self, entry, tracker, answer, loop.time() + timeouts.seconds, acked)
         timeouts.track(inflight, loop)
         self._producer.produce(entry.topic, value, inflight.settled, key=key, headers=record_headers, ack=topic.ack)
 
@@ -299,6 +306,15 @@ def _key(headers: Mapping[str, str]) -> bytes | None:
     return partition_key.encode() if partition_key else None
 
 
+def _trace_context(traceparent: str, tracestate: str | None, propagated: dict[str, str]) -> None:
+    """The publisher's W3C trace context goes with the message when it is valid (a tracestate with its
+    traceparent only), as the spec says: to every delivery attempt."""
+    if valid_traceparent(traceparent):
+        propagated[TRACEPARENT] = traceparent
+        if tracestate is not None and valid_tracestate(tracestate):
+            propagated[TRACESTATE] = tracestate
+
+
 def _check_json(topic: Topic, body: bytes, content_type: str) -> None:
     if body_format(content_type) is not Format.JSON:
         raise UnsupportedMediaType(
@@ -315,11 +331,18 @@ class _InFlight:
     """One publish between produce and the broker's outcome. Answered by the outcome or the ack timeout, whichever
     comes first; a message answered 202 is journaled first, and its later outcome goes to the journal."""
 
-    __slots__ = ("_answer", "_entry", "_journaled", "_publisher", "_tracker", "answered", "deadline")
+    __slots__ = ("_acked", "_answer", "_entry", "_journaled", "_publisher", "_tracker", "answered", "deadline")
 
     def __init__(
-        self, publisher: Publisher, entry: JournalEntry, tracker: Tracker | None, answer: Answer, deadline: float
+        self,
+        publisher: Publisher,
+        entry: JournalEntry,
+        tracker: Tracker | None,
+        answer: Answer,
+        deadline: float,
+        acked: Callable[[Exception | None], None] | None = None,  # ends the ack's span
     ) -> None:
+        self._acked = acked
         self._publisher = publisher
         self._entry = entry
         self._tracker = tracker
@@ -333,6 +356,8 @@ class _InFlight:
         entry = self._entry
         if error is not None:
             PRODUCER_ERRORS.labels(entry.topic).inc()
+        if self._acked is not None:
+            self._acked(error)
         if self._tracker is not None:
             reason = error.message if isinstance(error, HermesError) else None
             status = TraceStatus.FAILED if error else TraceStatus.SUCCESS

@@ -42,6 +42,7 @@ from hermes.offload.scram import MECHANISM as SCRAM_MECHANISM
 from hermes.offload.scram import HttpScram
 from hermes.security.setup import Security
 from hermes.tasks import cancel
+from hermes.telemetry import start_tracing
 from hermes.tracker import Tracker
 
 if TYPE_CHECKING:
@@ -90,6 +91,9 @@ class Frontend:
 
     async def start(self) -> None:
         settings = self._settings
+        tracing = start_tracing(settings.tracing, "frontend")
+        if tracing is not None:  # closed last: the spans of the server's and the producer's last work go too
+            self._exit.callback(tracing.close)
         journal = Journal(
             settings.data_dir / "journal",
             settings.frontend_journal_max_bytes,
@@ -124,6 +128,7 @@ class Frontend:
             journal,
             offloader,
             idempotency,
+            tracing,
         )
         for entry in pending:
             publisher.resend(entry)
@@ -143,12 +148,12 @@ class Frontend:
         if self._worker and SharedMetrics.enabled():
             shared = SharedMetrics(journal)
             api = PublishingApi(
-                publisher, self._cache, published, readiness, access, shared.exposition, offload=offload
+                publisher, self._cache, published, readiness, access, shared.exposition, offload, tracing
             )
             sharing = asyncio.create_task(shared.run(), name="shared-metrics")
             self._exit.push_async_callback(cancel, sharing)
         else:
-            api = PublishingApi(publisher, self._cache, published, readiness, access, offload=offload)
+            api = PublishingApi(publisher, self._cache, published, readiness, access, offload=offload, tracing=tracing)
         self.server = LeanServer(
             api,
             settings.host,

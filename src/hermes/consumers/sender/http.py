@@ -6,6 +6,7 @@ import asyncio
 import base64
 import ssl
 import time
+from typing import TYPE_CHECKING
 
 from hermes.consumers.sender.oauth import OAuthTokens
 from hermes.consumers.sender.result import SendResult, network_failure
@@ -19,8 +20,12 @@ from hermes.domain.message import (
 )
 from hermes.domain.signing import signature_headers, signing_now
 from hermes.domain.subscription import Subscription
+from hermes.domain.trace_context import TRACEPARENT, TRACESTATE, child_traceparent, valid_traceparent
 from hermes.http.client import HttpClient
 from hermes.http.streamed import Body, StreamedBody
+
+if TYPE_CHECKING:  # imported only when tracing is on: the extra's package
+    from hermes.telemetry.spans import Tracing
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -34,9 +39,12 @@ def parse_retry_after(value: str | None) -> float | None:
 
 
 class HttpSender:
-    def __init__(self, oauth: OAuthTokens | None = None, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self, oauth: OAuthTokens | None = None, tls: ssl.SSLContext | None = None, tracing: Tracing | None = None
+    ) -> None:
         self._client = HttpClient(tls)
         self._oauth = oauth
+        self._tracing = tracing
 
     def headers(
         self, subscription: Subscription, message: Message, retry_count: int, content_type: str
@@ -57,6 +65,26 @@ class HttpSender:
         return headers
 
     async def send(
+        self, subscription: Subscription, url: str, body: Body, headers: dict[str, str], timeout_ms: int
+    ) -> SendResult:
+        """Sends one attempt: a span of its own with tracing on; with it off, a traceparent that came with the
+        message is sent as that of a new span in its trace."""
+        if self._tracing is None:
+            if (traceparent := headers.get(TRACEPARENT)) is not None:
+                if valid_traceparent(traceparent):
+                    headers[TRACEPARENT] = child_traceparent(traceparent)
+                else:  # another Kafka producer's record: its header is not trusted
+                    del headers[TRACEPARENT]
+                    headers.pop(TRACESTATE, None)
+            return await self._send(subscription, url, body, headers, timeout_ms)
+        with self._tracing.attempt(
+            subscription.qualified_name.qualified, int(headers[RETRY_COUNT_HEADER]), headers
+        ) as span:
+            result = await self._send(subscription, url, body, headers, timeout_ms)
+            self._tracing.attempted(span, result.status, "timeout" if result.timed_out else result.error)
+        return result
+
+    async def _send(
         self, subscription: Subscription, url: str, body: Body, headers: dict[str, str], timeout_ms: int
     ) -> SendResult:
         """Sends with the subscription's OAuth bearer token if it has an OAuth policy, else with the

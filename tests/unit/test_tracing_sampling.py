@@ -1,0 +1,58 @@
+"""The frontend's spans under a sampler: what an unsampled publish carries on, and that it skips its ack span."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from hermes.domain.trace_context import valid_traceparent
+from hermes.errors import UsageError
+from hermes.telemetry import start_tracing
+from hermes.telemetry.spans import Tracing
+
+pytestmark = pytest.mark.unit
+
+SAMPLED_PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+@pytest.fixture
+def dropping(monkeypatch: pytest.MonkeyPatch) -> Tracing:
+    """Records nothing of its own traces; follows a publisher's sampled one (parent-based)."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "parentbased_traceidratio")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # nothing listens: given up at once
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "0.05")
+    return Tracing("frontend")
+
+
+def test_an_unsampled_publish_carries_a_trace_context_and_records_nothing(dropping: Tracing) -> None:
+    headers = {"content-type": "application/json"}
+    assert dropping.publish("g.t", "id", headers) is None
+    traceparent = headers["traceparent"]
+    assert valid_traceparent(traceparent)
+    assert not int(traceparent[-2:], 16) & 1  # not sampled, so neither are its deliveries
+    assert dropping.ack("g.t", headers) is None
+    dropping.close()
+
+
+def test_a_publishers_sampled_trace_is_recorded(dropping: Tracing) -> None:
+    headers = {"traceparent": SAMPLED_PARENT, "tracestate": "congo=t61rcWkgMzE"}
+    published = dropping.publish("g.t", "id", headers)
+    assert published is not None
+    trace_id, span_id, flags = headers["traceparent"].split("-")[1:]
+    assert (trace_id, flags) == ("4bf92f3577b34da6a3ce929d0e0e4736", "01")
+    assert span_id != "00f067aa0ba902b7"  # the publish span's own
+    assert headers["tracestate"] == "congo=t61rcWkgMzE"
+    acked = dropping.ack("g.t", headers)
+    assert acked is not None
+    acked(None)
+    published(201, True)
+    dropping.close()
+
+
+def test_tracing_without_the_sdk_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert start_tracing(False, "frontend") is None  # off: the SDK is not imported
+    monkeypatch.setitem(sys.modules, "hermes.telemetry.spans", None)  # as if its packages were missing
+    with pytest.raises(UsageError, match=r"--tracing needs the OpenTelemetry SDK: pip install 'hermes-broker\[otel\]'"):
+        start_tracing(True, "frontend")
