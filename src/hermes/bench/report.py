@@ -531,6 +531,29 @@ def _startup_and_memory(s: dict[str, Any]) -> list[str]:
         f"Embedded Apache Kafka (the Java process, VmRSS): **{_mib(idle.get('VmRSS'))} MiB** idle after start; "
         f"**{_mib(after.get('VmRSS'))} MiB** after the sustained run (peak {_mib(after.get('VmHWM'))} MiB).",
     ]
+    return lines + _footprint(s.get("footprint"))
+
+
+def _footprint(f: dict[str, Any] | None) -> list[str]:
+    """The default install's memory (``hermes.bench.footprint``), when the plan ran it."""
+    if f is None:
+        return []
+    if "error" in f:
+        return ["", f"The default install's memory: `{f['command']}`: {f['error']}"]
+    met = _met(f["total_pss_mib"] < f["target_mib"])
+    lines = [
+        "",
+        f"The default install's memory: `{f['command']}` with its pipeline, one topic archived and one tracked, "
+        f"{f['idle_seconds']:.0f} s idle after a few hundred messages (medians of the last third; the archive "
+        f"wrote {f['lake_files']} lake files meanwhile):",
+        "",
+        "| process | RSS MiB | PSS MiB |",
+        "|---|---|---|",
+        *(f"| {role} | {m['rss_mib']:.0f} | {m['pss_mib']:.0f} |" for role, m in f["processes"].items()),
+        f"| **the tree** | **{f['total_rss_mib']:.0f}** | **{f['total_pss_mib']:.0f}** |",
+        "",
+        f"Target: under {f['target_mib']:,} MiB (PSS: pages shared between the processes counted once): **{met}**.",
+    ]
     return lines
 
 

@@ -21,6 +21,7 @@ import aiohttp
 
 from hermes.bench import delivery, integrations, isolation, publish
 from hermes.bench.cluster import cluster
+from hermes.bench.footprint import footprint
 from hermes.bench.idle import idle_cost
 from hermes.bench.kafka_alone import produce_consume
 from hermes.bench.load import Sink
@@ -65,6 +66,7 @@ class Plan:
     idle_counts: list[int] = field(default_factory=lambda: [10, 100, 1000])  # subscriptions, idle, on one process
     many_rate: float = 2.0  # messages/s to each of the most idle_counts subscriptions, then
     many_seconds: float = 20.0
+    footprint_seconds: float = 300.0  # hermes run and its pipeline left idle (with spark only)
 
 
 FULL = Plan("full")
@@ -238,6 +240,9 @@ def run(plan: Plan, log: Any = print) -> dict[str, Any]:
     results["scenarios"]["publish_auth"] = publish_auth(plan.seconds, plan.concurrency, plan.reps)
     log("publishing with tracing off, on and sampled (a fresh frontend for each)")
     results["scenarios"]["publish_tracing"] = publish_tracing(plan.seconds, plan.concurrency, plan.reps)
+    if plan.spark:
+        log("the default install's memory: hermes run and its pipeline, one topic archived and one tracked, idle")
+        results["scenarios"]["footprint"] = footprint(plan.footprint_seconds)
     results["void_reasons"] = void_reasons(results["scenarios"])
     results["void"] = bool(results["void_reasons"])
     results["duration_s"] = round(time.monotonic() - began, 1)
@@ -267,6 +272,7 @@ def void_reasons(scenarios: dict[str, Any]) -> list[str]:
         "large",
         "batch",
         "cluster",
+        "footprint",
     ):
         scenario = scenarios.get(name, {})
         if scenario.get("void"):
