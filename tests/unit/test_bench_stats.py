@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes.bench.report import _publish, _publish_auth, _publish_tracing
+from hermes.bench.report import _footprint, _publish, _publish_auth, _publish_tracing
 from hermes.bench.stats import (
     achieved_rate,
     edge_windows,
@@ -220,3 +220,20 @@ def test_the_report_renders_the_publish_with_tracing_scenario() -> None:
     assert "| on, sampled 0.1 | **6,650** (6,650-6,650) | **0.95** |" in text
     assert "| ≥ 0.9: **met** |" in text
     assert "Not measured." in "\n".join(_publish_tracing(None))
+
+
+def test_the_report_renders_the_default_installs_memory() -> None:
+    figures = {
+        "command": "hermes run",
+        "idle_seconds": 300.0,
+        "processes": {"Kafka broker (JVM)": {"rss_mib": 200.0, "pss_mib": 180.0}},
+        "total_rss_mib": 1030.0,
+        "total_pss_mib": 900.0,
+        "target_mib": 1024,
+        "lake_files": 3,
+    }
+    text = "\n".join(_footprint(figures))
+    assert "| Kafka broker (JVM) | 200 | 180 |" in text
+    assert "| **the tree** | **1030** | **900** |" in text
+    assert "Target: under 1,024 MiB (PSS: pages shared between the processes counted once): **met**." in text
+    assert _footprint(None) == []
