@@ -46,7 +46,7 @@ _LANES_WAIT = 2.0
 # (what was not committed comes again)
 _COMMIT_WAIT = 5.0
 # Offset commits the process sends per second at most (each an AlterConsumerGroupOffsets request and a write to
-# Kafka's offsets log, about a sixth of the CPU of 1,000 subscriptions at 2 msg/s when each committed every
+# Kafka's offsets log, about a tenth of the CPU of 1,000 subscriptions at 2 msg/s when each committed every
 # second): beyond this many subscriptions with finished messages per commit interval, they commit in turn
 # (1,000 busy subscriptions: each every 5 s; a crash repeats at most that much; Hermes commits every 60 s).
 _COMMITS_PER_SECOND = 200
