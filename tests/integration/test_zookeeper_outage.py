@@ -164,7 +164,24 @@ def test_a_session_expired_in_an_outage_gives_503s_never_500s_and_notifications_
     wait_until(lambda: cache.topic(created) is not None, timeout=10)
 
 
-def test_sigterm_ends_management_and_a_consumers_node_within_seconds_with_zookeeper_silent(
+def members(api: HermesClient) -> set[str]:
+    response = api.management.get("/consumers/nodes")
+    assert response.status_code == 200, response.text
+    return {member["nodeId"] for member in response.json()}
+
+
+def publish(api: HermesClient, topic: str, subscriber: SubscriberServer) -> int:
+    """Publishes 5 messages and waits for the subscriber to have them; answers how many."""
+    sent = set()
+    for i in range(5):
+        response = api.publish(topic, f'{{"n": {i}}}')
+        assert response.status_code in (201, 202), response.text
+        sent.add(response.headers["Hermes-Message-Id"])
+    wait_until(lambda: sent <= {r.message_id for r in subscriber.received}, timeout=30)
+    return len(sent)
+
+
+def test_a_node_registers_anew_after_its_session_expired_and_sigterm_ends_it_within_seconds_with_zookeeper_silent(
     cluster: Cluster,
     front: InProcessHermes,
     api: HermesClient,
@@ -178,9 +195,16 @@ def test_sigterm_ends_management_and_a_consumers_node_within_seconds_with_zookee
     topic = api.create_topic()
     name = api.create_subscription(topic, f"{subscriber.url}ok")
     wait_until(lambda: assigned(api.management).get(f"{topic}${name}") == [node], timeout=60)
-    for i in range(5):
-        assert api.publish(topic, f'{{"n": {i}}}').status_code in (201, 202)
-    subscriber.wait_for(5)
+    delivered = publish(api, topic, subscriber)
+
+    # the node's session expires (paused past the session timeout): it registers anew and delivers on
+    member = cluster.processes[node].process
+    assert member is not None
+    member.send_signal(signal.SIGSTOP)
+    wait_until(lambda: node not in members(api), timeout=30)
+    member.send_signal(signal.SIGCONT)
+    wait_until(lambda: node in members(api) and assigned(api.management).get(f"{topic}${name}") == [node], timeout=30)
+    delivered += publish(api, topic, subscriber)
 
     zookeeper.pause()
     processes = [management.process, cluster.processes[node].process]
@@ -196,4 +220,4 @@ def test_sigterm_ends_management_and_a_consumers_node_within_seconds_with_zookee
 
     admin = BrokerAdmin(front.hermes.connection)  # type: ignore[arg-type]
     committed = admin.committed_offsets(f"hermes_{topic}_{name}", topic)
-    assert sum(committed.values()) == 5 == sum(admin.end_offsets(topic).values())
+    assert sum(committed.values()) == delivered == sum(admin.end_offsets(topic).values())
