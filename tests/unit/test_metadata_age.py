@@ -6,12 +6,16 @@ import asyncio
 
 import pytest
 
-from hermes.errors import MetadataUnreachable
+from hermes.errors import MetadataUnreachable, TopicNotFound
 from hermes.management.metadata_age import LastReads
 
 
 async def answer(value: str) -> str:
     return value
+
+
+async def deleted() -> str:
+    raise TopicNotFound("Topic g.t not found")
 
 
 async def unreachable() -> str:
@@ -41,5 +45,17 @@ def test_the_least_recently_read_answer_goes_first_beyond_what_is_kept() -> None
         assert await reads.read("c", unreachable) == "c"
         with pytest.raises(MetadataUnreachable):
             await reads.read("b", unreachable)
+
+    asyncio.run(scenario())
+
+
+def test_a_read_the_store_refused_since_is_not_answered_from_before() -> None:
+    async def scenario() -> None:
+        reads = LastReads()
+        await reads.read("topic", lambda: answer("there"))
+        with pytest.raises(TopicNotFound):
+            await reads.read("topic", deleted)
+        with pytest.raises(MetadataUnreachable):
+            await reads.read("topic", unreachable)
 
     asyncio.run(scenario())

@@ -41,6 +41,9 @@ class LastReads:
             if ages is not None:
                 ages.append(time.monotonic() - read_at)
             return cast(T, answer)
+        except Exception:
+            self._answers.pop(key, None)  # the store's last answer now (e.g. not found) is not the one kept
+            raise
         self._answers[key] = (time.monotonic(), answer)
         self._answers.move_to_end(key)
         if len(self._answers) > self._kept:
