@@ -15,12 +15,13 @@ from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
 from hermes.domain.subscription import Subscription
 from hermes.domain.topic import Topic
-from hermes.errors import NotFoundError
+from hermes.errors import MetadataUnreachable, NotFoundError
 from hermes.metadata.repository import ChangeAction, ChangeKind, MetadataChange, MetadataRepository, Unwatch
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
+_UNREACHABLE_RETRY = 0.5  # seconds between reads of a changed entity while the store is unreachable
 
 SubscriptionListener = Callable[[TopicName, str, Subscription | None], Awaitable[None]]
 DocumentListener = Callable[[str], Awaitable[None]]
@@ -85,8 +86,9 @@ class MetadataCache:
         return self.topics.get(qualified_name)
 
     async def refresh_topic(self, qualified_name: str) -> Topic | None:
-        """Re-reads one topic now (e.g. on a cache miss, to close the window before a notification)."""
-        await self._reload_topic(qualified_name)
+        """Re-reads one topic now (e.g. on a cache miss, to close the window before a notification); raises
+        ``MetadataUnreachable`` while the store is."""
+        self._keep_topic(qualified_name, await _read(self._repository.get_topic, TopicName.parse(qualified_name)))
         return self.topics.get(qualified_name)
 
     def _on_change(self, change: MetadataChange) -> None:  # repository watcher thread
@@ -116,13 +118,16 @@ class MetadataCache:
                 log.exception("applying metadata change %s failed", change)
 
     async def _reload_topic(self, qualified_name: str) -> None:
-        topic = await _read(self._repository.get_topic, TopicName.parse(qualified_name))
+        topic = await _read_when_reachable(self._repository.get_topic, TopicName.parse(qualified_name))
+        self._keep_topic(qualified_name, topic)
+
+    def _keep_topic(self, qualified_name: str, topic: Topic | None) -> None:
         _keep(self.topics, qualified_name, topic)
         for listener in self._topic_listeners:
             listener(qualified_name, topic)
 
     async def _reload_provider(self, name: str) -> None:
-        _keep(self.oauth_providers, name, await _read(self._repository.get_oauth_provider, name))
+        _keep(self.oauth_providers, name, await _read_when_reachable(self._repository.get_oauth_provider, name))
         for listener in self._provider_listeners:
             listener(name)
 
@@ -130,7 +135,7 @@ class MetadataCache:
         topic_name = TopicName.parse(topic)
         sub = None
         if action is not ChangeAction.DELETED:
-            sub = await _read(self._repository.get_subscription, topic_name, name)
+            sub = await _read_when_reachable(self._repository.get_subscription, topic_name, name)
         _keep(self.subscriptions, (topic, name), sub)
         for listener in self._subscription_listeners:
             await listener(topic_name, name, sub)
@@ -142,6 +147,16 @@ async def _read(read: Callable[..., T], *key: Any) -> T | None:
         return await asyncio.to_thread(read, *key)
     except NotFoundError:
         return None
+
+
+async def _read_when_reachable(read: Callable[..., T], *key: Any) -> T | None:
+    """``_read``, again while the store is unreachable: a change is applied once the store is back, and before
+    any later one."""
+    while True:
+        try:
+            return await _read(read, *key)
+        except MetadataUnreachable:
+            await asyncio.sleep(_UNREACHABLE_RETRY)
 
 
 def _keep(cached: dict[K, T], key: K, value: T | None) -> None:
