@@ -15,13 +15,19 @@ from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
 from hermes.domain.subscription import Subscription
 from hermes.domain.topic import Topic
-from hermes.errors import MetadataUnreachable, NotFoundError
-from hermes.metadata.repository import ChangeAction, ChangeKind, MetadataChange, MetadataRepository, Unwatch
+from hermes.errors import NotFoundError
+from hermes.metadata.repository import (
+    ChangeAction,
+    ChangeKind,
+    MetadataChange,
+    MetadataRepository,
+    Unwatch,
+    until_reachable,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
-_UNREACHABLE_RETRY = 0.5  # seconds between reads of a changed entity while the store is unreachable
 
 SubscriptionListener = Callable[[TopicName, str, Subscription | None], Awaitable[None]]
 DocumentListener = Callable[[str], Awaitable[None]]
@@ -150,13 +156,11 @@ async def _read(read: Callable[..., T], *key: Any) -> T | None:
 
 
 async def _read_when_reachable(read: Callable[..., T], *key: Any) -> T | None:
-    """``_read``, again while the store is unreachable: a change is applied once the store is back, and before
-    any later one."""
-    while True:
-        try:
-            return await _read(read, *key)
-        except MetadataUnreachable:
-            await asyncio.sleep(_UNREACHABLE_RETRY)
+    """``_read``, waiting for an unreachable store: a change is applied once it is back, before any later one."""
+    try:
+        return await until_reachable(read, *key)
+    except NotFoundError:
+        return None
 
 
 def _keep(cached: dict[K, T], key: K, value: T | None) -> None:
