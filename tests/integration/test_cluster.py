@@ -192,6 +192,8 @@ def test_a_move_adds_the_new_node_before_removing_the_old(
     management = front.management
     for node in ("n1", "n2"):
         cluster.start(node, "consumers")
+    # both members before the move: a coordinator drops an assignee that has not registered yet, and the move too
+    wait_until(lambda: len(nodes(management)) == 2, timeout=60)
     topic = front.create_topic()
     name = unique("moved")
     qualified = f"{topic}${name}"
