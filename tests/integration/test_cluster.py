@@ -178,7 +178,8 @@ def test_the_coordinator_moves_by_the_loads_its_members_report(
 
         again, second = first_seen(lambda a: light in a.moves)
         assert second.moves == {light: ("busy", "warm")}  # the loads as reported now
-        assert again - started >= settings.move_interval
+        # seen through the watch: the first move's notification may come later than the second's, by a little
+        assert again - started >= settings.move_interval - 0.2
     finally:
         coordinator.stop()
         store.close()
