@@ -313,7 +313,8 @@ class Settings(BaseSettings):
         ge=1,
         le=300,
         description="ZooKeeper session timeout of a cluster member: a dead node leaves the cluster (and its "
-        "subscriptions are assigned anew) this long after it stopped answering.",
+        "subscriptions are assigned anew) this long after it stopped answering. A ZooKeeper that falls silent is "
+        "noticed within two thirds of it.",
     )
     cluster_report_interval: float = Field(
         5.0, gt=0, le=300, description="Seconds between a member's load reports (and the coordinator's rounds)."

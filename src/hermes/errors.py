@@ -242,6 +242,15 @@ class MetadataUnavailable(ServiceUnavailable):
     code = "METADATA_UNAVAILABLE"
 
 
+class MetadataUnreachable(MetadataUnavailable):
+    """The metadata store (ZooKeeper) cannot be reached now; ``retry_after``: seconds before trying again is
+    worth it (the answer's ``Retry-After``)."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class UndeliverableMessage(HermesError):
     """A message no attempt can deliver (its Avro body cannot be converted for the subscriber): discarded at
     once, with this reason."""

@@ -27,6 +27,7 @@ from hermes.errors import (
     GroupNotEmpty,
     GroupNotFound,
     MetadataUnavailable,
+    MetadataUnreachable,
     OAuthProviderNotFound,
     SchemaNotFound,
     SubscriptionAlreadyExists,
@@ -279,6 +280,40 @@ def test_the_metadata_cache_tells_of_documents_written_by_another_instance(open_
         return changed
 
     assert asyncio.run(follow()) == ["g.t$s", "g.t$s"]
+
+
+def test_the_metadata_cache_reads_a_change_again_until_the_store_is_reachable(
+    open_repository: Factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change whose entity could not be read (ZooKeeper away) is read again, not lost, and before later ones."""
+    writer, reader = open_repository(), open_repository()
+    refusals = 3
+    get_topic = reader.get_topic
+
+    def away_a_moment(name: TopicName) -> Topic:
+        nonlocal refusals
+        if refusals:
+            refusals -= 1
+            raise MetadataUnreachable("ZooKeeper is unreachable", retry_after=1.0)
+        return get_topic(name)
+
+    monkeypatch.setattr(reader, "get_topic", away_a_moment)
+
+    async def follow() -> list[str]:
+        cache = MetadataCache(reader)
+        await cache.start()
+        changed: list[str] = []
+        cache.on_topic_change(lambda name, _: changed.append(name))
+        try:
+            _topic(writer)
+            writer.create_topic(Topic(TopicName(TOPIC.group, "later")))
+            await _until(lambda: len(changed) == 2)
+            assert cache.topic(TOPIC.qualified) is not None and refusals == 0
+        finally:
+            await cache.stop()
+        return changed
+
+    assert asyncio.run(follow()) == [TOPIC.qualified, f"{TOPIC.group}.later"]
 
 
 async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:

@@ -181,8 +181,8 @@ def test_the_coordinator_moves_by_the_loads_its_members_report(
 
         again, second = first_seen(lambda a: light in a.moves)
         assert second.moves == {light: ("busy", "warm")}  # the loads as reported now
-        # seen through a watch: the first write's delivery may lag the second's by some milliseconds
-        assert again - started >= settings.move_interval - 0.05
+        # seen through the watch: the first move's notification may come later than the second's, by a little
+        assert again - started >= settings.move_interval - 0.2
     finally:
         coordinator.stop()
         store.close()
@@ -196,6 +196,8 @@ def test_a_move_adds_the_new_node_before_removing_the_old(
     management = front.management
     for node in ("n1", "n2"):
         cluster.start(node, "consumers")
+    # both members before the move: a coordinator drops an assignee that has not registered yet, and the move too
+    wait_until(lambda: len(nodes(management)) == 2, timeout=60)
     topic = front.create_topic()
     name = unique("moved")
     qualified = f"{topic}${name}"

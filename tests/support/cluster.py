@@ -107,3 +107,29 @@ def assigned(management: httpx.Client) -> dict[str, list[str]]:
 
 def coordinator(management: httpx.Client) -> str | None:
     return next((n for n, report in nodes(management).items() if report["coordinator"]), None)
+
+
+class OutageZookeeper(ZookeeperServer):
+    """A ZooKeeper server a test takes away: paused (SIGSTOP: it falls silent, as behind a network partition) or
+    killed, and back on the same port and data."""
+
+    def pause(self) -> None:
+        assert self._process is not None
+        self._process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self._process is not None
+        self._process.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        assert self._process is not None
+        self._process.kill()
+        self._process.wait(30)
+
+    def ensure_running(self) -> None:
+        """Back as it was, whatever a failed test left it in."""
+        assert self._process is not None
+        if self._process.poll() is None:
+            self.resume()
+        else:
+            self.start()

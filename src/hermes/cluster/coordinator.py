@@ -28,6 +28,7 @@ from hermes.domain.subscription import Subscription
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.documents import WORKLOAD_CONSTRAINTS
 from hermes.metadata.repository import MetadataRepository
+from hermes.metadata.zookeeper_session import CLOSE_TIMEOUT
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +71,20 @@ class Coordinator:
         self._thread.start()
 
     def stop(self) -> None:
+        """Leaves the election. Without ZooKeeper, the thread's calls wait for the session's close, which
+        releases them: it is not waited for (a stopping process must not wait for ZooKeeper)."""
         self._stop.set()
         self._wake.set()
         self._election.cancel()
-        self._thread.join(10)
+        self._thread.join(CLOSE_TIMEOUT if self._store.client.connected else 0)
 
     def _contend(self) -> None:
         while not self._stop.is_set():
             try:
                 self._election.run(self._lead)
             except Exception:
+                if self._stop.is_set():
+                    return  # the session closed under the stopping election
                 log.exception("the coordinator failed; contending again")
                 self._stop.wait(1.0)
 

@@ -15,6 +15,7 @@ from hermes.cluster.load import LoadMeter
 from hermes.cluster.node import ConsumersNode
 from hermes.cluster.registry import FRONTENDS, ClusterStore
 from hermes.config import Settings
+from hermes.errors import MetadataUnreachable
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.repository import MetadataRepository
 from hermes.tasks import cancel
@@ -68,7 +69,9 @@ class FrontendMember:
             await asyncio.sleep(self._interval)
             try:
                 await asyncio.to_thread(self._store.report, FRONTENDS, self._name, self._report())
-            except Exception:  # ZooKeeper away: the next report tries again
+            except MetadataUnreachable as exc:  # the next report tries again
+                log.warning("reporting this frontend's load to ZooKeeper failed: %s", exc.message)
+            except Exception:
                 log.warning("reporting this frontend's load to ZooKeeper failed", exc_info=True)
 
     async def stop(self) -> None:

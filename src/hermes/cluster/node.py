@@ -21,6 +21,7 @@ from hermes.cluster.coordinator import Coordinator, CoordinatorSettings
 from hermes.cluster.load import LoadMeter
 from hermes.cluster.registry import CONSUMERS, ClusterStore
 from hermes.consumers.supervisor import ConsumersSupervisor
+from hermes.errors import MetadataUnreachable
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.documents import ATTEMPT_OUTCOMES
 from hermes.metadata.repository import MetadataRepository
@@ -120,6 +121,8 @@ class ConsumersNode:
             await asyncio.sleep(self._interval)
             try:
                 await asyncio.to_thread(self._store.report, CONSUMERS, self.node_id, self._report())
+            except MetadataUnreachable as exc:  # the next report tries again
+                log.warning("reporting this node's load to ZooKeeper failed: %s", exc.message)
             except Exception:
                 log.warning("reporting this node's load to ZooKeeper failed", exc_info=True)
 

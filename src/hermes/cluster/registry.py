@@ -18,13 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.recipe.election import Election
 
 from hermes.cluster.assignment import Assignment
-from hermes.errors import MetadataUnavailable, StartupError
+from hermes.errors import MetadataUnreachable, StartupError
+from hermes.metadata.zookeeper_session import CLOSE_TIMEOUT, ZookeeperSession, reaching_zookeeper
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +34,8 @@ class ClusterStore:
     def __init__(self, connect: str, root: str, session_timeout: float) -> None:
         self._base = (root.rstrip("/") or "/hermes") + "/cluster"
         self.session_timeout = session_timeout
-        self.client = KazooClient(hosts=connect, timeout=session_timeout)
-        try:
-            self.client.start(timeout=max(session_timeout, 10.0))
-        except KazooTimeoutError:
-            self.client.close()
-            raise MetadataUnavailable(f"ZooKeeper at {connect} did not answer") from None
+        self.session = ZookeeperSession(connect, session_timeout, start_timeout=max(session_timeout, 10.0))
+        self.client = self.session.client
         for part in (CONSUMERS, FRONTENDS):
             self.client.ensure_path(self._path(part))
 
@@ -48,11 +43,11 @@ class ClusterStore:
         return "/".join((self._base, *parts))
 
     def close(self) -> None:
-        self.client.stop()
-        self.client.close()
+        self.session.close()
 
     # --- members ---
 
+    @reaching_zookeeper
     def register(self, kind: str, member: str, document: dict[str, Any]) -> None:
         """Creates the member's ephemeral znode. A process killed a moment ago under the same id leaves its znode
         until its session times out: wait for that, but not for a live process that has the id."""
@@ -68,6 +63,7 @@ class ClusterStore:
                     ) from None
                 time.sleep(0.2)
 
+    @reaching_zookeeper
     def report(self, kind: str, member: str, document: dict[str, Any]) -> None:
         """Updates the member's znode; after its session expired (and took the znode along), creates it again."""
         path = self._path(kind, member)
@@ -80,11 +76,10 @@ class ClusterStore:
     def unregister(self, kind: str, member: str) -> None:
         """Leaves at once rather than at the session's timeout; without ZooKeeper, leaves it to the timeout (a
         stopping process must not wait for a ZooKeeper that may not come back)."""
-        if not self.client.connected:
-            return
-        with contextlib.suppress(NoNodeError, KazooTimeoutError):
-            self.client.delete_async(self._path(kind, member)).get(timeout=self.session_timeout)
+        with contextlib.suppress(NoNodeError, MetadataUnreachable), self.session.reaching():
+            self.client.delete_async(self._path(kind, member)).get(timeout=CLOSE_TIMEOUT)
 
+    @reaching_zookeeper
     def members(self, kind: str) -> dict[str, dict[str, Any]]:
         out = {}
         for child in self.client.get_children(self._path(kind)):
@@ -105,10 +100,12 @@ class ClusterStore:
     def election(self, identifier: str) -> Election:
         return self.client.Election(self._path("consumers", "leader"), identifier)
 
+    @reaching_zookeeper
     def coordinator(self) -> str | None:
         contenders = self.election("").contenders()
         return str(contenders[0]) if contenders else None
 
+    @reaching_zookeeper
     def read_assignment(self) -> tuple[Assignment, int]:
         """The assignment and its znode version (-1: none written yet)."""
         try:
@@ -117,6 +114,7 @@ class ClusterStore:
             return Assignment(), -1
         return Assignment.from_document(orjson.loads(data)), stat.version
 
+    @reaching_zookeeper
     def write_assignment(self, assignment: Assignment, version: int) -> bool:
         """Writes the assignment if nobody wrote since ``version`` was read (a coordinator that lost its
         leadership and does not know yet must not overwrite its successor's); False when somebody had."""

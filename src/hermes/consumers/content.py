@@ -4,7 +4,6 @@ or the message converted to JSON (JSON subscriptions); a CloudEvent in the subsc
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import orjson
@@ -17,7 +16,7 @@ from hermes.domain.subscription import CloudEventsMode, Subscription
 from hermes.domain.topic import ContentType
 from hermes.errors import UndeliverableMessage
 from hermes.http.streamed import Body, FileRegion, StreamedBody
-from hermes.metadata.repository import MetadataRepository
+from hermes.metadata.repository import MetadataRepository, until_reachable
 
 JSON = "application/json"
 AVRO = "avro/binary"
@@ -34,7 +33,7 @@ class ContentConverter:
             return None
         key = (message.topic, message.schema_version)
         if key not in self._schemas:
-            _, self._schemas[key] = await asyncio.to_thread(
+            _, self._schemas[key] = await until_reachable(  # the message waits for ZooKeeper, if it must
                 self._repository.get_schema, TopicName.parse(message.topic), message.schema_version
             )
         return self._schemas[key]

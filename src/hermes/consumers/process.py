@@ -25,6 +25,7 @@ from hermes.consumers.shared_reading import SharedReader
 from hermes.consumers.subscription_metrics import SubscriptionMetrics
 from hermes.domain.subscription import Subscription
 from hermes.metadata.documents import SUBSCRIPTION_METRICS
+from hermes.metadata.repository import until_reachable
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,7 @@ class ConsumerProcess:
         return self.delivery.metrics
 
     async def start(self) -> None:
-        snapshot = await asyncio.to_thread(
-            self._context.repository.get_document, SUBSCRIPTION_METRICS, self.snapshot_key
-        )
+        snapshot = await until_reachable(self._context.repository.get_document, SUBSCRIPTION_METRICS, self.snapshot_key)
         self.metrics.restore(snapshot)
         await self._retransmissions.start()
         self.consumer.start()

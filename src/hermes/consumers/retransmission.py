@@ -4,12 +4,11 @@ and applies each request once: one made before the consumer started was already 
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from hermes.consumers.offsets import Partition
 from hermes.metadata.documents import RETRANSMISSION
-from hermes.metadata.repository import MetadataRepository
+from hermes.metadata.repository import MetadataRepository, until_reachable
 
 
 class RetransmissionRequests:
@@ -32,4 +31,4 @@ class RetransmissionRequests:
         return {(self._topic, int(p)): int(o) for p, o in request.get("offsets", {}).items()}
 
     async def _read(self) -> dict[str, Any] | None:
-        return await asyncio.to_thread(self._repository.get_document, RETRANSMISSION, self._subscription)
+        return await until_reachable(self._repository.get_document, RETRANSMISSION, self._subscription)

@@ -35,7 +35,7 @@ from hermes.consumers.sender.senders import MessageSenders
 from hermes.consumers.shared_reading import SharedReader
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
-from hermes.errors import HermesError
+from hermes.errors import HermesError, MetadataUnreachable
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.documents import RETRANSMISSION, SUBSCRIPTION_METRICS
 from hermes.metadata.repository import MetadataRepository
@@ -157,6 +157,8 @@ class ConsumersSupervisor:
             if snapshots:
                 try:
                     await asyncio.to_thread(self._repository.put_documents, SUBSCRIPTION_METRICS, snapshots)
+                except MetadataUnreachable as exc:
+                    log.warning("writing the subscriptions' metrics failed: %s", exc.message)
                 except Exception:
                     log.warning("writing the subscriptions' metrics failed", exc_info=True)
 

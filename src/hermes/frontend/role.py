@@ -17,7 +17,7 @@ from hermes.broker.connection import KafkaConnection
 from hermes.broker.producer import BrokerProducer
 from hermes.config import Settings, scram_users
 from hermes.domain.topic import Topic
-from hermes.errors import StartupError
+from hermes.errors import MetadataUnreachable, StartupError
 from hermes.frontend.access import PublishAccess
 from hermes.frontend.app import PublishingApi, TopicLookup
 from hermes.frontend.idempotency import IdempotencyKeys
@@ -253,6 +253,8 @@ class Frontend:
                 key = f"{topic}/{self._settings.node_id}"
                 try:
                     await asyncio.to_thread(self._repository.put_document, TOPIC_METRICS, key, snapshot)
+                except MetadataUnreachable as exc:
+                    log.warning("reporting publish metrics failed: %s", exc.message)
                 except Exception:
                     log.warning("reporting publish metrics failed", exc_info=True)
 

@@ -27,7 +27,10 @@ def json_response(data: Any, status: int = 200, headers: dict[str, str] | None =
 
 
 def error_response(error: HermesError) -> web.Response:
-    return json_response(error.to_body(), status=error.status)
+    """The error's answer; with a ``Retry-After`` when the error says when trying again is worth it."""
+    retry_after: float | None = getattr(error, "retry_after", None)
+    headers = {"Retry-After": str(max(1, round(retry_after)))} if retry_after is not None else None
+    return json_response(error.to_body(), status=error.status, headers=headers)
 
 
 _HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "MESSAGE_TOO_LARGE", 415: "UNSUPPORTED_MEDIA_TYPE"}

@@ -27,13 +27,14 @@ from hermes.management.api import (
     tracking,
 )
 from hermes.management.context import SERVICE
+from hermes.management.metadata_age import metadata_age_middleware
 from hermes.management.services import ManagementService
 from hermes.security.setup import Security
 
 
 def create_app(service: ManagementService, security: Security) -> web.Application:
     app = web.Application(
-        middlewares=[error_middleware, access_middleware, cluster.read_only_middleware],
+        middlewares=[error_middleware, access_middleware, cluster.read_only_middleware, metadata_age_middleware],
         client_max_size=16 * 1024 * 1024,
     )
     app[SERVICE] = service

@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar
 
@@ -38,6 +38,7 @@ from hermes.errors import (
     ValidationError,
 )
 from hermes.management import monitoring, offline_retransmission, preview, retransmission
+from hermes.management.metadata_age import LastReads
 from hermes.metadata.repository import MetadataRepository
 from hermes.pipeline.traces import (
     STATISTICS_QUERY,
@@ -80,18 +81,23 @@ class ManagementService:
         self._admin = admin
         self._kafka_topics = kafka_topics
         self._tracking = TrackingStore(tracking_root(settings))
+        self._last_reads = LastReads()
 
     @staticmethod
     async def _run(fn: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         return await asyncio.to_thread(fn, *args, **kwargs)
 
+    async def _read(self, read: Callable[..., _T], *key: Hashable) -> _T:
+        """A read of the store; while the store is unreachable, its last answer (metadata_age.py)."""
+        return await self._last_reads.read((read.__name__, key), lambda: self._run(read, *key))
+
     # --- groups ---
 
     async def groups(self) -> list[Group]:
-        return await self._run(self._repository.list_groups)
+        return await self._read(self._repository.list_groups)
 
     async def group(self, name: str) -> Group:
-        return await self._run(self._repository.get_group, name)
+        return await self._read(self._repository.get_group, name)
 
     async def create_group(self, name: str) -> Group:
         return await self._run(self._repository.create_group, Group(name))
@@ -102,20 +108,20 @@ class ManagementService:
     # --- topics and schemas ---
 
     async def topics(self, group: str | None = None) -> list[Topic]:
-        return await self._run(self._repository.list_topics, group)
+        return await self._read(self._repository.list_topics, group)
 
     async def topic(self, name: TopicName) -> Topic:
-        return await self._run(self._repository.get_topic, name)
+        return await self._read(self._repository.get_topic, name)
 
     async def schema(self, name: TopicName, version: int | None = None) -> tuple[int, str] | None:
         """The schema version (the latest by default), None when there is none."""
         try:
-            return await self._run(self._repository.get_schema, name, version)
+            return await self._read(self._repository.get_schema, name, version)
         except SchemaNotFound:
             return None
 
     async def schema_versions(self, name: TopicName) -> list[int]:
-        return await self._run(self._repository.list_schema_versions, name)
+        return await self._read(self._repository.list_schema_versions, name)
 
     async def save_schema(self, name: TopicName, schema: str) -> int:
         return await self._run(self._repository.save_schema, name, schema)
@@ -160,16 +166,12 @@ class ManagementService:
 
     async def subscriptions(self, topic: TopicName | None = None) -> list[Subscription]:
         """Every subscription, or the topic's (an unknown topic is a 404)."""
-
-        def find() -> list[Subscription]:
-            if topic is not None:
-                self._repository.get_topic(topic)
-            return self._repository.list_subscriptions(topic)
-
-        return await self._run(find)
+        if topic is not None:
+            await self._read(self._repository.get_topic, topic)
+        return await self._read(self._repository.list_subscriptions, topic)
 
     async def subscription(self, topic: TopicName, name: str) -> Subscription:
-        return await self._run(self._repository.get_subscription, topic, name)
+        return await self._read(self._repository.get_subscription, topic, name)
 
     async def delete_subscription(self, topic: TopicName, name: str) -> None:
         await self._run(self._repository.delete_subscription, topic, name)
@@ -285,10 +287,10 @@ class ManagementService:
     # --- OAuth providers ---
 
     async def oauth_providers(self) -> list[OAuthProvider]:
-        return await self._run(self._repository.list_oauth_providers)
+        return await self._read(self._repository.list_oauth_providers)
 
     async def oauth_provider(self, name: str) -> OAuthProvider:
-        return await self._run(self._repository.get_oauth_provider, name)
+        return await self._read(self._repository.get_oauth_provider, name)
 
     async def create_oauth_provider(self, provider: OAuthProvider) -> OAuthProvider:
         return await self._run(self._repository.create_oauth_provider, provider)
@@ -310,10 +312,10 @@ class ManagementService:
     # --- operational documents (mode, readiness, constraints, undelivered messages) ---
 
     async def document(self, namespace: str, key: str) -> Json | None:
-        return await self._run(self._repository.get_document, namespace, key)
+        return await self._read(self._repository.get_document, namespace, key)
 
     async def documents(self, namespace: str) -> dict[str, Json]:
-        return await self._run(self._repository.list_documents, namespace)
+        return await self._read(self._repository.list_documents, namespace)
 
     async def put_document(self, namespace: str, key: str, document: Json) -> None:
         await self._run(self._repository.put_document, namespace, key, document)

@@ -16,7 +16,14 @@ from hermes.domain.oauth import OAuthProvider
 from hermes.domain.subscription import Subscription
 from hermes.domain.topic import Topic
 from hermes.errors import NotFoundError
-from hermes.metadata.repository import ChangeAction, ChangeKind, MetadataChange, MetadataRepository, Unwatch
+from hermes.metadata.repository import (
+    ChangeAction,
+    ChangeKind,
+    MetadataChange,
+    MetadataRepository,
+    Unwatch,
+    until_reachable,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -85,8 +92,9 @@ class MetadataCache:
         return self.topics.get(qualified_name)
 
     async def refresh_topic(self, qualified_name: str) -> Topic | None:
-        """Re-reads one topic now (e.g. on a cache miss, to close the window before a notification)."""
-        await self._reload_topic(qualified_name)
+        """Re-reads one topic now (e.g. on a cache miss, to close the window before a notification); raises
+        ``MetadataUnreachable`` while the store is."""
+        self._keep_topic(qualified_name, await _read(self._repository.get_topic, TopicName.parse(qualified_name)))
         return self.topics.get(qualified_name)
 
     def _on_change(self, change: MetadataChange) -> None:  # repository watcher thread
@@ -116,13 +124,16 @@ class MetadataCache:
                 log.exception("applying metadata change %s failed", change)
 
     async def _reload_topic(self, qualified_name: str) -> None:
-        topic = await _read(self._repository.get_topic, TopicName.parse(qualified_name))
+        topic = await _read_when_reachable(self._repository.get_topic, TopicName.parse(qualified_name))
+        self._keep_topic(qualified_name, topic)
+
+    def _keep_topic(self, qualified_name: str, topic: Topic | None) -> None:
         _keep(self.topics, qualified_name, topic)
         for listener in self._topic_listeners:
             listener(qualified_name, topic)
 
     async def _reload_provider(self, name: str) -> None:
-        _keep(self.oauth_providers, name, await _read(self._repository.get_oauth_provider, name))
+        _keep(self.oauth_providers, name, await _read_when_reachable(self._repository.get_oauth_provider, name))
         for listener in self._provider_listeners:
             listener(name)
 
@@ -130,7 +141,7 @@ class MetadataCache:
         topic_name = TopicName.parse(topic)
         sub = None
         if action is not ChangeAction.DELETED:
-            sub = await _read(self._repository.get_subscription, topic_name, name)
+            sub = await _read_when_reachable(self._repository.get_subscription, topic_name, name)
         _keep(self.subscriptions, (topic, name), sub)
         for listener in self._subscription_listeners:
             await listener(topic_name, name, sub)
@@ -140,6 +151,14 @@ async def _read(read: Callable[..., T], *key: Any) -> T | None:
     """What the store holds now; None when it is gone."""
     try:
         return await asyncio.to_thread(read, *key)
+    except NotFoundError:
+        return None
+
+
+async def _read_when_reachable(read: Callable[..., T], *key: Any) -> T | None:
+    """``_read``, waiting for an unreachable store: a change is applied once it is back, before any later one."""
+    try:
+        return await until_reachable(read, *key)
     except NotFoundError:
         return None
 

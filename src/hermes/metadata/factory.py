@@ -18,7 +18,9 @@ def open_repository(settings: Settings) -> MetadataRepository:
     if settings.metadata_store == "zookeeper":
         from hermes.metadata.zookeeper import ZookeeperMetadataRepository  # kazoo is an optional extra
 
-        return ZookeeperMetadataRepository(settings.zookeeper_connect, secrets, settings.zookeeper_root)
+        return ZookeeperMetadataRepository(
+            settings.zookeeper_connect, secrets, settings.zookeeper_root, settings.cluster_session_timeout
+        )
     from hermes.metadata.sqlite import SqliteMetadataRepository
 
     return SqliteMetadataRepository(sqlite_path(settings), secrets, settings.metadata_poll_interval)

@@ -12,17 +12,22 @@ every process.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
 from hermes.domain.subscription import Subscription
 from hermes.domain.topic import Group, Topic
+from hermes.errors import MetadataUnreachable
+
+T = TypeVar("T")
+_UNREACHABLE_RETRY = 0.5  # seconds between calls while the store is unreachable
 
 
 class ChangeKind(StrEnum):
@@ -60,6 +65,17 @@ def now_ms() -> int:
 
 def subscription_key(topic: TopicName, name: str) -> str:
     return f"{topic.qualified}/{name}"
+
+
+async def until_reachable(call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)`` in a thread, again every half second while the store is unreachable (``MetadataUnreachable``):
+    for work that must wait for the store rather than fail, e.g. applying a change or reading the schema a delivery
+    needs. A request's answer must not wait: it calls the store and answers 503."""
+    while True:
+        try:
+            return await asyncio.to_thread(call, *args)
+        except MetadataUnreachable:
+            await asyncio.sleep(_UNREACHABLE_RETRY)
 
 
 class MetadataRepository(ABC):

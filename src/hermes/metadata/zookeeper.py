@@ -27,9 +27,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
 import orjson
-from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError, NotEmptyError, RolledBackError
-from kazoo.handlers.threading import KazooTimeoutError
 
 from hermes.domain import api_json
 from hermes.domain.names import TopicName
@@ -40,7 +38,6 @@ from hermes.errors import (
     GroupAlreadyExists,
     GroupNotEmpty,
     GroupNotFound,
-    MetadataUnavailable,
     OAuthProviderAlreadyExists,
     OAuthProviderNotFound,
     SchemaNotFound,
@@ -62,21 +59,20 @@ from hermes.metadata.repository import (
 )
 from hermes.metadata.secrets import StoredSecrets
 from hermes.metadata.zookeeper_changes import ZookeeperChangeLog
+from hermes.metadata.zookeeper_session import ZookeeperSession, reaching_zookeeper
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
 class ZookeeperMetadataRepository(MetadataRepository):
-    def __init__(self, connect: str, secrets: StoredSecrets, root: str = "/hermes", timeout: float = 10.0) -> None:
+    def __init__(
+        self, connect: str, secrets: StoredSecrets, root: str = "/hermes", session_timeout: float = 10.0
+    ) -> None:
         self._root = root.rstrip("/") or "/hermes"
         self._secrets = secrets
-        self._client = KazooClient(hosts=connect, timeout=timeout)
-        try:
-            self._client.start(timeout=timeout)
-        except KazooTimeoutError:
-            self._client.close()
-            raise MetadataUnavailable(f"ZooKeeper at {connect} did not answer within {timeout:.0f} s") from None
+        self.session = ZookeeperSession(connect, session_timeout, start_timeout=max(session_timeout, 10.0))
+        self._client = self.session.client
         for part in ("groups", "schemas", "oauth-providers", "documents", "changes"):
             self._client.ensure_path(self._path(part))
         self._changes = ZookeeperChangeLog(self._client, self._path("changes"))
@@ -122,6 +118,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
 
     # --- groups ---
 
+    @reaching_zookeeper
     def create_group(self, group: Group) -> Group:
         try:
             self._commit(
@@ -132,14 +129,17 @@ class ZookeeperMetadataRepository(MetadataRepository):
             raise GroupAlreadyExists(f"Group {group.name} already exists") from None
         return group
 
+    @reaching_zookeeper
     def get_group(self, name: str) -> Group:
         if not self._client.exists(self._path("groups", name)):
             raise GroupNotFound(f"Group {name} not found")
         return Group(name)
 
+    @reaching_zookeeper
     def list_groups(self) -> list[Group]:
         return [Group(name) for name in sorted(self._client.get_children(self._path("groups")))]
 
+    @reaching_zookeeper
     def delete_group(self, name: str) -> None:
         try:
             self._commit(lambda t: t.delete(self._path("groups", name)), (ChangeKind.GROUP, ChangeAction.DELETED, name))
@@ -150,6 +150,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
 
     # --- topics ---
 
+    @reaching_zookeeper
     def create_topic(self, topic: Topic) -> Topic:
         now = now_ms()
         stored = dataclasses.replace(topic, created_at=now, modified_at=now)
@@ -166,6 +167,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             raise GroupNotFound(f"Group {topic.name.group} not found") from None
         return stored
 
+    @reaching_zookeeper
     def get_topic(self, name: TopicName) -> Topic:
         try:
             data, _ = self._read_json(self._topic_path(name))
@@ -173,6 +175,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             raise TopicNotFound(f"Topic {name.qualified} not found") from None
         return api_json.topic_from_json(data)
 
+    @reaching_zookeeper
     def list_topics(self, group: str | None = None) -> list[Topic]:
         groups = [group] if group is not None else [g.name for g in self.list_groups()]
         topics = []
@@ -183,6 +186,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
                         topics.append(self.get_topic(TopicName(g, name)))
         return sorted(topics, key=lambda t: t.qualified_name)
 
+    @reaching_zookeeper
     def update_topic(self, name: TopicName, change: Callable[[Topic], Topic]) -> Topic:
         def apply(current: Topic) -> Topic:
             return dataclasses.replace(change(current), name=name, created_at=current.created_at, modified_at=now_ms())
@@ -198,6 +202,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
         except NoNodeError:
             raise TopicNotFound(f"Topic {name.qualified} not found") from None
 
+    @reaching_zookeeper
     def delete_topic(self, name: TopicName) -> None:
         try:
             self._commit(
@@ -212,6 +217,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
 
     # --- schemas ---
 
+    @reaching_zookeeper
     def save_schema(self, topic: TopicName, schema: str) -> int:
         self.get_topic(topic)
         base = self._path("schemas", topic.qualified)
@@ -227,6 +233,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
                 continue  # a concurrent save took this version number
             return version
 
+    @reaching_zookeeper
     def get_schema(self, topic: TopicName, version: int | None = None) -> tuple[int, str]:
         versions = self.list_schema_versions(topic)
         chosen = versions[-1] if version is None and versions else version
@@ -236,6 +243,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
         data, _ = self._client.get(self._path("schemas", topic.qualified, f"{chosen:010d}"))
         return chosen, data.decode()
 
+    @reaching_zookeeper
     def list_schema_versions(self, topic: TopicName) -> list[int]:
         try:
             return sorted(int(v) for v in self._client.get_children(self._path("schemas", topic.qualified)))
@@ -254,6 +262,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
         data = self._secrets.unseal_subscription(data)
         return api_json.subscription_from_json(data, TopicName.parse(data["topicName"]))
 
+    @reaching_zookeeper
     def create_subscription(self, subscription: Subscription) -> Subscription:
         now = now_ms()
         stored = dataclasses.replace(subscription, created_at=now, modified_at=now)
@@ -269,6 +278,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             raise TopicNotFound(f"Topic {topic.qualified} not found") from None
         return stored
 
+    @reaching_zookeeper
     def get_subscription(self, topic: TopicName, name: str) -> Subscription:
         try:
             data, _ = self._read_json(self._subscription_path(topic, name))
@@ -276,6 +286,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             raise SubscriptionNotFound(f"Subscription {topic.qualified}${name} not found") from None
         return self._load_subscription(data)
 
+    @reaching_zookeeper
     def list_subscriptions(self, topic: TopicName | None = None) -> list[Subscription]:
         topics = [topic] if topic is not None else [t.name for t in self.list_topics()]
         subs = []
@@ -286,6 +297,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
                         subs.append(self.get_subscription(t, name))
         return subs
 
+    @reaching_zookeeper
     def update_subscription(
         self, topic: TopicName, name: str, change: Callable[[Subscription], Subscription]
     ) -> Subscription:
@@ -305,6 +317,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
         except NoNodeError:
             raise SubscriptionNotFound(f"Subscription {topic.qualified}${name} not found") from None
 
+    @reaching_zookeeper
     def delete_subscription(self, topic: TopicName, name: str) -> None:
         try:
             self._commit(
@@ -325,6 +338,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
     def _load_provider(self, data: Any) -> OAuthProvider:
         return api_json.oauth_provider_from_json(self._secrets.unseal_provider(data))
 
+    @reaching_zookeeper
     def reseal_secrets(self) -> int:
         paths = [
             (self._subscription_path(topic.name, name), self._secrets.reseal_subscription)
@@ -357,6 +371,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
         except NoNodeError:
             return []
 
+    @reaching_zookeeper
     def create_oauth_provider(self, provider: OAuthProvider) -> OAuthProvider:
         try:
             self._commit(
@@ -367,6 +382,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             raise OAuthProviderAlreadyExists(f"OAuth provider {provider.name} already exists") from None
         return provider
 
+    @reaching_zookeeper
     def get_oauth_provider(self, name: str) -> OAuthProvider:
         try:
             data, _ = self._read_json(self._provider_path(name))
@@ -374,6 +390,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             raise OAuthProviderNotFound(f"OAuth provider {name} not found") from None
         return self._load_provider(data)
 
+    @reaching_zookeeper
     def list_oauth_providers(self) -> list[OAuthProvider]:
         providers = []
         for name in sorted(self._client.get_children(self._path("oauth-providers"))):
@@ -381,6 +398,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
                 providers.append(self.get_oauth_provider(name))
         return providers
 
+    @reaching_zookeeper
     def update_oauth_provider(self, name: str, change: Callable[[OAuthProvider], OAuthProvider]) -> OAuthProvider:
         try:
             return self._update(
@@ -393,6 +411,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
         except NoNodeError:
             raise OAuthProviderNotFound(f"OAuth provider {name} not found") from None
 
+    @reaching_zookeeper
     def delete_oauth_provider(self, name: str) -> None:
         try:
             self._commit(
@@ -406,6 +425,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
     def _document_path(self, namespace: str, key: str) -> str:
         return self._path("documents", quote(namespace, safe=""), quote(key, safe=""))
 
+    @reaching_zookeeper
     def put_document(self, namespace: str, key: str, document: dict[str, Any]) -> None:
         path = self._document_path(namespace, key)
         body = orjson.dumps(document)
@@ -426,6 +446,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             except (NodeExistsError, NoNodeError):
                 continue  # raced with a concurrent put or delete: try again with what is there now
 
+    @reaching_zookeeper
     def get_document(self, namespace: str, key: str) -> dict[str, Any] | None:
         try:
             data, _ = self._read_json(self._document_path(namespace, key))
@@ -433,6 +454,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
             return None
         return data  # type: ignore[no-any-return]
 
+    @reaching_zookeeper
     def list_documents(self, namespace: str) -> dict[str, dict[str, Any]]:
         base = self._path("documents", quote(namespace, safe=""))
         try:
@@ -445,6 +467,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
                 out[unquote(name)], _ = self._read_json(f"{base}/{name}")
         return out
 
+    @reaching_zookeeper
     def delete_document(self, namespace: str, key: str) -> None:
         with contextlib.suppress(NoNodeError):
             self._commit(
@@ -454,13 +477,12 @@ class ZookeeperMetadataRepository(MetadataRepository):
 
     # --- change notifications ---
 
+    @reaching_zookeeper
     def watch(self, listener: Listener) -> Unwatch:
         return self._changes.watch(listener)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._client.stop()
-        self._client.close()
+        self.session.close()
 
 
 def _set_data(transaction: Any, path: str, body: bytes, version: int) -> None:

@@ -8,11 +8,12 @@ import threading
 from typing import Any
 
 import orjson
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import NoNodeError
 
 from hermes.metadata.listeners import Listeners
 from hermes.metadata.repository import ChangeAction, ChangeKind, Listener, MetadataChange, Unwatch
+from hermes.metadata.zookeeper_session import LOST_CONNECTION
 
 _CHANGES_KEPT = 10_000
 
@@ -42,23 +43,36 @@ class ZookeeperChangeLog:
                 existing = self._client.get_children(self._path)
                 self._last_seen = max((_sequence(c) for c in existing), default=-1)
                 self._client.ChildrenWatch(self._path, self._on_changes)
+                self._client.add_listener(self._on_state)
         return unwatch
 
+    def _on_state(self, state: KazooState) -> None:  # kazoo's connection thread: must not block
+        if state == KazooState.CONNECTED:  # the entries a lost connection kept from being read, read now
+            self._client.handler.spawn(self._catch_up)
+
+    def _catch_up(self) -> None:
+        with contextlib.suppress(*LOST_CONNECTION):
+            self._on_changes(self._client.get_children(self._path))
+
     def _on_changes(self, children: list[str]) -> None:  # kazoo's event thread
+        """Tells the listeners of every entry after the last one told, in order. The connection dropping on the
+        way leaves the rest for ``_catch_up``: no change goes untold after a ZooKeeper outage or a new session."""
         with self._lock:
             last = self._last_seen if self._last_seen is not None else -1
-            fresh = sorted((s, c) for c in children if (s := _sequence(c)) > last)
-            if fresh:
-                self._last_seen = fresh[-1][0]
-        for seq, child in fresh:
-            try:
-                data, _ = self._client.get(f"{self._path}/{child}")
-            except NoNodeError:
-                continue  # pruned already
-            entry = orjson.loads(data)
-            self._listeners.tell(MetadataChange(ChangeKind(entry["kind"]), ChangeAction(entry["action"]), entry["key"]))
-            if seq % 1000 == 0:
-                self._prune(seq - _CHANGES_KEPT, children)
+            for seq, child in sorted((s, c) for c in children if (s := _sequence(c)) > last):
+                try:
+                    data, _ = self._client.get(f"{self._path}/{child}")
+                except NoNodeError:
+                    continue  # pruned already
+                except LOST_CONNECTION:
+                    return
+                self._last_seen = seq
+                entry = orjson.loads(data)
+                change = MetadataChange(ChangeKind(entry["kind"]), ChangeAction(entry["action"]), entry["key"])
+                self._listeners.tell(change)
+                if seq % 1000 == 0:
+                    with contextlib.suppress(*LOST_CONNECTION):
+                        self._prune(seq - _CHANGES_KEPT, children)
 
     def _prune(self, below: int, children: list[str]) -> None:
         for child in children:

@@ -26,6 +26,7 @@ from hermes.broker.producer import BrokerProducer
 from hermes.domain.message import KAFKA_CLOUD_EVENT_PREFIX, KAFKA_CONTENT_TYPE, PLACEHOLDER_FORMAT, kafka_headers
 from hermes.domain.retransmission_task import RetransmissionTask, TaskStatus
 from hermes.domain.topic import Ack
+from hermes.errors import MetadataUnreachable
 from hermes.metadata.documents import OFFLINE_RETRANSMISSION_TASKS
 from hermes.metadata.repository import ChangeKind, MetadataChange, MetadataRepository
 from hermes.pipeline.job import LoopingJob
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 KAFKA_RETRANSMISSION_TASK = "hermes-offline-retransmission-task"
 _IN_FLIGHT = 1000  # messages a partition's producer may have unacknowledged
 _SPARK_TAG = "hermes-offline-retransmission"  # lets stop() interrupt a running task's Spark jobs
+_UNREACHABLE_RETRY = 0.5  # seconds between two tries to store a task's state while the store is unreachable
 
 
 Reporter = Callable[[int, int], None]
@@ -170,10 +172,10 @@ class RetransmissionJob(LoopingJob):
             task.start,
             task.end,
         )
-        update(repository, task.with_progress(TaskStatus.RUNNING, 0, None))
+        self._update(task.with_progress(TaskStatus.RUNNING, 0, None))
 
         def report(sent: int, total: int) -> None:
-            if self._stopping.is_set() or not update(repository, task.with_progress(TaskStatus.RUNNING, sent, total)):
+            if self._stopping.is_set() or not self._update(task.with_progress(TaskStatus.RUNNING, sent, total)):
                 raise TaskDeleted
 
         try:
@@ -187,15 +189,24 @@ class RetransmissionJob(LoopingJob):
             log.exception("offline retransmission %s failed", task.task_id)
             current = repository.get_document(OFFLINE_RETRANSMISSION_TASKS, task.task_id)
             progress = (current or {}).get("progress") or {}
-            update(
-                repository,
+            self._update(
                 task.with_progress(
                     TaskStatus.FAILED, int(progress.get("republished", 0)), progress.get("total"), _reason(exc)
-                ),
+                )
             )
             return
-        update(repository, task.with_progress(TaskStatus.DONE, sent, sent))
+        self._update(task.with_progress(TaskStatus.DONE, sent, sent))
         log.info("offline retransmission %s: done, %d messages", task.task_id, sent)
+
+    def _update(self, task: RetransmissionTask) -> bool:
+        """``update``, waiting while the store (ZooKeeper) is unreachable rather than failing the task, which would
+        then run again from its start; a stopping job waits no more (the task runs again after the restart)."""
+        while True:
+            try:
+                return update(self._context.repository, task)
+            except MetadataUnreachable:
+                if self._stopping.wait(_UNREACHABLE_RETRY):
+                    raise
 
 
 def next_task(repository: MetadataRepository) -> RetransmissionTask | None:

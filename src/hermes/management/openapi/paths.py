@@ -33,6 +33,14 @@ _IGNORED = {
     }
 }
 
+_RETRY_AFTER = {
+    "Retry-After": {
+        "description": "While the metadata store (ZooKeeper) is unreachable: seconds before trying again is worth "
+        "it. A read answered from what it said before is a 200 with Hermes-Metadata-Age (docs/cluster.md)",
+        "schema": INT,
+    }
+}
+
 
 def _op(
     summary: str,
@@ -56,6 +64,8 @@ def _op(
         responses[str(status)] = {"description": "No content"}
     for status in errors:
         responses[str(status)] = {"description": "Error", "content": {"application/json": {"schema": ref("Error")}}}
+    if 503 in errors:
+        responses["503"]["headers"] = _RETRY_AFTER
     op: Schema = {"summary": summary, "responses": responses}
     if query:
         op["parameters"] = [{"name": n, "in": "query", "required": False, "schema": s} for n, s in query.items()]
