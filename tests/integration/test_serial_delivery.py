@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -386,3 +387,104 @@ def test_sending_delay_holds_a_first_attempt_until_that_long_after_publishing(
     wait_until(lambda: sum(b'"n"' in r.body for r in subscriber.received) >= 5, timeout=30)
     backlog = [r.at for r in subscriber.received if b'"n"' in r.body]
     assert backlog[-1] - backlog[0] < 1.0, "one message in flight: a delay per message would take 4 s"
+
+
+# --- ordering by key (subscriptionPolicy.ordering: KEY) ---
+
+KEYED = {**FAST, "inflightSize": 10, "ordering": "KEY"}
+ANSWER = 0.03  # seconds each delivery takes to be answered
+
+
+def keyed_subscriber(
+    scripted: list[SubscriberServer], failures: int = 0, hang: tuple[str, int] | None = None
+) -> tuple[SubscriberServer, list[bool]]:
+    """Answers every message in ANSWER seconds, with 500 for the first ``failures`` requests of key "a", and
+    the first request of the message ``hang`` (key, n) after 1.5 s (beyond a requestTimeout of 1 s); the list
+    says of each request whether it was delivered."""
+    answers: list[bool] = []
+    hung: list[bool] = []
+
+    def script(_n: int, request: Received) -> Reply:
+        body = json.loads(request.body)
+        if (body["key"], body["n"]) == hang and not hung:
+            hung.append(True)
+            answers.append(False)
+            return Reply(200, delay=1.5)
+        failed = body["key"] == "a" and answers.count(False) < failures
+        answers.append(not failed)
+        return Reply(500 if failed else 200, delay=ANSWER)
+
+    return serve(scripted, script), answers
+
+
+def publish_keyed(client: HermesClient, topic: str, per_key: int) -> None:
+    for n in range(per_key):
+        for key in "abc":
+            body = json.dumps({"key": key, "n": n})
+            assert client.publish(topic, body, headers={"Partition-Key": key}).status_code == 201
+
+
+def requests_by_key(subscriber: SubscriberServer, answers: list[bool]) -> dict[str, list[tuple[int, bool, float]]]:
+    """Each key's requests in the order they came: (n, delivered, when)."""
+    out: dict[str, list[tuple[int, bool, float]]] = {}
+    for request, ok in zip(subscriber.received, answers, strict=False):
+        body = json.loads(request.body)
+        out.setdefault(body["key"], []).append((body["n"], ok, request.at))
+    return out
+
+
+def assert_one_after_another(requests: list[tuple[int, bool, float]]) -> None:
+    """No request of the key came before the one before it was answered."""
+    gaps = [round(b[2] - a[2], 3) for a, b in itertools.pairwise(requests)]
+    assert min(gaps) >= ANSWER - 0.005, f"two messages of one key were in flight at once: gaps {gaps}"
+
+
+def received(subscriber: SubscriberServer) -> set[tuple[str, int]]:
+    return {(body["key"], body["n"]) for body in map(json.loads, (r.body for r in subscriber.received))}
+
+
+def test_key_ordering_holds_a_failing_key_alone_and_delivers_each_key_in_order(
+    client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber, answers = keyed_subscriber(scripted, failures=3)
+    topic = client.create_topic()
+    policy = {**KEYED, "messageBackoff": 300}
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=policy, state="SUSPENDED")
+    publish_keyed(client, topic, 8)  # a backlog: all of it can be read at once
+    client.set_state(topic, name, "ACTIVE")
+    wait_until(lambda: sum(answers) >= 24, timeout=30)
+    requests = requests_by_key(subscriber, answers)
+    for key, sent in requests.items():
+        assert [n for n, ok, _ in sent if ok] == list(range(8)), key
+        assert [n for n, _, _ in sent] == sorted(n for n, _, _ in sent), f"{key} went out of order: {sent}"
+        assert_one_after_another(sent)
+    assert [ok for _, ok, _ in requests["a"][:4]] == [False, False, False, True]
+    # three backoffs of 300 ms hold "a": the other keys were not held with it
+    a_second = next(at for n, _, at in requests["a"] if n == 1)
+    assert max(at for key in "bc" for _, _, at in requests[key]) < a_second
+
+
+def test_key_ordering_survives_a_consumer_restart_redelivering_in_order(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber, answers = keyed_subscriber(scripted, hang=("b", 5))
+    topic = client.create_topic()
+    # b5 times out and waits 2 s for its retry: the stop cuts it short, unfinished
+    policy = {**KEYED, "requestTimeout": 1000, "messageBackoff": 2000}
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=policy, state="SUSPENDED")
+    publish_keyed(client, topic, 25)
+    client.set_state(topic, name, "ACTIVE")
+    wait_until(lambda: ("b", 5) in received(subscriber), timeout=30)
+    hermes.suspend(client, topic, name)  # stops the consumer in the middle: it commits what is finished
+    assert len(received(subscriber)) < 75, "the restart came after the end"
+    client.set_state(topic, name, "ACTIVE")
+    wait_until(lambda: all((key, 24) in received(subscriber) for key in "abc"), timeout=30)
+    requests = requests_by_key(subscriber, answers)
+    for key, sent in requests.items():
+        ns = [n for n, _, _ in sent]
+        # in order, nothing skipped; the restart sends again from an earlier message, once
+        steps = [b - a for a, b in itertools.pairwise(ns)]
+        assert ns[0] == 0 and all(step == 1 or step <= 0 for step in steps), f"{key}: {ns}"
+        assert sum(step <= 0 for step in steps) <= 1, f"{key}: {ns}"
+        assert_one_after_another(sent)
+    assert [n for n, _, _ in requests["b"]].count(5) == 2, "b5 came again after the restart"

@@ -4,6 +4,11 @@ Messages read beyond the inflightSize window wait in a bounded buffer on the loo
 ``--consumer-read-ahead-messages`` and ``-bytes``) so the next delivery starts the moment one ends; they count as
 unfinished, so their offsets are not committed before they are delivered. A retransmission cancels the deliveries
 of the generation before it.
+
+With ``ordering: KEY`` a message starts only when no earlier message with its key is unfinished: one taken from
+the read-ahead while its key is busy is held back behind that key (still unfinished, so still bounding what is
+read, and still counted in the read-ahead's bytes), and starts when the key's delivery ends. A message without a
+key is its own key.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import asyncio
 import functools
 import logging
 import time
+from collections import deque
+from collections.abc import Callable
 
 from hermes.consumers.context import CrashListener
 from hermes.consumers.delivery import Delivery
@@ -21,7 +28,7 @@ from hermes.consumers.receiver import Limits, Receiver
 from hermes.consumers.retry import retry_until_ttl
 from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import Message
-from hermes.domain.subscription import Subscription
+from hermes.domain.subscription import Ordering, Subscription
 from hermes.domain.trace import TraceStatus
 from hermes.errors import UndeliverableMessage
 
@@ -35,6 +42,10 @@ class SerialConsumer:
         self._on_crash = on_crash
         self.read_ahead = ReadAhead(delivery.context.read_ahead_messages, delivery.context.read_ahead_bytes)
         self._tasks: dict[asyncio.Task[None], int] = {}  # deliveries, with the generation of their message
+        # ordering by key: the keys with a delivery under way or next to start, the messages held back behind
+        # each, and those whose key's delivery ended and that start first
+        self._busy: dict[bytes, deque[tuple[Message, int]]] = {}
+        self._next: deque[tuple[Message, int]] = deque()
         self._stopping = False
 
     def start(self) -> None:
@@ -51,6 +62,7 @@ class SerialConsumer:
         for task in list(self._tasks):
             task.cancel()
         self.read_ahead.clear()  # unfinished, so never committed: they come again after a restart
+        self._drop_held(lambda message, generation: True)
 
     # --- the receiver's flow ---
 
@@ -77,29 +89,76 @@ class SerialConsumer:
             if task_generation < generation:
                 task.cancel()
         self.read_ahead.drop_older_than(generation)
+        self._drop_held(lambda message, g: g < generation)
 
     def revoked(self, partitions: set[Partition]) -> None:
         """Deliveries under way finish (the hand-over waited for them or gave up); what waits is dropped."""
         self.read_ahead.drop_partitions(partitions)
+        self._drop_held(lambda message, _: (message.topic, message.partition) in partitions)
 
     # --- deliveries ---
 
     def _start_deliveries(self) -> None:
         """Starts buffered messages while fewer than inflightSize deliveries run; wakes the receiver when enough
         room is free. Messages of an older generation or of a revoked partition are dropped."""
-        limit = self._delivery.subscription.serial_policy.inflight_limit
-        while len(self._tasks) < limit and not self._stopping and (item := self.read_ahead.take()):
-            message, generation = item
+        policy = self._delivery.subscription.serial_policy
+        by_key = policy.ordering is Ordering.KEY
+        while len(self._tasks) < policy.inflight_limit and not self._stopping:
+            key: bytes | None = None  # the key this delivery holds busy
+            if self._next:
+                message, generation = self._next.popleft()
+                self.read_ahead.uncount((message,))
+                key = message.key
+            elif item := self.read_ahead.take():
+                message, generation = item
+                if by_key and message.key is not None:
+                    if (held := self._busy.get(message.key)) is not None:
+                        held.append(item)
+                        self.read_ahead.count((message,))
+                        continue
+                    key = message.key
+                    self._busy[key] = deque()
+            else:
+                break
             if not self._receiver.take(message, generation):
+                self._release(key)
                 continue
             task = asyncio.create_task(self._deliver(message, generation))
             self._tasks[task] = generation
-            task.add_done_callback(self._delivery_done)
+            task.add_done_callback(functools.partial(self._delivery_done, key))
         if self.read_ahead.low():
             self._receiver.wake()
 
-    def _delivery_done(self, task: asyncio.Task[None]) -> None:
+    def _release(self, key: bytes | None) -> None:
+        """The delivery holding ``key`` ended (or never started): the next message held back behind the key
+        starts first, or the key is free."""
+        if key is None:
+            return
+        if held := self._busy[key]:
+            self._next.append(held.popleft())
+        else:
+            del self._busy[key]
+
+    def _drop_held(self, void: Callable[[Message, int], bool]) -> None:
+        """Drops the held-back messages ``void`` names (a key stays busy while its delivery is under way)."""
+        dropped: list[Message] = []
+        for held in self._busy.values():
+            dropped += (m for m, g in held if void(m, g))
+            kept = [item for item in held if not void(*item)]
+            held.clear()
+            held.extend(kept)
+        next_up, self._next = self._next, deque()
+        for message, generation in next_up:
+            if void(message, generation):
+                dropped.append(message)
+                self._release(message.key)
+            else:
+                self._next.append((message, generation))
+        self.read_ahead.uncount(dropped)
+
+    def _delivery_done(self, key: bytes | None, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task)
+        self._release(key)
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("delivery of %s crashed", self._delivery.name, exc_info=error)
             self._on_crash(error)
