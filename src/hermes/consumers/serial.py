@@ -17,11 +17,11 @@ import asyncio
 import functools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 
 from hermes.consumers.context import CrashListener
 from hermes.consumers.delivery import Delivery
+from hermes.consumers.key_order import KeyOrder
 from hermes.consumers.offsets import Partition
 from hermes.consumers.read_ahead import ReadAhead
 from hermes.consumers.receiver import Limits, Receiver
@@ -42,10 +42,7 @@ class SerialConsumer:
         self._on_crash = on_crash
         self.read_ahead = ReadAhead(delivery.context.read_ahead_messages, delivery.context.read_ahead_bytes)
         self._tasks: dict[asyncio.Task[None], int] = {}  # deliveries, with the generation of their message
-        # ordering by key: the keys with a delivery under way or next to start, the messages held back behind
-        # each, and those whose key's delivery ended and that start first
-        self._busy: dict[bytes, deque[tuple[Message, int]]] = {}
-        self._next: deque[tuple[Message, int]] = deque()
+        self._key_order = KeyOrder()  # with ordering: KEY
         self._stopping = False
 
     def start(self) -> None:
@@ -103,25 +100,22 @@ class SerialConsumer:
         room is free. Messages of an older generation or of a revoked partition are dropped."""
         policy = self._delivery.subscription.serial_policy
         by_key = policy.ordering is Ordering.KEY
+        key_order = self._key_order
         while len(self._tasks) < policy.inflight_limit and not self._stopping:
-            key: bytes | None = None  # the key this delivery holds busy
-            if self._next:
-                message, generation = self._next.popleft()
-                self.read_ahead.uncount((message,))
-                key = message.key
+            key: bytes | None = None  # the key this delivery holds
+            if item := key_order.ready():
+                self.read_ahead.uncount((item[0],))
+                key = item[0].key
             elif item := self.read_ahead.take():
-                message, generation = item
-                if by_key and message.key is not None:
-                    if (held := self._busy.get(message.key)) is not None:
-                        held.append(item)
-                        self.read_ahead.count((message,))
-                        continue
-                    key = message.key
-                    self._busy[key] = deque()
+                if by_key and (key := item[0].key) is not None and key_order.hold(item, key):
+                    self.read_ahead.count((item[0],))  # held, its bytes still count
+                    continue
             else:
                 break
+            message, generation = item
             if not self._receiver.take(message, generation):
-                self._release(key)
+                if key is not None:
+                    key_order.release(key)
                 continue
             task = asyncio.create_task(self._deliver(message, generation))
             self._tasks[task] = generation
@@ -129,36 +123,13 @@ class SerialConsumer:
         if self.read_ahead.low():
             self._receiver.wake()
 
-    def _release(self, key: bytes | None) -> None:
-        """The delivery holding ``key`` ended (or never started): the next message held back behind the key
-        starts first, or the key is free."""
-        if key is None:
-            return
-        if held := self._busy[key]:
-            self._next.append(held.popleft())
-        else:
-            del self._busy[key]
-
     def _drop_held(self, void: Callable[[Message, int], bool]) -> None:
-        """Drops the held-back messages ``void`` names (a key stays busy while its delivery is under way)."""
-        dropped: list[Message] = []
-        for held in self._busy.values():
-            dropped += (m for m, g in held if void(m, g))
-            kept = [item for item in held if not void(*item)]
-            held.clear()
-            held.extend(kept)
-        next_up, self._next = self._next, deque()
-        for message, generation in next_up:
-            if void(message, generation):
-                dropped.append(message)
-                self._release(message.key)
-            else:
-                self._next.append((message, generation))
-        self.read_ahead.uncount(dropped)
+        self.read_ahead.uncount(self._key_order.drop(void))
 
     def _delivery_done(self, key: bytes | None, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task)
-        self._release(key)
+        if key is not None:
+            self._key_order.release(key)
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("delivery of %s crashed", self._delivery.name, exc_info=error)
             self._on_crash(error)
