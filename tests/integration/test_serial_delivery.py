@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import itertools
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -15,6 +14,7 @@ from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAF
 from hermes.metadata.documents import SUBSCRIPTION_METRICS, UNDELIVERED_LAST
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
+from tests.support.key_order import assert_one_after_another, keyed_script, publish_keyed, received, requests_by_key
 from tests.support.subscriber import Received, Reply, SubscriberServer
 
 pytestmark = pytest.mark.integration
@@ -392,61 +392,13 @@ def test_sending_delay_holds_a_first_attempt_until_that_long_after_publishing(
 # --- ordering by key (subscriptionPolicy.ordering: KEY) ---
 
 KEYED = {**FAST, "inflightSize": 10, "ordering": "KEY"}
-ANSWER = 0.03  # seconds each delivery takes to be answered
-
-
-def keyed_subscriber(
-    scripted: list[SubscriberServer], failures: int = 0, hang: tuple[str, int] | None = None
-) -> tuple[SubscriberServer, list[bool]]:
-    """Answers every message in ANSWER seconds, with 500 for the first ``failures`` requests of key "a", and
-    the first request of the message ``hang`` (key, n) after 1.5 s (beyond a requestTimeout of 1 s); the list
-    says of each request whether it was delivered."""
-    answers: list[bool] = []
-    hung: list[bool] = []
-
-    def script(_n: int, request: Received) -> Reply:
-        body = json.loads(request.body)
-        if (body["key"], body["n"]) == hang and not hung:
-            hung.append(True)
-            answers.append(False)
-            return Reply(200, delay=1.5)
-        failed = body["key"] == "a" and answers.count(False) < failures
-        answers.append(not failed)
-        return Reply(500 if failed else 200, delay=ANSWER)
-
-    return serve(scripted, script), answers
-
-
-def publish_keyed(client: HermesClient, topic: str, per_key: int) -> None:
-    for n in range(per_key):
-        for key in "abc":
-            body = json.dumps({"key": key, "n": n})
-            assert client.publish(topic, body, headers={"Partition-Key": key}).status_code == 201
-
-
-def requests_by_key(subscriber: SubscriberServer, answers: list[bool]) -> dict[str, list[tuple[int, bool, float]]]:
-    """Each key's requests in the order they came: (n, delivered, when)."""
-    out: dict[str, list[tuple[int, bool, float]]] = {}
-    for request, ok in zip(subscriber.received, answers, strict=False):
-        body = json.loads(request.body)
-        out.setdefault(body["key"], []).append((body["n"], ok, request.at))
-    return out
-
-
-def assert_one_after_another(requests: list[tuple[int, bool, float]]) -> None:
-    """No request of the key came before the one before it was answered."""
-    gaps = [round(b[2] - a[2], 3) for a, b in itertools.pairwise(requests)]
-    assert min(gaps) >= ANSWER - 0.005, f"two messages of one key were in flight at once: gaps {gaps}"
-
-
-def received(subscriber: SubscriberServer) -> set[tuple[str, int]]:
-    return {(body["key"], body["n"]) for body in map(json.loads, (r.body for r in subscriber.received))}
 
 
 def test_key_ordering_holds_a_failing_key_alone_and_delivers_each_key_in_order(
     client: HermesClient, scripted: list[SubscriberServer]
 ) -> None:
-    subscriber, answers = keyed_subscriber(scripted, failures=3)
+    script, answers = keyed_script(failures=3)
+    subscriber = serve(scripted, script)
     topic = client.create_topic()
     policy = {**KEYED, "messageBackoff": 300}
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=policy, state="SUSPENDED")
@@ -467,7 +419,8 @@ def test_key_ordering_holds_a_failing_key_alone_and_delivers_each_key_in_order(
 def test_key_ordering_survives_a_consumer_restart_redelivering_in_order(
     hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
 ) -> None:
-    subscriber, answers = keyed_subscriber(scripted, hang=("b", 5))
+    script, answers = keyed_script(hang=("b", 5))
+    subscriber = serve(scripted, script)
     topic = client.create_topic()
     # b5 times out and waits 2 s for its retry: the stop cuts it short, unfinished
     policy = {**KEYED, "requestTimeout": 1000, "messageBackoff": 2000}
