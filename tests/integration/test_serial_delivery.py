@@ -441,3 +441,16 @@ def test_key_ordering_survives_a_consumer_restart_redelivering_in_order(
         assert sum(step <= 0 for step in steps) <= 1, f"{key}: {ns}"
         assert_one_after_another(sent)
     assert [n for n, _, _ in requests["b"]].count(5) == 2, "b5 came again after the restart"
+
+
+def test_key_ordering_sends_messages_without_a_key_in_parallel(
+    client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber = serve(scripted, lambda n, _r: Reply(200, delay=0.5))
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=KEYED, state="SUSPENDED")
+    for i in range(5):
+        assert client.publish(topic, f'{{"n": {i}}}').status_code == 201
+    client.set_state(topic, name, "ACTIVE")
+    received = subscriber.wait_for(5, timeout=30)
+    assert received[-1].at - received[0].at < 0.5, "each its own key: none waited for another's answer"
