@@ -126,6 +126,25 @@ def test_a_partial_put_changes_only_what_it_names(client: HermesClient) -> None:
     assert (policy["rate"], policy["inflightSize"]) == (50, 5)
 
 
+def test_ordering_by_key_is_set_kept_by_partial_puts_and_refused_for_batch_with_the_field_named(
+    client: HermesClient,
+) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, "http://my-service")
+    path = f"/topics/{topic}/subscriptions/{name}"
+    assert "ordering" not in client.management.get(path).json()["subscriptionPolicy"]
+    assert client.management.put(path, json={"subscriptionPolicy": {"ordering": "KEY"}}).status_code == 200
+    assert client.management.put(path, json={"subscriptionPolicy": {"rate": 50}}).status_code == 200
+    assert client.management.get(path).json()["subscriptionPolicy"]["ordering"] == "KEY"
+    wrong = client.management.put(path, json={"subscriptionPolicy": {"ordering": "PARTITION"}})
+    _error(wrong, 400, "VALIDATION_ERROR")
+    assert "subscriptionPolicy.ordering" in wrong.json()["message"] and "KEY" in wrong.json()["message"]
+    batch = {"name": "b", "endpoint": "http://x", "deliveryType": "BATCH", "subscriptionPolicy": {"ordering": "KEY"}}
+    refused = client.management.post(f"/topics/{topic}/subscriptions", json=batch)
+    _error(refused, 400, "VALIDATION_ERROR")
+    assert "subscriptionPolicy.ordering" in refused.json()["message"]
+
+
 def test_endpoint_passwords_are_stored_but_never_shown(client: HermesClient) -> None:
     topic = client.create_topic()
     name = client.create_subscription(topic, "http://user:t0ps3cret@my-service/path")

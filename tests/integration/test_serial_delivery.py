@@ -14,6 +14,7 @@ from hermes.domain.message import KAFKA_MESSAGE_ID, KAFKA_PUBLISH_TIMESTAMP, KAF
 from hermes.metadata.documents import SUBSCRIPTION_METRICS, UNDELIVERED_LAST
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
+from tests.support.key_order import assert_one_after_another, keyed_script, publish_keyed, received, requests_by_key
 from tests.support.subscriber import Received, Reply, SubscriberServer
 
 pytestmark = pytest.mark.integration
@@ -412,3 +413,70 @@ def test_sending_delay_holds_a_first_attempt_until_that_long_after_publishing(
     wait_until(lambda: sum(b'"n"' in r.body for r in subscriber.received) >= 5, timeout=30)
     backlog = [r.at for r in subscriber.received if b'"n"' in r.body]
     assert backlog[-1] - backlog[0] < 1.0, "one message in flight: a delay per message would take 4 s"
+
+
+# --- ordering by key (subscriptionPolicy.ordering: KEY) ---
+
+KEYED = {**FAST, "inflightSize": 10, "ordering": "KEY"}
+
+
+def test_key_ordering_holds_a_failing_key_alone_and_delivers_each_key_in_order(
+    client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    script, answers = keyed_script(failures=3)
+    subscriber = serve(scripted, script)
+    topic = client.create_topic()
+    policy = {**KEYED, "messageBackoff": 300}
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=policy, state="SUSPENDED")
+    publish_keyed(client, topic, 8)  # a backlog: all of it can be read at once
+    client.set_state(topic, name, "ACTIVE")
+    wait_until(lambda: sum(answers) >= 24, timeout=30)
+    requests = requests_by_key(subscriber, answers)
+    for key, sent in requests.items():
+        assert [n for n, ok, _ in sent if ok] == list(range(8)), key
+        assert [n for n, _, _ in sent] == sorted(n for n, _, _ in sent), f"{key} went out of order: {sent}"
+        assert_one_after_another(sent)
+    assert [ok for _, ok, _ in requests["a"][:4]] == [False, False, False, True]
+    # three backoffs of 300 ms hold "a": the other keys were not held with it
+    a_second = next(at for n, _, at in requests["a"] if n == 1)
+    assert max(at for key in "bc" for _, _, at in requests[key]) < a_second
+
+
+def test_key_ordering_survives_a_consumer_restart_redelivering_in_order(
+    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    script, answers = keyed_script(hang=("b", 5))
+    subscriber = serve(scripted, script)
+    topic = client.create_topic()
+    # b5 times out and waits 2 s for its retry: the stop cuts it short, unfinished
+    policy = {**KEYED, "requestTimeout": 1000, "messageBackoff": 2000}
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=policy, state="SUSPENDED")
+    publish_keyed(client, topic, 25)
+    client.set_state(topic, name, "ACTIVE")
+    wait_until(lambda: ("b", 5) in received(subscriber), timeout=30)
+    hermes.suspend(client, topic, name)  # stops the consumer in the middle: it commits what is finished
+    assert len(received(subscriber)) < 75, "the restart came after the end"
+    client.set_state(topic, name, "ACTIVE")
+    wait_until(lambda: all((key, 24) in received(subscriber) for key in "abc"), timeout=30)
+    requests = requests_by_key(subscriber, answers)
+    for key, sent in requests.items():
+        ns = [n for n, _, _ in sent]
+        # in order, nothing skipped; the restart sends again from an earlier message, once
+        steps = [b - a for a, b in itertools.pairwise(ns)]
+        assert ns[0] == 0 and all(step == 1 or step <= 0 for step in steps), f"{key}: {ns}"
+        assert sum(step <= 0 for step in steps) <= 1, f"{key}: {ns}"
+        assert_one_after_another(sent)
+    assert [n for n, _, _ in requests["b"]].count(5) == 2, "b5 came again after the restart"
+
+
+def test_key_ordering_sends_messages_without_a_key_in_parallel(
+    client: HermesClient, scripted: list[SubscriberServer]
+) -> None:
+    subscriber = serve(scripted, lambda n, _r: Reply(200, delay=0.5))
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=KEYED, state="SUSPENDED")
+    for i in range(5):
+        assert client.publish(topic, f'{{"n": {i}}}').status_code == 201
+    client.set_state(topic, name, "ACTIVE")
+    received = subscriber.wait_for(5, timeout=30)
+    assert received[-1].at - received[0].at < 0.5, "each its own key: none waited for another's answer"

@@ -41,6 +41,8 @@ def test_the_older_request_shape_is_accepted() -> None:
         ({"filters": [{"type": "jsonpath", "path": "$.a", "matcher": "("}]}, "filters[0].matcher"),
         ({"deliveryType": "BATCH", "mode": "BROADCAST"}, "mode"),
         ({"deliveryType": "BATCH", "contentType": "AVRO"}, "contentType"),
+        ({"subscriptionPolicy": {"ordering": "PARTITION"}}, "subscriptionPolicy.ordering"),
+        ({"deliveryType": "BATCH", "subscriptionPolicy": {"ordering": "KEY"}}, "subscriptionPolicy.ordering"),
         ({"name": "bad name"}, "name"),
     ],
 )
@@ -58,9 +60,11 @@ def test_a_subscription_survives_its_storage_round_trip() -> None:
             "endpoint": "http://u:p@h/",
             "filters": [{"type": "jsonpath", "path": "$.a.*.b", "matcher": "x", "matchingStrategy": "any"}],
             "oAuthPolicy": {"grantType": "password", "providerName": "p", "username": "u", "password": "pw"},
+            "subscriptionPolicy": {"ordering": "KEY"},
         },
         TOPIC,
     )
+    assert sub.serial_policy.ordering == "KEY"
     stored = api_json.subscription_to_json(sub, mask_secrets=False)
     assert api_json.subscription_from_json(stored, TOPIC) == sub
     shown = api_json.subscription_to_json(sub)
@@ -97,3 +101,12 @@ def test_an_integer_field_refuses_other_strings_and_fractions(given: object) -> 
     with pytest.raises(ValidationError) as error:
         read_int({"n": given}, "n", 0, "n")
     assert error.value.field == "n"
+
+
+def test_ordering_is_answered_only_when_set_so_that_hermes_shape_is_unchanged() -> None:
+    plain = api_json.subscription_from_json({"name": "s", "endpoint": "http://h/"}, TOPIC)
+    assert "ordering" not in api_json.subscription_to_json(plain)["subscriptionPolicy"]
+    keyed = api_json.subscription_from_json(
+        {"name": "s", "endpoint": "http://h/", "subscriptionPolicy": {"ordering": "KEY"}}, TOPIC
+    )
+    assert api_json.subscription_to_json(keyed)["subscriptionPolicy"]["ordering"] == "KEY"

@@ -4,6 +4,11 @@ Messages read beyond the inflightSize window wait in a bounded buffer on the loo
 ``--consumer-read-ahead-messages`` and ``-bytes``) so the next delivery starts the moment one ends; they count as
 unfinished, so their offsets are not committed before they are delivered. A retransmission cancels the deliveries
 of the generation before it.
+
+With ``ordering: KEY`` a message starts only when no earlier message with its key is unfinished: one taken from
+the read-ahead while its key is busy is held back behind that key (still unfinished, so still bounding what is
+read, and still counted in the read-ahead's bytes), and starts when the key's delivery ends. A message without a
+key is its own key.
 """
 
 from __future__ import annotations
@@ -12,16 +17,18 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Callable
 
 from hermes.consumers.context import CrashListener
 from hermes.consumers.delivery import Delivery
+from hermes.consumers.key_order import KeyOrder
 from hermes.consumers.offsets import Partition
 from hermes.consumers.read_ahead import ReadAhead
 from hermes.consumers.receiver import Limits, Receiver
 from hermes.consumers.retry import retry_until_ttl
 from hermes.consumers.sender.result import SendResult
 from hermes.domain.message import Message
-from hermes.domain.subscription import Subscription
+from hermes.domain.subscription import Ordering, Subscription
 from hermes.domain.trace import TraceStatus
 from hermes.errors import UndeliverableMessage
 
@@ -35,6 +42,7 @@ class SerialConsumer:
         self._on_crash = on_crash
         self.read_ahead = ReadAhead(delivery.context.read_ahead_messages, delivery.context.read_ahead_bytes)
         self._tasks: dict[asyncio.Task[None], int] = {}  # deliveries, with the generation of their message
+        self._key_order = KeyOrder()  # with ordering: KEY
         self._stopping = False
 
     def start(self) -> None:
@@ -51,6 +59,7 @@ class SerialConsumer:
         for task in list(self._tasks):
             task.cancel()
         self.read_ahead.clear()  # unfinished, so never committed: they come again after a restart
+        self._drop_held(lambda message, generation: True)
 
     # --- the receiver's flow ---
 
@@ -77,29 +86,50 @@ class SerialConsumer:
             if task_generation < generation:
                 task.cancel()
         self.read_ahead.drop_older_than(generation)
+        self._drop_held(lambda message, g: g < generation)
 
     def revoked(self, partitions: set[Partition]) -> None:
         """Deliveries under way finish (the hand-over waited for them or gave up); what waits is dropped."""
         self.read_ahead.drop_partitions(partitions)
+        self._drop_held(lambda message, _: (message.topic, message.partition) in partitions)
 
     # --- deliveries ---
 
     def _start_deliveries(self) -> None:
         """Starts buffered messages while fewer than inflightSize deliveries run; wakes the receiver when enough
         room is free. Messages of an older generation or of a revoked partition are dropped."""
-        limit = self._delivery.subscription.serial_policy.inflight_limit
-        while len(self._tasks) < limit and not self._stopping and (item := self.read_ahead.take()):
+        policy = self._delivery.subscription.serial_policy
+        by_key = policy.ordering is Ordering.KEY
+        key_order = self._key_order
+        while len(self._tasks) < policy.inflight_limit and not self._stopping:
+            key: bytes | None = None  # the key this delivery holds
+            if item := key_order.ready():
+                self.read_ahead.uncount((item[0],))
+                key = item[0].key
+            elif item := self.read_ahead.take():
+                if by_key and (key := item[0].key) is not None and key_order.hold(item, key):
+                    self.read_ahead.count((item[0],))  # held, its bytes still count
+                    continue
+            else:
+                break
             message, generation = item
             if not self._receiver.take(message, generation):
+                if key is not None:
+                    key_order.release(key)
                 continue
             task = asyncio.create_task(self._deliver(message, generation))
             self._tasks[task] = generation
-            task.add_done_callback(self._delivery_done)
+            task.add_done_callback(functools.partial(self._delivery_done, key))
         if self.read_ahead.low():
             self._receiver.wake()
 
-    def _delivery_done(self, task: asyncio.Task[None]) -> None:
+    def _drop_held(self, void: Callable[[Message, int], bool]) -> None:
+        self.read_ahead.uncount(self._key_order.drop(void))
+
+    def _delivery_done(self, key: bytes | None, task: asyncio.Task[None]) -> None:
         self._tasks.pop(task)
+        if key is not None:
+            self._key_order.release(key)
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("delivery of %s crashed", self._delivery.name, exc_info=error)
             self._on_crash(error)

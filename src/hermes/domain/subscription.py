@@ -37,6 +37,15 @@ class CloudEventsMode(StrEnum):
     STRUCTURED = "STRUCTURED"
 
 
+class Ordering(StrEnum):
+    """Our extension (Hermes has none): the order in which a SERIAL subscription's deliveries may start. KEY: a
+    message waits while an earlier one with the same ``Partition-Key`` is unfinished; a message without a key is
+    its own key."""
+
+    NONE = "NONE"
+    KEY = "KEY"
+
+
 class SubscriptionMode(StrEnum):
     ANYCAST = "ANYCAST"
     BROADCAST = "BROADCAST"
@@ -84,6 +93,7 @@ class SerialSubscriptionPolicy:
     sending_delay: int = 0
     backoff_multiplier: float = 1.0
     backoff_max_interval_in_sec: int = 600
+    ordering: Ordering = Ordering.NONE  # left out of the JSON when NONE, so Hermes' shape is unchanged
 
     @property
     def inflight_limit(self) -> int:

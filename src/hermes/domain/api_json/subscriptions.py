@@ -39,6 +39,7 @@ from hermes.domain.subscription import (
     MessageProcessingMetrics,
     MonitoringDetails,
     OAuthPolicy,
+    Ordering,
     SerialSubscriptionPolicy,
     Severity,
     Subscription,
@@ -74,6 +75,7 @@ def _serial_policy(data: Mapping[str, Any]) -> SerialSubscriptionPolicy:
         backoff_max_interval_in_sec=read_int(
             data, "backoffMaxIntervalInSec", d.backoff_max_interval_in_sec, f + "backoffMaxIntervalInSec", 1, 600
         ),
+        ordering=read_enum(data, "ordering", Ordering, d.ordering, f + "ordering"),
     )
 
 
@@ -179,6 +181,8 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
             raise ValidationError("BROADCAST mode is not available with BATCH delivery", "mode")
         if content_type is ContentType.AVRO:
             raise ValidationError("AVRO content type is not available with BATCH delivery", "contentType")
+        if policy.get("ordering") not in (None, Ordering.NONE):
+            raise ValidationError("is for SERIAL delivery: a batch is sent in order", "subscriptionPolicy.ordering")
     cloud_events_mode = None
     if body.get("cloudEventsMode") is not None:
         if delivery is DeliveryType.BATCH:
@@ -274,6 +278,8 @@ def _policy_to_json(sub: Subscription) -> Json:
     }
     if s.inflight_size is not None:  # as Hermes, which leaves null fields out
         policy["inflightSize"] = s.inflight_size
+    if s.ordering is not Ordering.NONE:
+        policy["ordering"] = s.ordering.value
     return policy
 
 

@@ -86,6 +86,12 @@ SERIAL_POLICY = obj(
         "sendingDelay": ranged(0, 5000),
         "backoffMultiplier": {"type": "number", "minimum": 1, "maximum": 10},
         "backoffMaxIntervalInSec": ranged(1, 600),
+        "ordering": {
+            "type": ["string", "null"],
+            "enum": ["NONE", "KEY", None],
+            "description": "our extension: KEY delivers messages with the same Partition-Key one after another, "
+            "other keys in parallel up to inflightSize (unset: NONE, and not answered)",
+        },
     },
     [],
 )
@@ -98,6 +104,7 @@ BATCH_POLICY = obj(
         "batchSize": ranged(1, 1_000_000),
         "batchTime": ranged(1, 3_600_000),
         "batchVolume": ranged(1, 64 * 1024 * 1024),
+        "ordering": {"type": ["string", "null"], "enum": ["NONE", None], "description": "KEY is for SERIAL delivery"},
     },
     [],
 )
