@@ -29,21 +29,27 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 class SparkServers:
-    """The Spark Connect server and the standalone cluster the session's tests use, launched together."""
+    """The Spark Connect servers and the standalone cluster the session's tests use, launched together."""
 
     def __init__(self, base: pytest.TempPathFactory, wanted: set[str]) -> None:
         self.connect = SparkConnectServer(base.mktemp("spark-connect")) if "spark_connect" in wanted else None
+        self.connect_without_kafka = (
+            SparkConnectServer(base.mktemp("spark-connect-bare"), master="local[1]", kafka_connector=False)
+            if "spark_connect_without_kafka" in wanted
+            else None
+        )
         self.cluster = SparkStandaloneCluster(base.mktemp("spark-cluster")) if "spark_cluster" in wanted else None
 
+    def _all(self) -> list[SparkConnectServer | SparkStandaloneCluster]:
+        return [s for s in (self.connect, self.connect_without_kafka, self.cluster) if s is not None]
+
     def launch(self) -> None:
-        for server in (self.connect, self.cluster):
-            if server is not None:
-                server.launch()
+        for server in self._all():
+            server.launch()
 
     def stop(self) -> None:
-        for server in (self.connect, self.cluster):
-            if server is not None:
-                server.stop()
+        for server in self._all():
+            server.stop()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -65,6 +71,13 @@ def spark_connect(spark_servers: SparkServers) -> SparkConnectServer:
     with its JVM, at the end of the session."""
     assert spark_servers.connect is not None
     return spark_servers.connect.wait_until_ready()
+
+
+@pytest.fixture(scope="session")
+def spark_connect_without_kafka(spark_servers: SparkServers) -> SparkConnectServer:
+    """A Spark Connect server started without Spark's Kafka connector, on one core."""
+    assert spark_servers.connect_without_kafka is not None
+    return spark_servers.connect_without_kafka.wait_until_ready()
 
 
 @pytest.fixture(scope="session")
