@@ -28,22 +28,64 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     session.stop()
 
 
+class SparkServers:
+    """The Spark Connect servers and the standalone cluster the session's tests use, launched together."""
+
+    def __init__(self, base: pytest.TempPathFactory, wanted: set[str]) -> None:
+        self.connect = SparkConnectServer(base.mktemp("spark-connect")) if "spark_connect" in wanted else None
+        self.connect_without_kafka = (
+            SparkConnectServer(base.mktemp("spark-connect-bare"), master="local[1]", kafka_connector=False)
+            if "spark_connect_without_kafka" in wanted
+            else None
+        )
+        self.cluster = SparkStandaloneCluster(base.mktemp("spark-cluster")) if "spark_cluster" in wanted else None
+
+    def _all(self) -> list[SparkConnectServer | SparkStandaloneCluster]:
+        return [s for s in (self.connect, self.connect_without_kafka, self.cluster) if s is not None]
+
+    def launch(self) -> None:
+        for server in self._all():
+            server.launch()
+
+    def stop(self) -> None:
+        for server in self._all():
+            server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spark_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkServers]:
+    """At the first test of the tier, launches the servers that its later tests use (by their fixtures): their
+    JVMs start while the tests before them run, instead of in the setup of the first test that needs them."""
+    wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
+    servers = SparkServers(tmp_path_factory, wanted)
+    try:
+        servers.launch()
+        yield servers
+    finally:
+        servers.stop()
+
+
 @pytest.fixture(scope="session")
-def spark_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkConnectServer]:
+def spark_connect(spark_servers: SparkServers) -> SparkConnectServer:
     """A local Spark Connect server for the tests that run the pipeline through ``--spark-remote``; stopped,
     with its JVM, at the end of the session."""
-    server = SparkConnectServer(tmp_path_factory.mktemp("spark-connect")).start()
-    yield server
-    server.stop()
+    assert spark_servers.connect is not None
+    return spark_servers.connect.wait_until_ready()
 
 
 @pytest.fixture(scope="session")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkStandaloneCluster]:
+def spark_connect_without_kafka(spark_servers: SparkServers) -> SparkConnectServer:
+    """A Spark Connect server started without Spark's Kafka connector, on one core."""
+    assert spark_servers.connect_without_kafka is not None
+    return spark_servers.connect_without_kafka.wait_until_ready()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(spark_servers: SparkServers) -> SparkStandaloneCluster:
     """A Spark standalone cluster (a master and two workers, separate JVMs) for the tests that run the pipeline
-    with ``--spark-master spark://...``; started once, on first use, and stopped with its executors at the end."""
-    cluster = SparkStandaloneCluster(tmp_path_factory.mktemp("spark-cluster")).start()
-    yield cluster
-    cluster.stop()
+    with ``--spark-master spark://...``; stopped with its executors at the end."""
+    assert spark_servers.cluster is not None
+    return spark_servers.cluster.wait_until_ready()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -25,8 +25,10 @@ from tests.support.pipeline import PipelineCommand, archive, archive_context, la
 
 @pytest.fixture
 def pipeline(hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path) -> Iterator[PipelineCommand]:
-    # VACUUM keeps unreferenced files 18 s: longer than any micro-batch here takes to commit the files it writes
-    with pipeline_beside(hermes, kafka, tmp_path, "--pipeline-vacuum-retention-hours", "0.005") as running:
+    # a retention pass every 5 s; VACUUM keeps unreferenced files 18 s: longer than any micro-batch here takes to
+    # commit the files it writes
+    retention = ("--pipeline-retention-interval", "5", "--pipeline-vacuum-retention-hours", "0.005")
+    with pipeline_beside(hermes, kafka, tmp_path, *retention) as running:
         yield running
 
 

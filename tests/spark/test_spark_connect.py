@@ -77,10 +77,9 @@ def test_the_pipeline_runs_every_job_through_spark_connect(
 
 
 def test_a_spark_connect_server_without_the_kafka_connector_is_a_clear_error(
-    hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path
+    spark_connect_without_kafka: SparkConnectServer, hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path
 ) -> None:
-    (tmp_path / "server").mkdir()
-    server = SparkConnectServer(tmp_path / "server", master="local[1]", kafka_connector=False).start()
+    server = spark_connect_without_kafka
     try:
         with pipeline_beside(hermes, kafka, tmp_path, "--spark-remote", server.url) as command:
             command.start()
@@ -88,4 +87,4 @@ def test_a_spark_connect_server_without_the_kafka_connector_is_a_clear_error(
             assert command.process.process.wait(120) == 1
             assert f"hermes: the Spark Connect server {server.url} has no Kafka connector" in command.process.log()
     finally:
-        server.stop()
+        server.stop()  # no other test uses it

@@ -158,7 +158,9 @@ def pipeline_beside(
 
 class PipelineCommand:
     """``hermes pipeline`` as a real child process on a Hermes data directory and broker: the archive job
-    alone on ``local[2]``, small batches, unless ``extra`` arguments say otherwise (the last flag wins)."""
+    alone on ``local[2]``, small batches, unless ``extra`` arguments say otherwise (the last flag wins). The
+    lake's retention passes keep their hourly default (one pass after the first commit): a test of retention
+    asks for a short interval, the others leave the Spark cores to the jobs they check."""
 
     def __init__(self, data_dir: Path, bootstrap: str, lake: Path, checkpoints: Path, *extra: str) -> None:
         self.args = (
@@ -168,8 +170,6 @@ class PipelineCommand:
             "--pipeline-trigger-interval", "0.5",
             "--pipeline-max-records-per-batch", "15",
             "--pipeline-jobs", "archive",
-            "--pipeline-retention-interval", "5",
-            "--pipeline-vacuum-retention-hours", "0.02",
             "--spark-master", "local[2]",
             "--metadata-poll-interval", "0.1",
             *extra,

@@ -68,6 +68,10 @@ class SparkStandaloneCluster:
             return 0  # the master is still starting: no answer yet, or an empty or partial page
 
     def start(self, timeout: float = 120.0) -> SparkStandaloneCluster:
+        return self.launch().wait_until_ready(timeout)
+
+    def launch(self) -> SparkStandaloneCluster:
+        """Starts the master and the workers without waiting for them (from the thread they must die with)."""
         self._spawn("master", MASTER_CLASS, "--host", "127.0.0.1", "--port", str(self.port),
                     "--webui-port", str(self.ui_port))  # fmt: skip
         for n, work_dir in enumerate(self.worker_dirs):
@@ -76,6 +80,9 @@ class SparkStandaloneCluster:
                 f"worker-{n}", WORKER_CLASS, "--host", "127.0.0.1", "--webui-port", str(free_port()),
                 "--cores", str(self._cores), "--memory", "1g", "--work-dir", str(work_dir), self.url,
             )  # fmt: skip
+        return self
+
+    def wait_until_ready(self, timeout: float = 120.0) -> SparkStandaloneCluster:
         try:
             wait_until(lambda: self.alive_workers() == self._workers, timeout=timeout, interval=0.5)
         except BaseException:

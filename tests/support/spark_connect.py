@@ -38,6 +38,10 @@ class SparkConnectServer:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 120.0) -> SparkConnectServer:
+        return self.launch().wait_until_ready(timeout)
+
+    def launch(self) -> SparkConnectServer:
+        """Starts the JVM without waiting for it (from the thread it must die with: ``die_with_parent``)."""
         import pyspark
 
         home = Path(pyspark.__file__).parent
@@ -76,7 +80,11 @@ class SparkConnectServer:
                 start_new_session=True,  # its own process group: stop() ends the JVM and its Python workers
                 preexec_fn=die_with_parent,  # noqa: PLW1509 - only the pdeathsig call runs before exec
             )
+        return self
+
+    def wait_until_ready(self, timeout: float = 120.0) -> SparkConnectServer:
         process = self.process
+        assert process is not None, "launch() first"
 
         def ready() -> bool:
             if process.poll() is not None:
