@@ -120,8 +120,9 @@ class Receiver:
         raise NotImplementedError
 
     def wake(self) -> None:
-        """Room was freed: a receiver waiting at its limit reads again."""
-        if self._waiting:
+        """Room was freed: a receiver waiting at its limit reads again. Once woken, not again: each set takes the
+        event's lock and notifies (the thread reads the room after it clears the event, so nothing is lost)."""
+        if self._waiting and not self._woken.is_set():
             self._woken.set()
 
     def seek(self, offsets: Mapping[Partition, int]) -> None:
