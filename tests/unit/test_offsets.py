@@ -50,3 +50,16 @@ def test_a_revoked_partition_starts_nothing_new_but_takes_again_what_it_started(
     assert tracker.take(P, [0, 1, 2], revoking=True) == [True, False, False]
     assert tracker.started([P]) == 1
     assert tracker.all_pending(P, [0, 1]) and not tracker.all_pending(P, [1, 2])
+
+
+def test_one_offset_is_taken_and_finished_as_a_list_of_one_is() -> None:
+    tracker = OffsetTracker()
+    tracker.read(P, [0, 1, 2, 3])
+    tracker.take(P, [0], revoking=False)
+    tracker.finish(P, [3])
+    taken = [tracker.take_one(P, offset, revoking=True) for offset in (0, 1, 3)]
+    taken.append(tracker.take_one(P, 1, revoking=False))
+    assert taken == [True, False, False, True]
+    assert tracker.started([P]) == 2
+    tracker.finish_one(P, 0)
+    assert tracker.started([P]) == 1 and tracker.committable() == {P: 1}

@@ -82,3 +82,20 @@ def test_a_failure_is_described_without_credentials() -> None:
     assert describe(SendResult.of_status(500), "http://u:pw@h:8080/p?q=1") == "HTTP 500 from http://h:8080/p?q=1"
     assert describe(SendResult.timeout(), "https://u:pw@h/") == "timeout (sending to https://h/)"
     assert describe(SendResult.failure("no OAuth token: ..."), None) == "Message sending failed: no OAuth token: ..."
+
+
+def test_a_free_slot_is_taken_at_once_and_a_queue_is_not_jumped() -> None:
+    limiter = AdaptiveRateLimiter(20, SETTINGS)  # slots 50 ms apart
+
+    async def slots() -> tuple[bool, bool, bool, bool]:
+        first = limiter.try_acquire()
+        too_soon = limiter.try_acquire()
+        waiter = asyncio.create_task(limiter.acquire())  # queues for the next slot
+        await asyncio.sleep(0.01)
+        limiter._last_slot -= 1  # that slot is due now, but it is the waiter's
+        beside_waiter = limiter.try_acquire()
+        await asyncio.wait_for(waiter, 5)
+        await asyncio.sleep(0.07)
+        return first, too_soon, beside_waiter, limiter.try_acquire()
+
+    assert asyncio.run(slots()) == (True, False, False, True)

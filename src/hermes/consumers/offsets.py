@@ -33,6 +33,11 @@ class OffsetTracker:
         self._inflight.get(partition, set()).difference_update(offsets)
         self._started.get(partition, set()).difference_update(offsets)
 
+    def finish_one(self, partition: Partition, offset: int) -> None:
+        """``finish`` of one offset (a SERIAL delivery's: no list to build)."""
+        self._inflight.get(partition, set()).discard(offset)
+        self._started.get(partition, set()).discard(offset)
+
     def pending(self, partition: Partition, offset: int) -> bool:
         """Whether ``offset`` was read and is not finished (false once its partition was forgotten)."""
         return offset in self._inflight.get(partition, ())
@@ -49,6 +54,16 @@ class OffsetTracker:
         if not revoking:
             started.update(offset for offset, take in zip(offsets, taken, strict=True) if take)
         return taken
+
+    def take_one(self, partition: Partition, offset: int, revoking: bool) -> bool:
+        """``take`` of one offset (a SERIAL delivery's: no list to build)."""
+        started = self._started.setdefault(partition, set())
+        if offset not in self._inflight.get(partition, ()):
+            return False
+        if revoking:
+            return offset in started
+        started.add(offset)
+        return True
 
     def partitions(self) -> set[Partition]:
         return set(self._next) | set(self._inflight)

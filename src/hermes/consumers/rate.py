@@ -54,6 +54,7 @@ class AdaptiveRateLimiter:
         self._failures = 0
         self._period_start = time.monotonic()
         self._queue = asyncio.Lock()  # fair: only the first waiter watches the clock
+        self._queued = 0  # acquirers in or queueing for the lock (a free lock may still have a waiter to wake)
         self._changed = asyncio.Event()  # the mode changed: the first waiter looks at the clock again
 
     def set_max_rate(self, max_rate: float) -> None:
@@ -77,18 +78,37 @@ class AdaptiveRateLimiter:
         """Waits for the next sending slot: slots are spaced so the current rate is never exceeded.
         Waiters queue: each slot wakes one of them, not all (a failing subscription's hundred retries waking
         together at every slot kept the event loop busy for every other subscription)."""
-        async with self._queue:
-            while True:
-                now = time.monotonic()
-                self._adjust(now)
-                slot = self._last_slot + min(self._spacing, self.interval)
-                if slot <= now:  # idle time is not saved up: no bursts above the rate
-                    self._last_slot, self._spacing = now, self.interval
-                    return
-                self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(min(slot - now, self.settings.period)):
-                        await self._changed.wait()
+        self._queued += 1
+        try:
+            async with self._queue:
+                while True:
+                    now = time.monotonic()
+                    slot = self._slot(now)
+                    if slot <= now:
+                        return
+                    self._changed.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(min(slot - now, self.settings.period)):
+                            await self._changed.wait()
+        finally:
+            self._queued -= 1
+
+    def try_acquire(self) -> bool:
+        """Takes the next sending slot if it is free now and nobody queues for it (no waiting: the common case
+        of a subscriber below its rate costs no lock, timeout or task here)."""
+        if self._queued:
+            return False
+        now = time.monotonic()
+        return self._slot(now) <= now
+
+    def _slot(self, now: float) -> float:
+        """The next slot's time; taken when it is ``now`` or earlier (idle time is not saved up: no bursts above
+        the rate)."""
+        self._adjust(now)
+        slot = self._last_slot + min(self._spacing, self.interval)
+        if slot <= now:
+            self._last_slot, self._spacing = now, self.interval
+        return slot
 
     def record(self, failed: bool) -> None:
         self._attempts += 1

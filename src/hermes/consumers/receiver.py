@@ -120,8 +120,9 @@ class Receiver:
         raise NotImplementedError
 
     def wake(self) -> None:
-        """Room was freed: a receiver waiting at its limit reads again."""
-        if self._waiting:
+        """Room was freed: a receiver waiting at its limit reads again. Once woken, not again: each set takes the
+        event's lock and notifies (the thread reads the room after it clears the event, so nothing is lost)."""
+        if self._waiting and not self._woken.is_set():
             self._woken.set()
 
     def seek(self, offsets: Mapping[Partition, int]) -> None:
@@ -151,7 +152,11 @@ class Receiver:
     def take(self, message: Message, generation: int) -> bool:
         """Whether to deliver ``message`` now (not of an older generation nor of a revoked partition); if so its
         delivery counts as started."""
-        return self.take_all([message], generation)[0]
+        partition = (message.topic, message.partition)
+        with self._lock:
+            return generation == self.generation and self._tracker.take_one(
+                partition, message.offset, partition in self._revoking
+            )
 
     def take_all(self, messages: list[Message], generation: int) -> list[bool]:
         """``take`` of each of ``messages`` (read in ``generation``), under one lock. One taken before (a batch's
@@ -179,7 +184,11 @@ class Receiver:
             ]
 
     def finish(self, message: Message, generation: int) -> None:
-        self.finish_all([message], [generation])
+        with self._lock:
+            if generation == self.generation:
+                self._tracker.finish_one((message.topic, message.partition), message.offset)
+            if self._revoking:
+                self._finished.notify_all()
 
     def finish_all(self, messages: list[Message], generations: list[int]) -> None:
         with self._lock:

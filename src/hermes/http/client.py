@@ -69,6 +69,11 @@ class _Connection(asyncio.Protocol):
         self._received_any = False
         self._writable = asyncio.Event()
         self._writable.set()
+        # one timer per request in place of an asyncio.timeout around it (a tenth of a drain's CPU): it fails
+        # the waiter at the deadline, or once the answer has been silent for the idle timeout
+        self._timer: asyncio.TimerHandle | None = None
+        self._deadline = 0.0
+        self._idle_timeout: float | None = None
 
     # --- asyncio callbacks ---
 
@@ -112,14 +117,42 @@ class _Connection(asyncio.Protocol):
     def usable(self) -> bool:
         return not self.closed and self.transport is not None and not self.transport.is_closing()
 
-    def request(self, data: tuple[bytes, ...]) -> asyncio.Future[Response]:
+    def request(self, data: tuple[bytes, ...], deadline: float, idle: float | None) -> asyncio.Future[Response]:
+        """Writes ``data``; the answer's future fails with TimeoutError at ``deadline`` (``time.monotonic``),
+        or after ``idle`` seconds without a byte of the answer."""
         assert self.transport is not None
-        self._waiter = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
         self._head = None
         self._received_any = False
-        self.last_activity = time.monotonic()
+        self.last_activity = now = time.monotonic()
+        self._deadline, self._idle_timeout = deadline, idle
+        self._timer = loop.call_later(self._next_check(now), self._check_time)
         self.transport.writelines(data)  # head and body in one system call, not one each
         return self._waiter
+
+    def _next_check(self, now: float) -> float:
+        left = self._deadline - now
+        if self._idle_timeout is not None:
+            left = min(left, self.last_activity + self._idle_timeout - now)
+        return max(left, 0.0)
+
+    def _check_time(self) -> None:
+        self._timer = None
+        if self._waiter is None or self._waiter.done():
+            return
+        now = time.monotonic()
+        if now >= self._deadline:
+            self._fail(TimeoutError("no answer from the endpoint within the request timeout"))
+        elif self._idle_timeout is not None and now - self.last_activity >= self._idle_timeout:
+            self._fail(TimeoutError("no answer from the endpoint within the socket timeout"))
+        else:  # bytes came in the meantime: the idle timeout counts from the last of them
+            self._timer = asyncio.get_running_loop().call_later(self._next_check(now), self._check_time)
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     async def stream(self, body: StreamedBody, answer: asyncio.Future[Response]) -> bool:
         """Writes ``body`` after the head ``request`` wrote; False when the endpoint answered or went away first
@@ -140,6 +173,7 @@ class _Connection(asyncio.Protocol):
     def close(self, abort: bool = False) -> None:
         """``abort``: at once, without TLS's closing handshake (which would outlive a stopping event loop)."""
         self.closed = True
+        self._stop_timer()
         if self._waiter is not None and not self._waiter.done():
             self._waiter.cancel()  # abandoned (a timeout): nobody will read its outcome
         if self.transport is not None:
@@ -200,6 +234,7 @@ class _Connection(asyncio.Protocol):
             return
         assert self._waiter is not None
         waiter, self._waiter = self._waiter, None
+        self._stop_timer()
         if not waiter.done():
             waiter.set_result(Response(status, headers, body))
 
@@ -264,31 +299,34 @@ class HttpClient:
             data = (encoded, body) if len(body) > _SEPARATE_BODY else (encoded + body,)
         deadline = time.monotonic() + total
         key = (target.scheme, target.host, target.port)
-        async with asyncio.timeout_at(asyncio.get_running_loop().time() + total):
-            connection, reused = await self._connection(key)
+        # no asyncio.timeout around it all (its cost is a tenth of a delivery's): connecting and streaming, rare,
+        # have one each, and the connection's timer bounds the wait for the answer
+        connection, reused = await self._connection(key, deadline)
+        try:
+            response = await self._exchange(connection, data, deadline, idle)
+        except EndpointProtocolError:
+            connection.close()
+            if not reused or connection.received_any:
+                raise
+            # an idle connection the endpoint had just closed: once more on a new one
+            connection, _ = await self._connection(key, deadline, fresh=True)
             try:
                 response = await self._exchange(connection, data, deadline, idle)
-            except EndpointProtocolError:
-                connection.close()
-                if not reused or connection.received_any:
-                    raise
-                # an idle connection the endpoint had just closed: once more on a new one
-                connection, _ = await self._connection(key, fresh=True)
-                try:
-                    response = await self._exchange(connection, data, deadline, idle)
-                except BaseException:
-                    connection.close()
-                    raise
             except BaseException:
                 connection.close()
                 raise
+        except BaseException:
+            connection.close()
+            raise
         if response.headers.get("connection", "").lower() == "close" or not connection.usable:
             connection.close()
         else:
             self._idle.setdefault(key, []).append(connection)
         return response
 
-    async def _connection(self, key: tuple[str, str, int], fresh: bool = False) -> tuple[_Connection, bool]:
+    async def _connection(
+        self, key: tuple[str, str, int], deadline: float, fresh: bool = False
+    ) -> tuple[_Connection, bool]:
         idle = self._idle.get(key)
         while idle and not fresh:
             connection = idle.pop()
@@ -301,8 +339,9 @@ class HttpClient:
         loop = asyncio.get_running_loop()
         connecting = asyncio.ensure_future(loop.create_connection(_Connection, host, port, ssl=context))
         try:
-            _, protocol = await asyncio.shield(connecting)
-        except asyncio.CancelledError:
+            async with asyncio.timeout(deadline - time.monotonic()):
+                _, protocol = await asyncio.shield(connecting)
+        except (asyncio.CancelledError, TimeoutError):
             # uvloop leaves the failed name look-up of a cancelled connect unread ("Future exception was never
             # retrieved"): the connect finishes on its own, and is read and closed then
             connecting.add_done_callback(_close_late)
@@ -318,20 +357,12 @@ class HttpClient:
     ) -> Response:
         streamed = data[-1] if isinstance(data[-1], StreamedBody) else None
         if streamed is None:
-            waiter = connection.request(cast(tuple[bytes, ...], data))
-        else:
-            waiter = connection.request((data[0],))
+            return await connection.request(cast(tuple[bytes, ...], data), deadline, idle_timeout)
+        waiter = connection.request((data[0],), deadline, idle_timeout)
+        async with asyncio.timeout(deadline - time.monotonic()):
             if not await connection.stream(streamed, waiter):
                 connection.closed = True  # answered before the whole body went: not reusable
-        if idle_timeout is None:
-            return await waiter
-        while True:
-            wait = min(deadline - time.monotonic(), idle_timeout - (time.monotonic() - connection.last_activity))
-            done, _ = await asyncio.wait({waiter}, timeout=max(wait, 0))
-            if done:
-                return waiter.result()
-            if time.monotonic() - connection.last_activity >= idle_timeout:
-                raise TimeoutError("no answer from the endpoint within the socket timeout")
+        return await waiter
 
     async def close(self) -> None:
         for connections in self._idle.values():
