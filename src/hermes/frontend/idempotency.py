@@ -46,6 +46,8 @@ _CATCH_UP_SECONDS = 30.0
 # Keys answered within this many seconds go in one record. A callback due at once (call_soon) made the event loop
 # turn once more for every batch of publishes, costing more than the keys themselves.
 _FLUSH_DELAY = 0.01
+# The keys of other frontends reach this one within this many milliseconds (and their 10 ms batch).
+_FOLLOW_WAIT_MS = 50
 # A record of keys stays below Kafka's 1 MB records (a key and its entry take up to about 600 bytes)
 _KEYS_PER_RECORD = 1000
 
@@ -190,7 +192,11 @@ class IdempotencyKeys:
 
     async def start(self) -> None:
         """Reads the keys recorded so far, then follows the topic in a thread."""
-        consumer = BrokerConsumer(self._connection, "hermes-idempotency", fetch_wait_ms=100)
+        # The broker answers a fetch when it has this much or waited this long: every 10 ms record of this process,
+        # read back, woke the follower otherwise (its fetch, its thread, a GIL hand-off), costing each publish more.
+        consumer = BrokerConsumer(
+            self._connection, "hermes-idempotency", fetch_wait_ms=_FOLLOW_WAIT_MS, **{"fetch.min.bytes": 1_000_000}
+        )
         try:
             records = await asyncio.to_thread(self._catch_up, consumer)
         except HermesError as exc:
