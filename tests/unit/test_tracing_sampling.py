@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+from opentelemetry.sdk.trace.sampling import Decision
 
 from hermes.domain.trace_context import valid_traceparent
 from hermes.errors import UsageError
@@ -56,3 +57,30 @@ def test_tracing_without_the_sdk_says_which_extra_to_install(monkeypatch: pytest
     monkeypatch.setitem(sys.modules, "hermes.telemetry.spans", None)  # as if its packages were missing
     with pytest.raises(UsageError, match=r"--tracing needs the OpenTelemetry SDK: pip install 'hermes-broker\[otel\]'"):
         start_tracing(True, "frontend")
+
+
+@pytest.mark.parametrize(
+    ("sampler", "argument"),
+    [("parentbased_traceidratio", "0.5"), ("traceidratio", "0.5"), ("always_on", ""), ("always_off", "")],
+)
+def test_a_new_trace_is_sampled_as_the_sdks_sampler_decides(
+    monkeypatch: pytest.MonkeyPatch, sampler: str, argument: str
+) -> None:
+    """The frontend decides a new trace without asking the SDK for the usual samplers: the same decisions."""
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", argument)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "0.05")
+    tracing = Tracing("frontend")
+    sdk_sampler, decisions = tracing._sampler, set()
+    for _ in range(200):
+        headers: dict[str, str] = {}
+        published = tracing.publish("g.t", "id", headers)
+        trace_id, flags = headers["traceparent"].split("-")[1::2]
+        expected = sdk_sampler.should_sample(None, int(trace_id, 16), "publish").decision is Decision.RECORD_AND_SAMPLE
+        assert (published is not None, bool(int(flags, 16) & 1)) == (expected, expected)
+        decisions.add(expected)
+        if published is not None:
+            published(201, True)
+    assert len(decisions) == (2 if argument else 1)  # a ratio of one half: both decisions seen
+    tracing.close()
