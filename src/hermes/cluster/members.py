@@ -17,7 +17,7 @@ from hermes.cluster.registry import FRONTENDS, ClusterStore
 from hermes.config import Settings
 from hermes.errors import MetadataUnreachable
 from hermes.metadata.cache import MetadataCache
-from hermes.metadata.repository import MetadataRepository
+from hermes.metadata.repository import MetadataRepository, until_reachable
 from hermes.tasks import cancel
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,8 @@ class FrontendMember:
         return {"address": self._address, "load": self._meter.sample(), "updatedAt": int(time.time() * 1000)}
 
     async def start(self) -> None:
-        await asyncio.to_thread(self._store.register, FRONTENDS, self._name, self._report())
+        # a connection that drops while it starts is waited for, as after the start (it exited the process)
+        await until_reachable(self._store.register, FRONTENDS, self._name, self._report())
         self._task = asyncio.create_task(self._reporting(), name="frontend-report")
 
     async def _reporting(self) -> None:

@@ -24,7 +24,7 @@ from hermes.consumers.supervisor import ConsumersSupervisor
 from hermes.errors import MetadataUnreachable
 from hermes.metadata.cache import MetadataCache
 from hermes.metadata.documents import ATTEMPT_OUTCOMES
-from hermes.metadata.repository import MetadataRepository
+from hermes.metadata.repository import MetadataRepository, until_reachable
 from hermes.tasks import cancel
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,8 @@ class ConsumersNode:
 
     async def start(self, supervisor: ConsumersSupervisor) -> None:
         self._supervisor = supervisor
-        await asyncio.to_thread(self._store.register, CONSUMERS, self.node_id, self._report())
+        # a connection that drops while it starts is waited for, as after the start (it exited the process)
+        await until_reachable(self._store.register, CONSUMERS, self.node_id, self._report())
         loop = asyncio.get_running_loop()
 
         def assigned(assignment: Assignment) -> None:  # kazoo's thread
