@@ -129,6 +129,22 @@ def _excluded(response: Any) -> list[Any]:
     return [ignored_auth]
 
 
+def _linked_against_its_schema(case: Any) -> bool:
+    """Whether a link fed a path parameter a value its own schema refuses (a group's name in a topic's place): the
+    request is not schema-valid, so its 400 is no valid request rejected."""
+    values = case.path_parameters or {}
+    for parameter in case.operation.definition.raw.get("parameters", []):
+        schema, value = parameter.get("schema", {}), values.get(parameter["name"])
+        if (
+            parameter.get("in") == "path"
+            and schema.get("type") == "string"
+            and isinstance(value, str)
+            and not jsonschema.Draft202012Validator(schema).is_valid(value)
+        ):
+            return True
+    return False
+
+
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 @pytest.mark.parametrize("operation", OPERATIONS, ids=[op.label for op in OPERATIONS])
 def test_every_operation_keeps_its_document(
@@ -168,9 +184,12 @@ def test_workflows_keep_the_document(management: tuple[str, dict[str, str]]) -> 
             return {"base_url": url, "headers": credentials}
 
         def validate_response(self, response: Any, case: Any, additional_checks: Any = None, **kwargs: Any) -> None:
+            excluded = _excluded(response)
+            if _linked_against_its_schema(case):
+                excluded.append(positive_data_acceptance)
             try:
                 case.validate_response(
-                    response, excluded_checks=_excluded(response), transport_kwargs=kwargs, recorder=self.recorder
+                    response, excluded_checks=excluded, transport_kwargs=kwargs, recorder=self.recorder
                 )
             except Exception as exc:
                 failures.append(exc)

@@ -47,6 +47,10 @@ class SparkServers:
         for server in self._all():
             server.launch()
 
+    def wait_until_ready(self) -> None:
+        for server in self._all():
+            server.wait_until_ready()
+
     def stop(self) -> None:
         for server in self._all():
             server.stop()
@@ -54,12 +58,14 @@ class SparkServers:
 
 @pytest.fixture(scope="session", autouse=True)
 def spark_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkServers]:
-    """At the first test of the tier, launches the servers that its later tests use (by their fixtures): their
-    JVMs start while the tests before them run, instead of in the setup of the first test that needs them."""
+    """Before the first test of the tier, starts the servers that its later tests use (by their fixtures) side by
+    side, instead of one after another in the setup of the first test that needs each. It waits for them: five
+    JVMs starting beside the tier's first tests made those tests' waits run out on 2 cores."""
     wanted = {name for item in request.session.items for name in getattr(item, "fixturenames", ())}
     servers = SparkServers(tmp_path_factory, wanted)
     try:
         servers.launch()
+        servers.wait_until_ready()
         yield servers
     finally:
         servers.stop()

@@ -163,16 +163,19 @@ class HermesProcess:
             if self.process.poll() is not None:
                 raise AssertionError(f"hermes exited with {self.process.returncode}:\n{self.log()}")
             return self
-        url = self.management_url if wait_for == "management" else self.frontend_url
+        urls = [self.management_url if wait_for == "management" else self.frontend_url]
+        if self.argv[3] == "run" and wait_for == "management":  # its frontend may open its port a moment later
+            urls.append(self.frontend_url)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise AssertionError(f"hermes exited with {self.process.returncode}:\n{self.log()}")
             try:
-                if httpx.get(f"{url}/status/health", timeout=1).status_code == 200:
+                if all(httpx.get(f"{url}/status/health", timeout=1).status_code == 200 for url in urls):
                     return self
             except httpx.HTTPError:
-                time.sleep(0.1)
+                pass
+            time.sleep(0.1)
         self.process.kill()  # a failed start must not leave a hermes (and its broker) running after the test
         self.process.wait()
         raise AssertionError(f"hermes did not become healthy in {timeout} s:\n{self.log()}")
