@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hermes.bench.startup import _healthy
+from hermes.bench.system import child
 from hermes.broker.embedded import free_port
 
 COMMAND = "hermes run"
@@ -37,27 +37,22 @@ def footprint(seconds: float = 300.0, every: float = 10.0, timeout: float = 300.
             argv += [f"--{role}-port", str(port)]
         management = f"http://127.0.0.1:{ports['management']}"
         frontend = f"http://127.0.0.1:{ports['frontend']}"
-        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            began = time.monotonic()
-            while not (_healthy(f"{management}/status/health") and _healthy(f"{frontend}/status/health")):
-                if process.poll() is not None or time.monotonic() - began > timeout:
-                    return {"command": COMMAND, "error": "hermes run did not become ready", "void": True}
-                time.sleep(0.1)
-            _topics(management, frontend)
-            samples: list[dict[str, dict[str, int]]] = []
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                time.sleep(every)
-                samples.append(_tree(process.pid))
-            lake_files = len(list((Path(directory) / "pipeline" / "lake").rglob("*.parquet")))
-        finally:
-            process.terminate()
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(10)
+            with child(argv, ports["management"]) as process:
+                began = time.monotonic()
+                while not (_healthy(f"{management}/status/health") and _healthy(f"{frontend}/status/health")):
+                    if process.poll() is not None or time.monotonic() - began > timeout:
+                        return {"command": COMMAND, "error": "hermes run did not become ready", "void": True}
+                    time.sleep(0.1)
+                _topics(management, frontend)
+                samples: list[dict[str, dict[str, int]]] = []
+                end = time.monotonic() + seconds
+                while time.monotonic() < end:
+                    time.sleep(every)
+                    samples.append(_tree(process.pid))
+                lake_files = len(list((Path(directory) / "pipeline" / "lake").rglob("*.parquet")))
+        except RuntimeError as exc:  # it never listened
+            return {"command": COMMAND, "error": str(exc), "void": True}
     return _summary(samples, seconds, lake_files)
 
 
