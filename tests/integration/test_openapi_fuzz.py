@@ -40,6 +40,7 @@ STATE_OR_GRAMMAR = re.compile(
     "|".join(
         [
             r"_NOT_EXISTS|_ALREADY_EXISTS|_DO_NOT_EXIST",  # (codes) the installation's state; Hermes answers 400
+            r"_DOESNT_SUPPORT_AUTOCOMPLETE",  # (code) the owner source's kind: Hermes' Plaintext source answers 400
             r"topic \S+ does not exist|has no offline storage|is a (JSON|AVRO) topic",  # the topics' state
             r"AVRO is only available on AVRO topics",  # the topic's state
             # the topic's state, a stored field against a change
