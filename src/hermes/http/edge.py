@@ -6,8 +6,10 @@ Defaults are a production reverse proxy's (docs/operations.md says which and why
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 # aiohttp's limits, which the management and status ports enforce: a request line or one header over this is
 # refused, so the publishing port refuses the same; the whole head is bounded too (aiohttp: 128 headers).
@@ -67,3 +69,28 @@ class EdgeLimits:
 
 
 DEFAULT_LIMITS = EdgeLimits()
+
+
+class _Connection(Protocol):
+    @property
+    def idle(self) -> bool: ...
+
+    def abort(self) -> None: ...
+
+
+_C = TypeVar("_C", bound=_Connection)
+
+
+def make_room(connections: set[_C], limit: int, idle_since: Callable[[_C], float], what: str) -> bool:
+    """Whether one more connection may be admitted: at ``limit``, the longest idle one is closed to make room;
+    with none idle, none is admitted."""
+    if len(connections) < limit:
+        return True
+    idle = [connection for connection in connections if connection.idle]
+    if not idle:
+        logging.getLogger(__name__).warning("the %s refused a connection: %d are open", what, len(connections))
+        return False
+    oldest = min(idle, key=idle_since)
+    connections.discard(oldest)
+    oldest.abort()
+    return True

@@ -34,7 +34,7 @@ import httptools
 import orjson
 
 from hermes.errors import StartupError
-from hermes.http.edge import DEFAULT_LIMITS, LINGER, MAX_FIELD_BYTES, MAX_HEAD_BYTES, EdgeLimits
+from hermes.http.edge import DEFAULT_LIMITS, LINGER, MAX_FIELD_BYTES, MAX_HEAD_BYTES, EdgeLimits, make_room
 
 log = logging.getLogger(__name__)
 
@@ -545,16 +545,7 @@ class LeanServer:
 
     def admit(self) -> bool:
         """Room for one more connection: at the limit, the longest idle one is closed; none idle, none admitted."""
-        if len(self.connections) < self.limits.max_connections:
-            return True
-        idle = [connection for connection in self.connections if connection.idle]
-        if not idle:
-            log.warning("the %s refused a connection: %d are open", self.what, len(self.connections))
-            return False
-        oldest = min(idle, key=lambda connection: connection.idle_since)
-        self.connections.discard(oldest)
-        oldest.abort()
-        return True
+        return make_room(self.connections, self.limits.max_connections, lambda c: c.idle_since, self.what)
 
     def drain(self) -> None:
         """Serves on, but every answer closes its connection: clients leave for new connections, which find the

@@ -14,7 +14,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 
 from hermes.errors import FormattingError, HermesError, RequestTimeout, StartupError
-from hermes.http.edge import DEFAULT_LIMITS, LINGER, MAX_FIELD_BYTES, EdgeLimits
+from hermes.http.edge import DEFAULT_LIMITS, LINGER, MAX_FIELD_BYTES, EdgeLimits, make_room
 
 log = logging.getLogger(__name__)
 
@@ -209,14 +209,8 @@ class _Edge:
 
     def admit(self, connection: _Watched) -> bool:
         """At the limit, the longest idle connection makes room; with none idle, the new one is refused."""
-        if len(self.connections) >= self.limits.max_connections:
-            idle = [c for c in self.connections if c.idle]
-            if not idle:
-                log.warning("the %s refused a connection: %d are open", self.what, len(self.connections))
-                return False
-            oldest = min(idle, key=lambda c: c.since)
-            self.connections.discard(oldest)
-            oldest.abort()
+        if not make_room(self.connections, self.limits.max_connections, lambda c: c.since, self.what):
+            return False
         self.connections.add(connection)
         return True
 
