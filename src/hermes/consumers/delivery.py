@@ -10,8 +10,9 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
+from hermes.consumers.breaker import BreakerState, CircuitBreaker
 from hermes.consumers.context import ConsumerContext
 from hermes.consumers.failure_log import FailureLog, describe
 from hermes.consumers.rate import AdaptiveRateLimiter, RateMode
@@ -27,6 +28,8 @@ from hermes.metadata.documents import UNDELIVERED_LAST, UndeliveredMessage
 from hermes.tracker import Tracker
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # One request: (the subscription as it is at the attempt, an address, that address's retry count) -> result
 Send = Callable[[Subscription, str, int], Awaitable[SendResult]]
@@ -48,6 +51,7 @@ class Delivery:
         self.failures = FailureLog(self.name, context.failure_log_interval)
         self._redirected = asyncio.Event()  # set (and replaced) when the endpoint changes
         self._waiting: set[asyncio.Task[Any]] = set()  # deliveries waiting for a retry or a rate slot
+        self.breaker = CircuitBreaker(subscription.circuit_breaker, self._breaker_changed)
 
     @property
     def name(self) -> str:
@@ -61,10 +65,12 @@ class Delivery:
         self.subscription = subscription
         self._filters = MessageFilters(subscription.filters)
         self.rate.set_max_rate(self._max_rate())
+        self.breaker.set_policy(subscription.circuit_breaker)
         if redirected:
             self._redirected.set()
             self._redirected = asyncio.Event()
             self.rate.reset()
+            self.breaker.reset("the endpoint changed")
 
     def set_rate_share(self, share: float | None) -> None:
         """This node's share of the subscription's rate, which the nodes delivering it split (None: all of it)."""
@@ -135,6 +141,29 @@ class Delivery:
             self.metrics.count("filtered")
         return passed
 
+    async def admitted(self, started: float, paced: bool) -> bool:
+        """Waits for the circuit breaker, then (``paced``) for a sending slot; False when the TTL of a delivery begun
+        at ``started`` ends first. A probe of an open breaker needs no slot: the breaker's interval paces it."""
+        if self.breaker.admit() is not None:
+            try:
+                async with asyncio.timeout(max(self.ttl_left(started), 0.0)):
+                    probe = await self._wait(self.breaker.wait())
+            except TimeoutError:
+                return False
+            if probe:
+                return True
+        return not paced or await self.slot(self.ttl_left(started))
+
+    def _breaker_changed(self, state: BreakerState, previous: BreakerState, reason: str) -> None:
+        log.log(
+            logging.INFO if state is BreakerState.HALF_OPEN else logging.WARNING,
+            "circuit breaker of %s: %s -> %s (%s)",
+            self.name,
+            previous.value,
+            state.value,
+            reason,
+        )
+
     async def slot(self, within: float) -> bool:
         """Waits for a sending slot; False when ``within`` seconds (the message's TTL) end first."""
         if self.rate.try_acquire():
@@ -157,12 +186,12 @@ class Delivery:
         """Whether the delivery ``task`` waits for a retry or a rate slot (rather than sending)."""
         return task in self._waiting
 
-    async def _wait(self, waiting: Awaitable[Any]) -> None:
+    async def _wait(self, waiting: Awaitable[T]) -> T:
         task = asyncio.current_task()
         assert task is not None
         self._waiting.add(task)
         try:
-            await waiting
+            return await waiting
         finally:
             self._waiting.discard(task)
 
@@ -187,6 +216,7 @@ class Delivery:
                 self.failures.failed(describe(result, url))
         if outcome.retry and not results:  # no address to send to
             self.failures.failed(outcome.reason)
+        self.breaker.record(failed=outcome.retry or outcome.slow_down)
         return outcome
 
     def delivered(self, messages: Sequence[Message]) -> None:

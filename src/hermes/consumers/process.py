@@ -116,6 +116,7 @@ class ConsumerProcess:
         cost."""
         self.delivery.failures.flush()
         self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value, self.receiver.lag)
+        self._report_breaker()
         snapshot = self.metrics.snapshot()
         figures = {k: v for k, v in snapshot.items() if k != "updatedAt"}
         now = time.monotonic()
@@ -123,6 +124,15 @@ class ConsumerProcess:
             return None
         self._reported, self._reported_at = figures, now
         return snapshot
+
+    def _report_breaker(self) -> None:
+        breaker = self.delivery.breaker
+        if breaker.policy is None and not breaker.opened:
+            return
+        if breaker.closed:
+            self.metrics.circuit_breaker(breaker.state.value, breaker.opened, 0, breaker.reason)
+        else:
+            self.metrics.circuit_breaker(breaker.state.value, breaker.opened, breaker.since_ms, breaker.opened_because)
 
     async def _publish_metrics(self) -> None:
         snapshot = self.report()

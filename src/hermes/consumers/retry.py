@@ -15,8 +15,9 @@ from hermes.domain.message import Message
 from hermes.domain.subscription import Subscription
 from hermes.domain.trace import TraceStatus
 
-# The undelivered reason of a message whose TTL ended before the rate limiter let its first attempt go.
-HELD_BACK = "Message sending failed: messageTtl ended while the sending rate was limited"
+# The undelivered reason of a message whose TTL ended before the rate limiter or the circuit breaker let its first
+# attempt go.
+HELD_BACK = "Message sending failed: messageTtl ended while the sending rate was limited or the circuit breaker open"
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ async def _attempts(
     recipients = Recipients(delivery.subscription.mode)
     reason = HELD_BACK  # why the messages are not delivered yet
     retries = 0
-    while not paced or await delivery.slot(delivery.ttl_left(started)):
+    while await delivery.admitted(started, paced):
         subscription = delivery.subscription
         outcome = await delivery.attempt(subscription, recipients, send)
         if paced:

@@ -23,6 +23,11 @@ _RATE = Gauge("hermes_consumers_rate", "Current sending rate limit (messages/s)"
 _TOKEN_REQUESTS = Counter("hermes_consumers_oauth_token_requests", "OAuth token requests sent", _LABELS)
 _TOKEN_FAILURES = Counter("hermes_consumers_oauth_token_failures", "OAuth tokens needed but not obtained", _LABELS)
 _MODE = Gauge("hermes_consumers_rate_mode", "Rate mode: 0 normal, 1 slow, 2 heartbeat", _LABELS)
+_BREAKER = Gauge(
+    "hermes_consumers_circuit_breaker_state", "Circuit breaker: 0 closed (or none), 1 open, 2 half-open", _LABELS
+)
+_BREAKER_OPENED = Counter("hermes_consumers_circuit_breaker_opened", "Times the circuit breaker opened", _LABELS)
+_BREAKER_STATES = {"CLOSED": 0, "OPEN": 1, "HALF_OPEN": 2}
 _LAG = Gauge("hermes_consumers_lag", "Messages after the committed offsets of this node's partitions", _LABELS)
 
 # Health looks at the last attempts rather than the last second: a failing subscription is slowed down to one
@@ -40,6 +45,7 @@ class SubscriptionMetrics:
     rate: float = 0.0
     mode: str = "NORMAL"
     lag: int = 0
+    breaker: dict[str, Any] | None = None  # the circuit breaker's state, when the subscription has one
     _previous: dict[str, int] = field(default_factory=dict)
     _previous_at: float = field(default_factory=time.monotonic)
     _children: dict[str, Any] = field(default_factory=dict)  # Prometheus children by counter name
@@ -107,6 +113,15 @@ class SubscriptionMetrics:
         gauges[2].set({"NORMAL": 0, "SLOW": 1, "HEARTBEAT": 2}.get(mode, 0))
         gauges[3].set(lag)
 
+    def circuit_breaker(self, state: str, opened: int, since: int, reason: str) -> None:
+        """The breaker's state (``since``: epoch millis it left CLOSED, 0 when closed) and openings so far."""
+        before = self.breaker["opened"] if self.breaker else 0
+        self.breaker = {"state": state, "opened": opened, "since": since, "reason": reason}
+        labels = self._labels()
+        _BREAKER.labels(**labels).set(_BREAKER_STATES[state])
+        if opened > before:
+            _BREAKER_OPENED.labels(**labels).inc(opened - before)
+
     def snapshot(self) -> dict[str, Any]:
         """Totals, gauges and per-second rates since the previous snapshot."""
         now = time.monotonic()
@@ -127,6 +142,7 @@ class SubscriptionMetrics:
             "rate": self.rate,
             "rateMode": self.mode,
             "lag": self.lag,
+            **({"circuitBreaker": self.breaker} if self.breaker is not None else {}),
             "updatedAt": int(time.time() * 1000),
         }
 

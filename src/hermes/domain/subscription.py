@@ -112,6 +112,19 @@ class BatchSubscriptionPolicy:
 
 
 @dataclass(frozen=True)
+class CircuitBreakerPolicy:
+    """Our extension (``circuitBreaker``; none: Hermes' behaviour, no breaker): when a subscription's endpoint keeps
+    failing, attempts pause and one probe goes at a time (``hermes.consumers.breaker``). Durations in millis."""
+
+    consecutive_failures: int = 20  # failed attempts in a row that open it
+    failure_ratio: float = 0.5  # or this share of the attempts of the last ``window`` failed...
+    window: int = 60_000
+    minimum_requests: int = 20  # ...when there were at least this many
+    probe_interval: int = 5_000  # while open, one probe attempt per interval
+    suspend_after: int | None = None  # open this long: the subscription is SUSPENDED (None: never)
+
+
+@dataclass(frozen=True)
 class Header:
     name: str
     value: str
@@ -170,6 +183,7 @@ class Subscription:
     profiling_enabled: bool = False
     profiling_threshold_ms: int = 0
     metrics_config: MessageProcessingMetrics = field(default_factory=MessageProcessingMetrics)
+    circuit_breaker: CircuitBreakerPolicy | None = None  # our extension: None, no breaker (and not in the JSON)
     # Standard Webhooks secrets the deliveries are signed with (our extension; hermes.domain.signing)
     signing_secrets: tuple[str, ...] = field(default=(), repr=False)
     # Epoch millis until which the second secret, the one a generated secret replaced, still signs (0: no end)

@@ -69,6 +69,11 @@ def subscription_metrics(
             name: sum(int(s.get("recentAttempts", {}).get(name, 0)) for s in fresh) for name in ATTEMPT_OUTCOMES
         },
         "nodes": sorted(node for node, s in by_node.items() if now - int(s.get("updatedAt", 0)) <= _STALE_MS),
+        "circuitBreaker": {
+            node: s["circuitBreaker"]
+            for node, s in by_node.items()
+            if "circuitBreaker" in s and now - int(s.get("updatedAt", 0)) <= _STALE_MS
+        },
     }
 
 
@@ -140,9 +145,28 @@ def subscription_health(metrics: dict[str, Any], thresholds: HealthThresholds = 
                     "description": "The endpoint answers with 4xx errors: it refuses the messages it receives",
                 }
             )
+    if opened := [b for b in metrics.get("circuitBreaker", {}).values() if b["state"] != "CLOSED"]:
+        problems.append(
+            {
+                "code": "CIRCUIT_OPEN",
+                "description": f"The circuit breaker is open on {len(opened)} consumer node(s): "
+                + "; ".join(sorted({b["reason"] for b in opened})),
+            }
+        )
     if metrics["lag"] > thresholds.lag:
         problems.append({"code": "LAGGING", "description": f"{metrics['lag']} messages wait for delivery"})
     return {"status": "UNHEALTHY" if problems else "HEALTHY", "problems": problems}
+
+
+def circuit_breaker(metrics: dict[str, Any], subscription: Subscription) -> dict[str, Any]:
+    """The breaker of each consumer node delivering the subscription, and the state of the most open one."""
+    nodes = metrics.get("circuitBreaker", {})
+    states = {b["state"] for b in nodes.values()}
+    return {
+        "enabled": subscription.circuit_breaker is not None,
+        "state": next((s for s in ("OPEN", "HALF_OPEN") if s in states), "CLOSED"),
+        "nodes": [{"node": node, **nodes[node]} for node in sorted(nodes)],
+    }
 
 
 def topic_metrics(repository: MetadataRepository, admin: BrokerAdmin, name: TopicName) -> Json:

@@ -31,6 +31,7 @@ from hermes.domain.signing import check_secrets
 from hermes.domain.subscription import (
     MAX_MESSAGE_TTL_SECONDS,
     BatchSubscriptionPolicy,
+    CircuitBreakerPolicy,
     CloudEventsMode,
     DeliveryType,
     Header,
@@ -91,6 +92,42 @@ def _batch_policy(data: Mapping[str, Any]) -> BatchSubscriptionPolicy:
         batch_time=read_int(data, "batchTime", d.batch_time, f + "batchTime", 1, 3_600_000),
         batch_volume=read_int(data, "batchVolume", d.batch_volume, f + "batchVolume", 1, 64 * 1024 * 1024),
     )
+
+
+# suspendAfter: at most 30 days (Svix suspends an endpoint failing for five)
+MAX_SUSPEND_AFTER_MS = 30 * 24 * 3600 * 1000
+
+
+def _circuit_breaker(value: Any) -> CircuitBreakerPolicy | None:
+    """Absent or null: no breaker."""
+    if value is None:
+        return None
+    data, f, d = read_object(value, "circuitBreaker"), "circuitBreaker.", CircuitBreakerPolicy()
+    return CircuitBreakerPolicy(
+        consecutive_failures=read_int(
+            data, "consecutiveFailures", d.consecutive_failures, f + "consecutiveFailures", 1, 1_000_000
+        ),
+        failure_ratio=read_float(data, "failureRatio", d.failure_ratio, f + "failureRatio", 0.01, 1),
+        window=read_int(data, "window", d.window, f + "window", 1000, 86_400_000),
+        minimum_requests=read_int(data, "minimumRequests", d.minimum_requests, f + "minimumRequests", 1, 1_000_000),
+        probe_interval=read_int(data, "probeInterval", d.probe_interval, f + "probeInterval", 100, 3_600_000),
+        suspend_after=None
+        if data.get("suspendAfter") is None
+        else read_int(data, "suspendAfter", 0, f + "suspendAfter", 1000, MAX_SUSPEND_AFTER_MS),
+    )
+
+
+def _circuit_breaker_to_json(policy: CircuitBreakerPolicy) -> Json:
+    out: Json = {
+        "consecutiveFailures": policy.consecutive_failures,
+        "failureRatio": policy.failure_ratio,
+        "window": policy.window,
+        "minimumRequests": policy.minimum_requests,
+        "probeInterval": policy.probe_interval,
+    }
+    if policy.suspend_after is not None:
+        out["suspendAfter"] = policy.suspend_after
+    return out
 
 
 def filters_from_json(value: Any) -> tuple[MessageFilterSpecification, ...]:
@@ -227,6 +264,7 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
         profiling_enabled=read_bool(body, "profilingEnabled", False),
         profiling_threshold_ms=read_int(body, "profilingThresholdMs", 0, "profilingThresholdMs", 0, 3_600_000),
         metrics_config=_metrics_config(body.get("metricsConfig")),
+        circuit_breaker=_circuit_breaker(body.get("circuitBreaker")),
         signing_secrets=_signing_secrets(body.get("signingSecrets")),
         previous_secret_expires_at=read_timestamp(body, "previousSigningSecretExpiresAt"),
         created_at=read_timestamp(body, "createdAt"),
@@ -342,6 +380,8 @@ def subscription_to_json(sub: Subscription, *, mask_secrets: bool = True) -> Jso
         out["signingSecrets"] = [SECRET_MASK] * len(sub.signing_secrets) if mask_secrets else list(sub.signing_secrets)
     if sub.cloud_events_mode is not None:
         out["cloudEventsMode"] = sub.cloud_events_mode.value
+    if sub.circuit_breaker is not None:
+        out["circuitBreaker"] = _circuit_breaker_to_json(sub.circuit_breaker)
     if sub.previous_secret_expires_at:
         out["previousSigningSecretExpiresAt"] = seconds(sub.previous_secret_expires_at)
     return out

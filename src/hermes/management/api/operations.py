@@ -51,6 +51,13 @@ async def subscription_health(request: web.Request) -> web.Response:
     return json_response(monitoring.subscription_health(await service.subscription_metrics(sub)))
 
 
+@routes.get("/topics/{topic}/subscriptions/{subscription}/circuit-breaker")
+async def circuit_breaker(request: web.Request) -> web.Response:
+    """Our extension: each consumer node's circuit breaker of the subscription."""
+    service, sub = await _subscription(request)
+    return json_response(monitoring.circuit_breaker(await service.subscription_metrics(sub), sub))
+
+
 @routes.get("/topics/{topic}/subscriptions/{subscription}/consumer-groups")
 async def consumer_groups(request: web.Request) -> web.Response:
     service, sub = await _subscription(request)

@@ -96,6 +96,23 @@ SCHEMAS: dict[str, Schema] = {
             "problems": array(obj({"code": STR, "description": STR})),
         }
     ),
+    "CircuitBreaker": obj(
+        {
+            "enabled": BOOL,
+            "state": enum("CLOSED", "OPEN", "HALF_OPEN"),
+            "nodes": array(
+                obj(
+                    {
+                        "node": STR,
+                        "state": enum("CLOSED", "OPEN", "HALF_OPEN"),
+                        "opened": {**INT, "description": "times it opened since the node's consumer started"},
+                        "since": {**INT, "description": "epoch millis it opened (0: closed)"},
+                        "reason": STR,
+                    }
+                )
+            ),
+        }
+    ),
     "Unhealthy": array(
         obj(
             {

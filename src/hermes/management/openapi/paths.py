@@ -168,6 +168,9 @@ PATHS: dict[str, dict[str, Schema]] = {
         "get": _op("The subscription's Kafka consumer group and its members", body=array(ref("ConsumerGroup")))
     },
     _S + "/health": {"get": _op("Subscription health", body=ref("Health"))},
+    _S + "/circuit-breaker": {
+        "get": _op("Our extension: the circuit breaker of each consumer node delivering it", body=ref("CircuitBreaker"))
+    },
     _S + "/undelivered/last": {"get": _op("Last undelivered message", body=ref("UndeliveredMessage"))},
     _S + "/retransmission": {
         "put": _op(

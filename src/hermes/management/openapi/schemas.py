@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from hermes.domain.api_json.fields import SECRET_MASK
-from hermes.domain.api_json.subscriptions import AVROPATH, JSONPATH
+from hermes.domain.api_json.subscriptions import AVROPATH, JSONPATH, MAX_SUSPEND_AFTER_MS
 from hermes.domain.api_json.topics import MAX_CHAOS_DELAY_MS, MAX_MAX_MESSAGE_SIZE, MIN_MAX_MESSAGE_SIZE
 from hermes.domain.endpoint import ENDPOINT_PATTERN, URL_PATTERN
 from hermes.domain.names import GROUP_PATTERN, SIMPLE_PATTERN, TOPIC_NAME_PATTERN
@@ -304,6 +304,24 @@ ENTITIES: dict[str, Schema] = {
                 },
                 [],
             ),
+            "circuitBreaker": {
+                **obj(
+                    {
+                        "consecutiveFailures": ranged(1, 1_000_000),
+                        "failureRatio": {"type": ["number", "null"], "minimum": 0.01, "maximum": 1},
+                        "window": ranged(1000, 86_400_000),
+                        "minimumRequests": ranged(1, 1_000_000),
+                        "probeInterval": ranged(100, 3_600_000),
+                        "suspendAfter": ranged(1000, MAX_SUSPEND_AFTER_MS),
+                    },
+                    [],
+                ),
+                "type": ["object", "null"],
+                "description": "our extension: opens after consecutiveFailures failed attempts in a row, or a "
+                "failureRatio of at least minimumRequests attempts in the last window (ms); while open, one probe "
+                "per probeInterval (ms); open for suspendAfter (ms; absent: never), the subscription is SUSPENDED. "
+                "Absent or null: no breaker, and not answered",
+            },
             "createdAt": EPOCH_SECONDS,
             "modifiedAt": EPOCH_SECONDS,
         },

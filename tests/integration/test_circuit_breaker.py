@@ -1,0 +1,127 @@
+"""Circuit breaking (``circuitBreaker``) against the real broker and real subscribers that fail, then recover."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from prometheus_client import REGISTRY
+
+from tests.conftest import wait_until
+from tests.support.hermes import HermesClient, InProcessHermes
+from tests.support.subscriber import Received, Reply, SubscriberServer
+
+pytestmark = pytest.mark.integration
+
+PROBE_INTERVAL_MS = 500
+BREAKER = {"consecutiveFailures": 3, "probeInterval": PROBE_INTERVAL_MS}
+POLICIES = {
+    "SERIAL": {"messageBackoff": 50, "messageTtl": 60, "inflightSize": 5, "requestTimeout": 10_000},
+    "BATCH": {"messageBackoff": 50, "messageTtl": 60, "batchSize": 5, "batchTime": 200, "requestTimeout": 10_000},
+}
+
+
+class Recovering:
+    """A subscriber answering 500 until ``recover``, then 200; ``delivered``: the messages answered 200."""
+
+    def __init__(self) -> None:
+        self.failing = True
+        self.delivered: list[Any] = []
+        self.server = SubscriberServer(self._reply).start()
+
+    def _reply(self, _n: int, request: Received) -> Reply:
+        if self.failing:
+            return Reply(500)
+        body = json.loads(request.body)
+        self.delivered.extend(body if isinstance(body, list) else [body])
+        return Reply(200)
+
+    def recover(self) -> None:
+        self.failing = False
+
+
+@pytest.fixture
+def recovering() -> Iterator[Recovering]:
+    subscriber = Recovering()
+    yield subscriber
+    subscriber.server.stop()
+
+
+def _breaker(client: HermesClient, topic: str, name: str) -> dict[str, Any]:
+    response = client.management.get(f"/topics/{topic}/subscriptions/{name}/circuit-breaker")
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+def _problems(client: HermesClient, topic: str, name: str) -> list[str]:
+    health = client.management.get(f"/topics/{topic}/subscriptions/{name}/health").json()
+    return [problem["code"] for problem in health["problems"]]
+
+
+@pytest.mark.parametrize("delivery", ["SERIAL", "BATCH"])
+def test_a_failing_endpoint_opens_the_breaker_gets_only_probes_then_closes_and_gets_everything(
+    client: HermesClient, hermes: InProcessHermes, recovering: Recovering, delivery: str
+) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(
+        topic,
+        recovering.server.url,
+        deliveryType=delivery,
+        subscriptionPolicy=POLICIES[delivery],
+        circuitBreaker=BREAKER,
+        monitoringDetails={"severity": "CRITICAL"},
+    )
+    consumer = hermes.consumer(topic, name)
+    for n in range(5):
+        assert client.publish(topic, json.dumps({"n": n})).status_code == 201
+    wait_until(lambda: _breaker(client, topic, name)["state"] != "CLOSED", timeout=20)
+    opened = len(recovering.server.received)
+    recovering.server.wait_for(opened + 3, timeout=20)  # three probes
+    probes = recovering.server.received[opened:]
+    gaps = [b.at - a.at for a, b in itertools.pairwise(probes)]
+    # one attempt per interval: without the breaker, a backoff of 50 ms would have sent dozens meanwhile
+    assert min(gaps) >= PROBE_INTERVAL_MS / 1000 * 0.8, gaps
+    assert opened <= 3 + 5  # the failures that opened it, and the attempts already under way then
+    state = _breaker(client, topic, name)
+    assert state["enabled"] and state["nodes"][0]["opened"] == 1 and "in a row failed" in state["nodes"][0]["reason"]
+    assert "CIRCUIT_OPEN" in _problems(client, topic, name)
+    unhealthy = client.management.get("/unhealthy").json()
+    assert any(u["name"] == name and "CIRCUIT_OPEN" in str(u["problems"]) for u in unhealthy)
+    labels = {"topic": topic, "subscription": name}
+    assert REGISTRY.get_sample_value("hermes_consumers_circuit_breaker_opened_total", labels) == 1
+    assert REGISTRY.get_sample_value("hermes_consumers_circuit_breaker_state", labels) in (1, 2)
+
+    recovering.recover()
+    wait_until(lambda: consumer.metrics.totals["delivered"] == 5, timeout=20)
+    assert sorted(m["n"] for m in recovering.delivered) == list(range(5))
+    wait_until(lambda: _breaker(client, topic, name)["state"] == "CLOSED", timeout=10)
+    assert consumer.metrics.totals["discarded"] == 0
+    wait_until(lambda: "CIRCUIT_OPEN" not in _problems(client, topic, name), timeout=10)
+    assert REGISTRY.get_sample_value("hermes_consumers_circuit_breaker_state", labels) == 0
+
+
+def test_the_setting_is_validated_on_create_and_update_naming_the_field_and_absent_unless_set(
+    client: HermesClient,
+) -> None:
+    topic = client.create_topic()
+    refused = client.management.post(
+        f"/topics/{topic}/subscriptions",
+        json={"name": "s", "endpoint": "http://x/", "circuitBreaker": {"failureRatio": 2}},
+    )
+    assert refused.status_code == 400 and refused.json()["message"].startswith("circuitBreaker.failureRatio: ")
+    name = client.create_subscription(topic, "http://x/")
+    path = f"/topics/{topic}/subscriptions/{name}"
+    assert "circuitBreaker" not in client.management.get(path).json()
+    assert client.management.get(f"{path}/circuit-breaker").json() == {"enabled": False, "state": "CLOSED", "nodes": []}
+    changed = client.management.put(path, json={"circuitBreaker": {"consecutiveFailures": 5}})
+    assert changed.status_code == 200 and "Hermes-Ignored-Fields" not in changed.headers
+    assert client.management.put(path, json={"description": "kept"}).status_code == 200
+    assert client.management.get(path).json()["circuitBreaker"]["consecutiveFailures"] == 5
+    wrong = client.management.put(path, json={"circuitBreaker": {"probeInterval": 10}})
+    assert wrong.status_code == 400, wrong.text
+    assert wrong.json()["message"] == "circuitBreaker.probeInterval: must be at least 100"
+    assert client.management.put(path, json={"circuitBreaker": None}).status_code == 200
+    assert "circuitBreaker" not in client.management.get(path).json()
