@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -125,3 +126,21 @@ def test_the_setting_is_validated_on_create_and_update_naming_the_field_and_abse
     assert wrong.json()["message"] == "circuitBreaker.probeInterval: must be at least 100"
     assert client.management.put(path, json={"circuitBreaker": None}).status_code == 200
     assert "circuitBreaker" not in client.management.get(path).json()
+
+
+def test_messages_waiting_behind_an_open_breaker_survive_their_consumer_stopping(
+    client: HermesClient, hermes: InProcessHermes, recovering: Recovering
+) -> None:
+    topic = client.create_topic()
+    policy = POLICIES["SERIAL"]
+    name = client.create_subscription(topic, recovering.server.url, subscriptionPolicy=policy, circuitBreaker=BREAKER)
+    hermes.consumer(topic, name)
+    for n in range(5):
+        assert client.publish(topic, json.dumps({"n": n})).status_code == 201
+    wait_until(lambda: _breaker(client, topic, name)["state"] != "CLOSED", timeout=20)
+    started = time.monotonic()
+    hermes.suspend(client, topic, name)  # the waiting deliveries are not waited for: they stay uncommitted
+    assert time.monotonic() - started < 5  # the stop's drain timeout: nothing sending held it
+    recovering.recover()
+    client.set_state(topic, name, "ACTIVE")
+    wait_until(lambda: sorted({m["n"] for m in recovering.delivered}) == list(range(5)), timeout=20)
