@@ -144,3 +144,31 @@ def test_messages_waiting_behind_an_open_breaker_survive_their_consumer_stopping
     recovering.recover()
     client.set_state(topic, name, "ACTIVE")
     wait_until(lambda: sorted({m["n"] for m in recovering.delivered}) == list(range(5)), timeout=20)
+
+
+def test_each_state_change_is_an_event_on_hermes_own_topic_that_anyone_subscribes_to_and_nobody_publishes_to(
+    client: HermesClient, hermes: InProcessHermes, recovering: Recovering, subscriber: SubscriberServer
+) -> None:
+    events = client.create_subscription("hermes.subscription-events", subscriber.url)
+    hermes.consumer("hermes.subscription-events", events)
+    refused = client.publish("hermes.subscription-events", '{"event": "circuitBreakerClosed"}')
+    assert refused.status_code == 403, refused.text
+    topic = client.create_topic()
+    name = client.create_subscription(
+        topic, recovering.server.url, subscriptionPolicy=POLICIES["SERIAL"], circuitBreaker=BREAKER
+    )
+    hermes.consumer(topic, name)
+    assert client.publish(topic, '{"n": 0}').status_code == 201
+
+    def of_it() -> list[dict[str, Any]]:
+        return [e for e in (json.loads(r.body) for r in subscriber.received) if e["subscription"] == name]
+
+    wait_until(lambda: [e["state"] for e in of_it()][:3] == ["OPEN", "HALF_OPEN", "OPEN"], timeout=20)
+    recovering.recover()
+    wait_until(lambda: of_it()[-1]["state"] == "CLOSED", timeout=20)
+    opened, closed = of_it()[0], of_it()[-1]
+    assert opened["event"] == "circuitBreakerOpened" and opened["previousState"] == "CLOSED"
+    assert opened["topicName"] == topic and opened["reason"] == "3 attempts in a row failed"
+    assert opened["node"] == hermes.hermes.settings.node_id and opened["time"] <= closed["time"]
+    assert closed["event"] == "circuitBreakerClosed" and closed["previousState"] == "HALF_OPEN"
+    assert all(r.headers.get("Hermes-Message-Id") for r in subscriber.received)

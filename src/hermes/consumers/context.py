@@ -12,6 +12,7 @@ from hermes.consumers.offloaded import OffloadedMessages
 from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import EndpointAddressResolver, EndpointItself
 from hermes.consumers.sender.senders import MessageSenders
+from hermes.consumers.subscription_events import SubscriptionEvents
 from hermes.metadata.repository import MetadataRepository
 from hermes.tracker import Tracker
 
@@ -31,6 +32,7 @@ class ConsumerContext:
     cluster: str
     tracker: Tracker | None = None
     tracing: Tracing | None = None
+    events: SubscriptionEvents | None = None  # where circuit breakers announce their changes
     commit_interval: float = 1.0
     metrics_interval: float = 1.0
     session_timeout_ms: int = 6000

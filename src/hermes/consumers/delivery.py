@@ -163,6 +163,8 @@ class Delivery:
             state.value,
             reason,
         )
+        if self.context.events is not None:
+            self.context.events.publish(self.subscription, state.value, previous.value, reason)
 
     async def slot(self, within: float) -> bool:
         """Waits for a sending slot; False when ``within`` seconds (the message's TTL) end first."""

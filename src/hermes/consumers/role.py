@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.producer import BrokerProducer
 from hermes.config import Settings
+from hermes.consumers.subscription_events import SubscriptionEvents
 from hermes.consumers.supervisor import ConsumersSupervisor
 from hermes.http.edge import EdgeLimits
 from hermes.http.server import Server
@@ -62,8 +63,9 @@ class Consumers:
         if tracing is not None:  # closed after the supervisor: the spans of its last deliveries go too
             self._exit.callback(tracing.close)
         node = self.node
+        events = SubscriptionEvents(tracking_producer, settings.node_id, settings.cluster_name)
         self.supervisor = ConsumersSupervisor(
-            settings, self._connection, self._cache, self._repository, tracker, tracing
+            settings, self._connection, self._cache, self._repository, tracker, tracing, events
         )
         if node is not None:
             self.supervisor.place(node.runs, node.rate_share)

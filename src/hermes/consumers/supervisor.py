@@ -33,6 +33,7 @@ from hermes.consumers.sender.http import HttpSender
 from hermes.consumers.sender.oauth import OAuthTokens, TokenClient
 from hermes.consumers.sender.senders import MessageSenders
 from hermes.consumers.shared_reading import SharedReader
+from hermes.consumers.subscription_events import SubscriptionEvents
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import HermesError, MetadataUnreachable
@@ -62,8 +63,10 @@ class ConsumersSupervisor:
         repository: MetadataRepository,
         tracker: Tracker | None = None,
         tracing: Tracing | None = None,
+        events: SubscriptionEvents | None = None,
     ) -> None:
         self._tracing = tracing
+        self._events = events
         self._settings = settings
         self._connection = connection
         self._cache = cache
@@ -102,6 +105,7 @@ class ConsumersSupervisor:
             cluster=s.cluster_name,
             tracker=self._tracker,
             tracing=self._tracing,
+            events=self._events,
             commit_interval=s.consumer_commit_interval,
             metrics_interval=s.consumer_metrics_interval,
             session_timeout_ms=s.consumer_session_timeout_ms,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.topics import KafkaTopics
 from hermes.config import Settings
-from hermes.errors import MetadataUnavailable
+from hermes.errors import HermesError, MetadataUnavailable
 from hermes.http.edge import EdgeLimits
 from hermes.http.server import Server
 from hermes.http.status import HEALTH, Health
@@ -48,7 +48,8 @@ class Management:
         """``frontend_url``: the publishing API beside it in this process, for the console; ``health``: the
         process's, for ``/status/health``."""
         self._repository = repository
-        app = create_app(ManagementService(settings, repository, admin, kafka_topics), security)
+        self._service = ManagementService(settings, repository, admin, kafka_topics)
+        app = create_app(self._service, security)
         if health is not None:
             app[HEALTH] = health
         if cluster is not None:
@@ -87,6 +88,10 @@ class Management:
         else:
             if resealed:
                 log.info("encrypted the stored secrets of %d subscriptions and OAuth providers anew", resealed)
+        try:
+            await self._service.create_subscription_events_topic()
+        except HermesError as exc:  # the store or Kafka unreachable: created by a later start
+            log.error("the topic of subscription events could not be created: %s", exc.message)
         await self.server.start()
 
     async def stop(self) -> None:

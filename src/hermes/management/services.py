@@ -7,6 +7,7 @@ in a thread, and changes that have a Kafka side (topics, a new subscription's of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -23,11 +24,13 @@ from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
 from hermes.domain.retransmission_task import RetransmissionTask
 from hermes.domain.subscription import Subscription, SubscriptionState
+from hermes.domain.subscription_events import subscription_events_topic
 from hermes.domain.topic import ContentType, Group, Topic
 from hermes.domain.trace import TRACKING_TOPIC
 from hermes.errors import (
     BrokerError,
     BrokerUnavailable,
+    GroupAlreadyExists,
     InternalTopicProtected,
     SchemaNotFound,
     ServiceUnavailable,
@@ -136,6 +139,14 @@ class ManagementService:
             pass
         await self._run(self._kafka_topics.create, topic)
         return await self._run(self._repository.create_topic, topic)
+
+    async def create_subscription_events_topic(self) -> None:
+        """Hermes' topic of operational events (and its group ``hermes``), when the store does not have it yet."""
+        topic = subscription_events_topic()
+        with contextlib.suppress(GroupAlreadyExists):
+            await self._run(self._repository.create_group, Group(topic.name.group))
+        with contextlib.suppress(TopicAlreadyExists):
+            await self.create_topic(topic)
 
     async def update_topic(self, name: TopicName, patch: dict[str, Any]) -> Topic:
         def change(current: Topic) -> Topic:
