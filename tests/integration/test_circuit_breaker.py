@@ -172,3 +172,37 @@ def test_each_state_change_is_an_event_on_hermes_own_topic_that_anyone_subscribe
     assert opened["node"] == hermes.hermes.settings.node_id and opened["time"] <= closed["time"]
     assert closed["event"] == "circuitBreakerClosed" and closed["previousState"] == "HALF_OPEN"
     assert all(r.headers.get("Hermes-Message-Id") for r in subscriber.received)
+
+
+def test_a_breaker_open_for_suspend_after_suspends_the_subscription_and_says_so_and_a_resume_delivers_everything(
+    client: HermesClient, hermes: InProcessHermes, recovering: Recovering, subscriber: SubscriberServer
+) -> None:
+    events = client.create_subscription("hermes.subscription-events", subscriber.url)
+    hermes.consumer("hermes.subscription-events", events)
+    topic = client.create_topic()
+    name = client.create_subscription(
+        topic,
+        recovering.server.url,
+        subscriptionPolicy=POLICIES["SERIAL"],
+        circuitBreaker={**BREAKER, "suspendAfter": 1500},
+    )
+    hermes.consumer(topic, name)
+    for n in range(3):
+        assert client.publish(topic, json.dumps({"n": n})).status_code == 201
+    state = f"/topics/{topic}/subscriptions/{name}/state"
+    wait_until(lambda: client.management.get(state).json() == "SUSPENDED", timeout=20)
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None
+    wait_until(lambda: (topic, name) not in supervisor.consumers, timeout=20)
+
+    def suspensions() -> list[dict[str, Any]]:
+        received = (json.loads(r.body) for r in subscriber.received)
+        return [e for e in received if e["subscription"] == name and e["event"] == "subscriptionSuspended"]
+
+    wait_until(suspensions, timeout=20)
+    [suspended] = suspensions()
+    assert suspended["state"] == "SUSPENDED" and suspended["previousState"] in ("OPEN", "HALF_OPEN")
+    assert suspended["reason"].startswith("the circuit breaker stayed open for 1500 ms")
+    recovering.recover()
+    client.set_state(topic, name, "ACTIVE")
+    wait_until(lambda: sorted({m["n"] for m in recovering.delivered}) == list(range(3)), timeout=20)

@@ -9,7 +9,7 @@ failing, attempts pause instead of going on at the rate limiter's slow pace.
 
 A failed attempt is one that is retried or slows the rate down (``sender/result.py``): 5xx, timeouts, network
 errors, no address resolved, 429; a 4xx that is not retried is the subscriber's answer about that message, so it
-counts as a success. ``suspension_due`` tells once when it stayed open for ``suspendAfter``.
+counts as a success. ``suspension_due`` tells when it stayed open for ``suspendAfter``.
 
 Pure state on an injected clock, plus ``wait`` for the deliveries that wait for a probe.
 """
@@ -66,7 +66,6 @@ class CircuitBreaker:
         self._consecutive = 0
         self._slices: deque[_Slice] = deque()
         self._next_probe = 0.0
-        self._suspension_told = False
         self._changed = asyncio.Event()  # set on every change of state or policy: waiters look again
 
     @property
@@ -129,14 +128,11 @@ class CircuitBreaker:
             self._open(now, f"{failures} of the {attempts} attempts of the last {policy.window} ms failed")
 
     def suspension_due(self) -> bool:
-        """True once, when it has not been closed for ``suspendAfter``."""
+        """Whether it has not been closed for ``suspendAfter``."""
         policy = self.policy
-        if self.closed or policy is None or policy.suspend_after is None or self._suspension_told:
+        if self.closed or policy is None or policy.suspend_after is None:
             return False
-        if (self._clock() - self.since) * 1000 < policy.suspend_after:
-            return False
-        self._suspension_told = True
-        return True
+        return (self._clock() - self.since) * 1000 >= policy.suspend_after
 
     def _count(self, now: float, failed: bool, window: float) -> tuple[int, int]:
         """Adds the attempt to the window's slices; the attempts and failures of the window."""
@@ -154,7 +150,6 @@ class CircuitBreaker:
         self.opened += 1
         self.since, self.since_ms = now, int(time.time() * 1000)
         self._next_probe = now + self.policy.probe_interval / 1000
-        self._suspension_told = False
         self.opened_because = reason
         self._enter(BreakerState.OPEN, reason)
 

@@ -10,6 +10,7 @@ come again.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -23,7 +24,8 @@ from hermes.consumers.retransmission import RetransmissionRequests
 from hermes.consumers.serial import SerialConsumer
 from hermes.consumers.shared_reading import SharedReader
 from hermes.consumers.subscription_metrics import SubscriptionMetrics
-from hermes.domain.subscription import Subscription
+from hermes.domain.subscription import Subscription, SubscriptionState
+from hermes.errors import HermesError
 from hermes.metadata.documents import SUBSCRIPTION_METRICS
 from hermes.metadata.repository import until_reachable
 
@@ -55,6 +57,7 @@ class ConsumerProcess:
             self.delivery, self.receiver, self._crashed
         )
         self._retransmissions = RetransmissionRequests(context.repository, subscription.topic_name.qualified, self.name)
+        self._suspending: asyncio.Task[None] | None = None  # the breaker's suspendAfter, under way
         self._reported: dict[str, object] = {}  # the figures of the last snapshot written, and when
         self._reported_at = 0.0
 
@@ -127,12 +130,36 @@ class ConsumerProcess:
 
     def _report_breaker(self) -> None:
         breaker = self.delivery.breaker
+        if breaker.suspension_due() and self._suspending is None and not self._stopping:
+            self._suspending = asyncio.create_task(self._suspend(), name=f"suspend-{self.name}")
         if breaker.policy is None and not breaker.opened:
             return
         if breaker.closed:
             self.metrics.circuit_breaker(breaker.state.value, breaker.opened, 0, breaker.reason)
         else:
             self.metrics.circuit_breaker(breaker.state.value, breaker.opened, breaker.since_ms, breaker.opened_because)
+
+    async def _suspend(self) -> None:
+        """Suspends the subscription as management's ``PUT .../state`` does (its consumers then stop, here and on
+        every node), and announces it."""
+        breaker, subscription = self.delivery.breaker, self.subscription
+        assert breaker.policy is not None and breaker.policy.suspend_after is not None
+        reason = f"the circuit breaker stayed open for {breaker.policy.suspend_after} ms ({breaker.opened_because})"
+
+        def suspended(current: Subscription) -> Subscription:
+            return dataclasses.replace(current, state=SubscriptionState.SUSPENDED)
+
+        try:
+            await asyncio.to_thread(
+                self._context.repository.update_subscription, subscription.topic_name, subscription.name, suspended
+            )
+        except HermesError as exc:  # deleted meanwhile, or the store unreachable
+            log.warning("could not suspend %s (tried again in a moment): %s", self.name, exc.message)
+            self._suspending = None
+            return
+        log.warning("suspended %s: %s", self.name, reason)
+        if self._context.events is not None:
+            self._context.events.publish(subscription, SubscriptionState.SUSPENDED.value, breaker.state.value, reason)
 
     async def _publish_metrics(self) -> None:
         snapshot = self.report()
