@@ -1,6 +1,6 @@
 """The consumers role's entry point: the supervisor (one consumer per subscription), the producer of its trace
-events, when the role runs alone a server for health and Prometheus, and in distributed mode the cluster node
-that tells the supervisor which subscriptions are this node's."""
+events and subscription events, when the role runs alone a server for health and Prometheus, and in distributed
+mode the cluster node that tells the supervisor which subscriptions are this node's."""
 
 from __future__ import annotations
 
