@@ -184,3 +184,27 @@ def test_a_subscription_is_pending_until_a_consumers_process_runs_it(split: Spli
     split.consumers()
     wait_until(lambda: state(second) == "ACTIVE", timeout=30, interval=0.1)
     assert state(first) == "SUSPENDED"
+
+
+def test_a_consumers_process_killed_while_its_circuit_breaker_is_open_loses_nothing(split: SplitHermes) -> None:
+    consumers = split.consumers()
+    client, subscriber = split.client, split.subscriber
+    failing = threading.Event()
+    failing.set()
+    subscriber.script = lambda _n, _r: Reply(500 if failing.is_set() else 200)
+    topic = client.create_topic()
+    name = client.create_subscription(
+        topic,
+        subscriber.url,
+        subscriptionPolicy={"messageBackoff": 50, "inflightSize": 5},
+        circuitBreaker={"consecutiveFailures": 3, "probeInterval": 500},
+    )
+    breaker = f"/topics/{topic}/subscriptions/{name}/circuit-breaker"
+    published = [client.publish(topic, f'{{"n": {n}}}').headers["Hermes-Message-Id"] for n in range(5)]
+    wait_until(lambda: client.management.get(breaker).json()["state"] != "CLOSED", timeout=30, interval=0.1)
+    consumers.stop(signal.SIGKILL)  # the messages wait behind the breaker, uncommitted
+    failing.clear()
+    restarted = len(subscriber.received)
+    split.consumers()  # its breaker starts closed
+    wait_until(lambda: set(published) <= {r.message_id for r in subscriber.received[restarted:]}, timeout=60)
+    wait_until(lambda: client.management.get(breaker).json()["state"] == "CLOSED", timeout=30, interval=0.1)
