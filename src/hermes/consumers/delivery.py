@@ -144,15 +144,15 @@ class Delivery:
     async def admitted(self, started: float, paced: bool) -> bool:
         """Waits for the circuit breaker, then (``paced``) for a sending slot; False when the TTL of a delivery begun
         at ``started`` ends first. A probe of an open breaker needs no slot: the breaker's interval paces it."""
-        if self.breaker.admit() is not None:
+        if self.breaker.admit() is None:
+            probe = not self.breaker.closed  # granted at once
+        else:
             try:
                 async with asyncio.timeout(max(self.ttl_left(started), 0.0)):
                     probe = await self._wait(self.breaker.wait())
             except TimeoutError:
                 return False
-            if probe:
-                return True
-        return not paced or await self.slot(self.ttl_left(started))
+        return probe or not paced or await self.slot(self.ttl_left(started))
 
     def _breaker_changed(self, state: BreakerState, previous: BreakerState, reason: str) -> None:
         log.log(

@@ -117,10 +117,13 @@ class SubscriptionMetrics:
         """The breaker's state (``since``: epoch millis it left CLOSED, 0 when closed) and openings so far."""
         before = self.breaker["opened"] if self.breaker else 0
         self.breaker = {"state": state, "opened": opened, "since": since, "reason": reason}
-        labels = self._labels()
-        _BREAKER.labels(**labels).set(_BREAKER_STATES[state])
+        children = self._children.get("breaker")
+        if children is None:  # looked up once, as the gauges
+            labels = self._labels()
+            children = self._children["breaker"] = (_BREAKER.labels(**labels), _BREAKER_OPENED.labels(**labels))
+        children[0].set(_BREAKER_STATES[state])
         if opened > before:
-            _BREAKER_OPENED.labels(**labels).inc(opened - before)
+            children[1].inc(opened - before)
 
     def snapshot(self) -> dict[str, Any]:
         """Totals, gauges and per-second rates since the previous snapshot."""
