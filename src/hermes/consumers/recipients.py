@@ -73,13 +73,13 @@ class Recipients:
     def _record(self, results: Mapping[str, SendResult], retry_client_errors: bool, rules: RetryRules) -> Outcome:
         failed: dict[str, tuple[SendResult, Verdict]] = {}
         slow_down = False
-        counters: list[str] = []
+        counters: tuple[str, ...] = ()
         for address, result in results.items():
             self._attempts[address] = self._attempts.get(address, 0) + 1
             verdict = judge(result, retry_client_errors, rules)
             slow_down |= verdict.slow_down
             if verdict.counter is not None:
-                counters.append(verdict.counter)
+                counters += (verdict.counter,)
             if verdict.retry:
                 failed[address] = (result, verdict)
             else:
@@ -97,13 +97,13 @@ class Recipients:
                     rejected=True,
                     dead_letter=any(verdict.dead_letter for _, verdict in rejected),
                     status=next(iter(rejected))[0].status,
-                    counters=tuple(counters),
+                    counters=counters,
                 )
-            return Outcome(retry=False, slow_down=slow_down, retry_after=None, reason="", counters=tuple(counters))
+            return Outcome(retry=False, slow_down=slow_down, retry_after=None, reason="", counters=counters)
         waits = [r.retry_after if v.delay is None else v.delay for r, v in failed.values()]
         retry_after = max(w for w in waits if w is not None) if None not in waits else None
         status = next(iter(failed.values()))[0].status
-        return Outcome(True, slow_down, retry_after, self._reason(failed), status=status, counters=tuple(counters))
+        return Outcome(True, slow_down, retry_after, self._reason(failed), status=status, counters=counters)
 
     def _reason(self, failed: Mapping[str, tuple[SendResult, Verdict]]) -> str:
         if self._mode is SubscriptionMode.ANYCAST:
