@@ -97,6 +97,7 @@ def test_the_asgi_subscriber_answers_hermes_statuses() -> None:
     assert run(seen.append, b'{"a": 1}')[0] == 200
     assert (seen[0].message_id, seen[0].retry_count, seen[0].messages()) == ("m1", 2, [{"a": 1}])
     assert run(lambda _: Answer.retry_later(7), b"{}") == (503, {b"retry-after": b"7"})
+    assert run(lambda _: Answer.stop(), b"{}") == (422, {b"hermes-retry": b"stop"})
     assert run(lambda d: d.json(), b"not json")[0] == 400
     assert run(lambda _: 1 / 0, b"{}")[0] == 500  # type: ignore[func-returns-value]
 

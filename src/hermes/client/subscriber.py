@@ -115,6 +115,12 @@ class Answer:
         return cls(status)
 
     @classmethod
+    def stop(cls, status: int = 422) -> Answer:
+        """A failure not worth retrying: ``Hermes-Retry: stop`` gives the message up at once where the subscription
+        allows it (``stopRetryHeaderAllowed``); elsewhere ``status`` decides, as for ``reject``."""
+        return cls(status, {"Hermes-Retry": "stop"})
+
+    @classmethod
     def fail(cls) -> Answer:
         """Try again: 500, retried with back-off, and the subscription slows down."""
         return cls(500)

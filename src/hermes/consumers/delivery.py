@@ -210,7 +210,7 @@ class Delivery:
             outcome = recipients.unresolved(exc.message)
         else:
             outcome, results = await recipients.attempt(
-                addresses, functools.partial(send, subscription), policy.retry_client_errors
+                addresses, functools.partial(send, subscription), policy.retry_client_errors, subscription.retry_rules
             )
         for url, result in results.items():
             self.metrics.response(result.status, result.timed_out)
@@ -225,9 +225,18 @@ class Delivery:
         self.metrics.count("delivered", len(messages))
         self.traces(messages, TraceStatus.SUCCESS)
 
-    async def discard(self, messages: Sequence[Message], reason: str) -> None:
+    async def discard(
+        self,
+        messages: Sequence[Message],
+        reason: str,
+        *,
+        last_status: int | None = None,
+        attempts: int = 0,
+        dead_letter: bool = True,
+    ) -> None:
         """Gives up on ``messages``: counted, traced, summed up in the failure log and recorded as the last
-        undelivered message."""
+        undelivered message. ``last_status`` (the last failed answer's), ``attempts`` (how many were made) and
+        ``dead_letter`` (False: a DISCARD status rule said the messages are worthless) are for dead letters."""
         self.failures.discarded(len(messages), reason)
         for message in messages:
             self.metrics.count("discarded")

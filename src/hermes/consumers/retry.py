@@ -1,17 +1,20 @@
 """Retrying a delivery until its messageTtl ends: the one loop of SERIAL and BATCH delivery, and its backoff.
 
 Whether an attempt is retried, and whether it slows the sending rate down, is the subscribing guide's table in
-``sender/result.py``; which addresses each attempt goes to is ``recipients.py``.
+``sender/result.py`` with the subscription's status rules; which addresses each attempt goes to is
+``recipients.py``.
 """
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hermes.consumers.delivery import Delivery, Send
 from hermes.consumers.recipients import Recipients
 from hermes.domain.message import Message
+from hermes.domain.retry_rules import BackoffJitter
 from hermes.domain.subscription import Subscription
 from hermes.domain.trace import TraceStatus
 
@@ -22,30 +25,50 @@ HELD_BACK = "Message sending failed: messageTtl ended while the sending rate was
 
 @dataclass(frozen=True)
 class Backoff:
-    """``current = previous * multiplier``, from ``initial`` up to ``maximum`` (seconds)."""
+    """``current = previous * multiplier``, from ``initial`` up to ``maximum`` (seconds), then jittered."""
 
     initial: float
     multiplier: float
     maximum: float
+    jitter: BackoffJitter = BackoffJitter.NONE
 
     @classmethod
     def of(cls, subscription: Subscription) -> Backoff:
         """The subscription's backoff; a BATCH one waits messageBackoff before every retry."""
+        jitter = subscription.retry_rules.backoff_jitter
         if subscription.is_batch:
             seconds = subscription.batch_policy.message_backoff / 1000
-            return cls(seconds, 1.0, seconds)
+            return cls(seconds, 1.0, seconds, jitter)
         policy = subscription.serial_policy
-        return cls(policy.message_backoff / 1000, policy.backoff_multiplier, policy.backoff_max_interval_in_sec)
+        return cls(policy.message_backoff / 1000, policy.backoff_multiplier, policy.backoff_max_interval_in_sec, jitter)
 
     def delay(self, retries_so_far: int, retry_after: float | None = None) -> float:
-        """The wait before the next attempt; a subscriber's Retry-After replaces the computed backoff."""
+        """The wait before the next attempt; a Retry-After (the subscriber's, or a rule's delay) replaces the
+        computed backoff and is not jittered: it says when."""
         if retry_after is not None:
             return retry_after
         try:
-            grown = self.initial * self.multiplier**retries_so_far
+            backoff = min(self.initial * self.multiplier**retries_so_far, self.maximum)
         except OverflowError:  # a few hundred retries at a multiplier of 10: far beyond any maximum
-            return self.maximum
-        return min(grown, self.maximum)
+            backoff = self.maximum
+        if self.jitter is BackoffJitter.FULL:
+            return random.uniform(0, backoff)
+        if self.jitter is BackoffJitter.EQUAL:
+            return backoff / 2 + random.uniform(0, backoff / 2)
+        return backoff
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """Why messages are not delivered, and what the dead letters they become keep of it."""
+
+    reason: str
+    last_status: int | None = None  # the last failed answer's status; None after a network error or none
+    attempts: int = 0
+    dead_letter: bool = True  # False: a DISCARD status rule said the messages are worthless
+
+
+_HELD_BACK = GiveUp(HELD_BACK)
 
 
 async def retry_until_ttl(
@@ -58,37 +81,47 @@ async def retry_until_ttl(
     the delivery is a span, its attempts' spans within it."""
     tracing = delivery.context.tracing
     if tracing is None:
-        discarded = await _attempts(delivery, messages, started, send, paced)
+        given_up = await _attempts(delivery, messages, started, send, paced)
     else:
         ids, contexts = [m.message_id for m in messages], [m.propagated_headers for m in messages]
         with tracing.delivery(delivery.name, messages[0].topic, ids, contexts) as span:
-            discarded = await _attempts(delivery, messages, started, send, paced)
-            tracing.delivered(span, discarded)
-    if discarded is None:
+            given_up = await _attempts(delivery, messages, started, send, paced)
+            tracing.delivered(span, None if given_up is None else given_up.reason)
+    if given_up is None:
         delivery.delivered(messages)
     else:
-        await delivery.discard(messages, discarded)
+        await delivery.discard(
+            messages,
+            given_up.reason,
+            last_status=given_up.last_status,
+            attempts=given_up.attempts,
+            dead_letter=given_up.dead_letter,
+        )
 
 
 async def _attempts(
     delivery: Delivery, messages: Sequence[Message], started: float, send: Send, paced: bool
-) -> str | None:
+) -> GiveUp | None:
     """None once ``messages`` are delivered; else why they are discarded."""
     recipients = Recipients(delivery.subscription.mode)
-    reason = HELD_BACK  # why the messages are not delivered yet
-    retries = 0
+    given_up = _HELD_BACK  # why the messages are not delivered yet
+    attempts = 0
     while await delivery.admitted(started, paced):
         subscription = delivery.subscription
         outcome = await delivery.attempt(subscription, recipients, send)
+        attempts += 1
         if paced:
             delivery.rate.record(failed=outcome.slow_down)
+        for counter in outcome.counters:
+            delivery.metrics.count(counter, len(messages))
         if not outcome.retry:
-            return outcome.reason if outcome.rejected else None
-        reason = outcome.reason
-        backoff = Backoff.of(subscription).delay(retries, outcome.retry_after)
+            if not outcome.rejected:
+                return None
+            return GiveUp(outcome.reason, outcome.status, attempts, outcome.dead_letter)
+        given_up = GiveUp(outcome.reason, outcome.status, attempts)
+        backoff = Backoff.of(subscription).delay(attempts - 1, outcome.retry_after)
         if backoff > delivery.ttl_left(started):
             break
-        delivery.traces(messages, TraceStatus.FAILED, reason)
-        retries += 1
+        delivery.traces(messages, TraceStatus.FAILED, outcome.reason)
         await delivery.pause(backoff)
-    return reason
+    return given_up

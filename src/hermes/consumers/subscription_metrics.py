@@ -11,6 +11,7 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge
 
+from hermes.domain.retry_rules import RETRIES_STOPPED, RuleAction
 from hermes.metadata.documents import ATTEMPT_OUTCOMES, COUNTERS
 
 _LABELS = ("topic", "subscription")
@@ -20,6 +21,13 @@ _FILTERED = Counter("hermes_consumers_filtered", "Messages skipped by filters", 
 _RESPONSES = Counter("hermes_consumers_responses", "Delivery attempts by outcome", (*_LABELS, "outcome"))
 _INFLIGHT = Gauge("hermes_consumers_inflight", "Messages read and not finished", _LABELS)
 _RATE = Gauge("hermes_consumers_rate", "Current sending rate limit (messages/s)", _LABELS)
+_RULE_ACTIONS = Counter(
+    "hermes_consumers_status_rule_actions", "Messages of answers a status rule decided, by action", (*_LABELS, "action")
+)
+_RETRIES_STOPPED = Counter(
+    "hermes_consumers_retries_stopped", "Messages whose retries the subscriber's stop-retry header ended", _LABELS
+)
+_RULE_ACTION_BY_COUNTER = {action.counter: action.value for action in RuleAction}
 _TOKEN_REQUESTS = Counter("hermes_consumers_oauth_token_requests", "OAuth token requests sent", _LABELS)
 _TOKEN_FAILURES = Counter("hermes_consumers_oauth_token_failures", "OAuth tokens needed but not obtained", _LABELS)
 _MODE = Gauge("hermes_consumers_rate_mode", "Rate mode: 0 normal, 1 slow, 2 heartbeat", _LABELS)
@@ -76,6 +84,10 @@ class SubscriptionMetrics:
                 child = _DISCARDED.labels(**labels)
             elif name == "filtered":
                 child = _FILTERED.labels(**labels)
+            elif name in _RULE_ACTION_BY_COUNTER:
+                child = _RULE_ACTIONS.labels(**labels, action=_RULE_ACTION_BY_COUNTER[name])
+            elif name == RETRIES_STOPPED:
+                child = _RETRIES_STOPPED.labels(**labels)
             else:
                 child = _RESPONSES.labels(**labels, outcome=name)
             self._children[name] = child

@@ -8,6 +8,7 @@ from typing import Any
 
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import SubscriptionName, TopicName
+from hermes.domain.retry_rules import RetryRules
 from hermes.domain.topic import ContentType, Owner
 
 MAX_MESSAGE_TTL_SECONDS = 7200
@@ -170,6 +171,8 @@ class Subscription:
     cloud_events_mode: CloudEventsMode | None = None
     serial_policy: SerialSubscriptionPolicy = field(default_factory=SerialSubscriptionPolicy)
     batch_policy: BatchSubscriptionPolicy = field(default_factory=BatchSubscriptionPolicy)
+    # Our extension of either policy (subscriptionPolicy.statusRules, .backoffJitter, .stopRetryHeaderAllowed)
+    retry_rules: RetryRules = field(default_factory=RetryRules)
     mode: SubscriptionMode = SubscriptionMode.ANYCAST
     headers: tuple[Header, ...] = ()
     filters: tuple[MessageFilterSpecification, ...] = ()

@@ -34,7 +34,19 @@ UNWATCHED = frozenset({SUBSCRIPTION_METRICS, TOPIC_METRICS})
 
 # The subscription-metrics record: a lifetime total of each counter, a ``<counter>PerSecond`` rate of each,
 # ``recentAttempts`` by outcome, and ``inflight``, ``rate``, ``mode``, ``lag``, ``updatedAt``.
-COUNTERS = ("delivered", "discarded", "filtered", "timeouts", "otherErrors", "codes2xx", "codes4xx", "codes5xx")
+# What status rules (by action) and the stop-retry header decided, in messages (hermes.domain.retry_rules)
+RETRY_RULE_COUNTERS = ("ruleRetry", "ruleRetryAfter", "ruleDiscard", "ruleDeadLetter", "retriesStopped")
+COUNTERS = (
+    "delivered",
+    "discarded",
+    "filtered",
+    "timeouts",
+    "otherErrors",
+    "codes2xx",
+    "codes4xx",
+    "codes5xx",
+    *RETRY_RULE_COUNTERS,
+)
 ATTEMPT_OUTCOMES = ("codes2xx", "codes4xx", "codes5xx", "timeouts", "otherErrors")
 
 

@@ -18,6 +18,7 @@ from hermes.domain.message import (
     TOPIC_NAME_HEADER,
     Message,
 )
+from hermes.domain.retry_rules import STOP_RETRY_HEADER, STOP_RETRY_VALUE
 from hermes.domain.signing import signature_headers, signing_now
 from hermes.domain.subscription import Subscription
 from hermes.domain.trace_context import TRACEPARENT, TRACESTATE, child_traceparent, valid_traceparent
@@ -26,6 +27,9 @@ from hermes.http.streamed import Body, StreamedBody
 
 if TYPE_CHECKING:  # imported only when tracing is on: the extra's package
     from hermes.telemetry.spans import Tracing
+
+
+_STOP_RETRY = STOP_RETRY_HEADER.lower()  # the client keeps answer headers' names in lower case
 
 
 def parse_retry_after(value: str | None) -> float | None:
@@ -118,7 +122,9 @@ class HttpSender:
         socket_timeout = subscription.serial_policy.socket_timeout / 1000 or None
         try:
             response = await self._client.post(url, body, headers, timeout_ms / 1000, socket_timeout)
-            return SendResult.of_status(response.status, parse_retry_after(response.headers.get("retry-after")))
+            status, answer = response.status, response.headers
+            stop = status >= 300 and answer.get(_STOP_RETRY, "").lower() == STOP_RETRY_VALUE  # a 2xx is a delivery
+            return SendResult.of_status(status, parse_retry_after(answer.get("retry-after")), stop)
         except TimeoutError:
             return SendResult.timeout()
         except asyncio.CancelledError:

@@ -14,6 +14,13 @@ guide.
 | 503                 | -                 | no          | yes   | yes       |
 | 503                 | -                 | yes         | yes   | no        |
 | network error/timeout | -               | -           | yes   | yes       |
+
+Our extensions come before the table (``hermes.domain.retry_rules``), after a 2xx, a network error and the 401 of
+an OAuth policy, which neither overrides: a failed answer with the stop-retry header, when the subscription
+allows it, is given up at once; else the first of the subscription's status rules that matches the status decides
+(RETRY: retried after the backoff, slowing down; RETRY_AFTER: retried after the rule's delay, which replaces a
+Retry-After, not slowing down; DISCARD, DEAD_LETTER: given up at once). Giving up does not change whether the
+answer slows the rate down.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from hermes.domain.retry_rules import NO_RULES, RETRIES_STOPPED, STOP_RETRY_HEADER, RetryRules, RuleAction
 from hermes.errors import HermesError
 
 
@@ -33,10 +41,11 @@ class SendResult:
     error: str | None = None
     retry_after: float | None = None  # seconds, from a Retry-After header
     reauthorize: bool = False  # a 401 from an OAuth-secured subscriber: retried with a new token
+    stop_retry: bool = False  # the answer carried the stop-retry header
 
     @classmethod
-    def of_status(cls, status: int, retry_after: float | None = None) -> SendResult:
-        return cls(status=status, retry_after=retry_after)
+    def of_status(cls, status: int, retry_after: float | None = None, stop_retry: bool = False) -> SendResult:
+        return cls(status=status, retry_after=retry_after, stop_retry=stop_retry)
 
     @classmethod
     def delivered(cls) -> SendResult:
@@ -88,17 +97,43 @@ def network_failure(exc: Exception, url: str) -> str:
 class Verdict:
     retry: bool
     slow_down: bool
+    delay: float | None = None  # seconds before the retry, a RETRY_AFTER rule's: replaces a Retry-After
+    dead_letter: bool = True  # when given up: whether the message is kept as a dead letter
+    why: str = ""  # the rule or header that decided, for the undelivered reason
+    counter: str | None = None  # the metrics' count of what a rule or header decided
 
 
-def judge(result: SendResult, retry_client_errors: bool) -> Verdict:
+_DELIVERED = Verdict(retry=False, slow_down=False)
+_RETRIED = Verdict(retry=True, slow_down=True)
+
+
+def judge(result: SendResult, retry_client_errors: bool, rules: RetryRules = NO_RULES) -> Verdict:
     status = result.status
     if result.succeeded:
-        return Verdict(retry=False, slow_down=False)
+        return _DELIVERED
     if status is None:
-        return Verdict(retry=True, slow_down=True)
+        return _RETRIED
     if result.reauthorize:  # an expired token is no sign of overload
         return Verdict(retry=True, slow_down=False)
-    has_retry_after = result.retry_after is not None
+    verdict = _table(status, result.retry_after is not None, retry_client_errors)
+    if result.stop_retry and rules.stop_retry_header_allowed:
+        why = f"the subscriber answered {STOP_RETRY_HEADER}: stop"
+        return Verdict(False, verdict.slow_down, why=why, counter=RETRIES_STOPPED)
+    found = rules.rule_for(status) if rules.status_rules else None
+    if found is None:
+        return verdict
+    index, rule = found
+    why, counter = f"subscriptionPolicy.statusRules[{index}]: {rule.action}", rule.action.counter
+    if rule.action is RuleAction.RETRY:
+        return Verdict(True, True, why=why, counter=counter)
+    if rule.action is RuleAction.RETRY_AFTER:
+        return Verdict(True, False, (rule.delay or 0) / 1000, why=why, counter=counter)
+    dead_letter = rule.action is RuleAction.DEAD_LETTER
+    return Verdict(False, verdict.slow_down, dead_letter=dead_letter, why=why, counter=counter)
+
+
+def _table(status: int, has_retry_after: bool, retry_client_errors: bool) -> Verdict:
+    """Hermes' table for an answer that is not a 2xx."""
     if status == 429:
         if not retry_client_errors:
             return Verdict(retry=False, slow_down=True)
@@ -107,4 +142,4 @@ def judge(result: SendResult, retry_client_errors: bool) -> Verdict:
         return Verdict(retry=retry_client_errors, slow_down=retry_client_errors)
     if status == 503:
         return Verdict(retry=True, slow_down=not has_retry_after)
-    return Verdict(retry=True, slow_down=True)  # 5xx, and anything else that is not 2xx
+    return _RETRIED  # 5xx, and anything else that is not 2xx

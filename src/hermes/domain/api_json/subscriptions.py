@@ -24,6 +24,7 @@ from hermes.domain.api_json.fields import (
     read_timestamp,
     seconds,
 )
+from hermes.domain.api_json.retry_rules import retry_rules_from_json, retry_rules_to_json
 from hermes.domain.api_json.topics import owner_from_json, owner_to_json
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import TopicName, validate_simple_name
@@ -251,6 +252,7 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
         cloud_events_mode=cloud_events_mode,
         serial_policy=_serial_policy(policy) if delivery is DeliveryType.SERIAL else SerialSubscriptionPolicy(),
         batch_policy=_batch_policy(policy) if delivery is DeliveryType.BATCH else BatchSubscriptionPolicy(),
+        retry_rules=retry_rules_from_json(policy, http=not endpoint.is_jms),
         mode=mode,
         headers=_headers(body.get("headers")),
         filters=filters_from_json(body.get("filters")),
@@ -341,7 +343,7 @@ def subscription_to_json(sub: Subscription, *, mask_secrets: bool = True) -> Jso
         "state": sub.state.value,
         "contentType": sub.content_type.value,
         "deliveryType": sub.delivery_type.value,
-        "subscriptionPolicy": _policy_to_json(sub),
+        "subscriptionPolicy": {**_policy_to_json(sub), **retry_rules_to_json(sub.retry_rules)},
         "mode": sub.mode.value,
         "headers": [{"name": h.name, "value": h.value} for h in sub.headers],
         "filters": [_filter_to_json(f) for f in sub.filters],

@@ -13,6 +13,7 @@ from hermes.domain.api_json.subscriptions import AVROPATH, JSONPATH, MAX_SUSPEND
 from hermes.domain.api_json.topics import MAX_CHAOS_DELAY_MS, MAX_MAX_MESSAGE_SIZE, MIN_MAX_MESSAGE_SIZE
 from hermes.domain.endpoint import ENDPOINT_PATTERN, URL_PATTERN
 from hermes.domain.names import GROUP_PATTERN, SIMPLE_PATTERN, TOPIC_NAME_PATTERN
+from hermes.domain.retry_rules import MAX_RULE_DELAY_MS, MAX_STATUS_RULES, STATUS_PATTERN, STOP_RETRY_HEADER
 from hermes.domain.signing import MAX_SECRETS, SECRET_PATTERN
 from hermes.domain.subscription import MAX_MESSAGE_TTL_SECONDS
 from hermes.domain.topic import MAX_IDEMPOTENCY_WINDOW
@@ -74,6 +75,46 @@ _CHAOS_POLICY = obj(
     [],
 )
 
+_STATUS_RULE: Schema = {
+    **obj(
+        {
+            "status": {
+                "anyOf": [
+                    {"type": "string", "pattern": STATUS_PATTERN},
+                    {"type": "integer", "minimum": 100, "maximum": 599},
+                ],
+                "description": 'a status ("409"), a range ("400-499") or a class ("5xx"), from 100 to 599; a rule '
+                "matching only statuses that a 2xx or earlier rules take is refused",
+            },
+            "action": enum("RETRY", "RETRY_AFTER", "DISCARD", "DEAD_LETTER"),
+            "delay": {**ranged(0, MAX_RULE_DELAY_MS), "description": "millis before the retry, for RETRY_AFTER"},
+        },
+        ["status", "action"],
+    ),
+    "if": {"properties": {"action": {"const": "RETRY_AFTER"}}},
+    "then": {"required": ["delay"], "properties": {"delay": {"type": ["integer", "string"]}}},
+    "else": {"properties": {"delay": {"type": "null"}}},
+}
+# Our extension of either policy (hermes.domain.retry_rules): each left out of the answer at its default
+_RETRY_RULES: dict[str, Schema] = {
+    "statusRules": {
+        "type": ["array", "null"],
+        "items": _STATUS_RULE,
+        "maxItems": MAX_STATUS_RULES,
+        "description": "our extension: the first rule matching a failed answer's status decides; other statuses "
+        "follow Hermes' table (HTTP endpoints only)",
+    },
+    "backoffJitter": {
+        "type": ["string", "null"],
+        "enum": ["NONE", "FULL", "EQUAL", None],
+        "description": "our extension: FULL waits uniform 0..backoff, EQUAL backoff/2 + uniform 0..backoff/2",
+    },
+    "stopRetryHeaderAllowed": {
+        **BOOL,
+        "description": f"our extension: a failed answer with '{STOP_RETRY_HEADER}: stop' ends the message's retries",
+    },
+}
+
 SERIAL_POLICY = obj(
     {
         "rate": ranged(1, 1_000_000),
@@ -92,6 +133,7 @@ SERIAL_POLICY = obj(
             "description": "our extension: KEY delivers messages with the same Partition-Key one after another, "
             "other keys in parallel up to inflightSize (unset: NONE, and not answered)",
         },
+        **_RETRY_RULES,
     },
     [],
 )
@@ -105,6 +147,7 @@ BATCH_POLICY = obj(
         "batchTime": ranged(1, 3_600_000),
         "batchVolume": ranged(1, 64 * 1024 * 1024),
         "ordering": {"type": ["string", "null"], "enum": ["NONE", None], "description": "KEY is for SERIAL delivery"},
+        **_RETRY_RULES,
     },
     [],
 )
