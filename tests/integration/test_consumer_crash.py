@@ -18,7 +18,7 @@ from hermes.metadata.repository import MetadataRepository
 from hermes.runtime import Role
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, hermes_settings
-from tests.support.subscriber import Reply, SubscriberServer
+from tests.support.subscriber import Received, Reply, SubscriberServer
 
 pytestmark = pytest.mark.integration
 
@@ -184,3 +184,45 @@ def test_a_subscription_is_pending_until_a_consumers_process_runs_it(split: Spli
     split.consumers()
     wait_until(lambda: state(second) == "ACTIVE", timeout=30, interval=0.1)
     assert state(first) == "SUSPENDED"
+
+
+def test_parked_messages_survive_a_killed_consumers_process(split: SplitHermes) -> None:
+    """retryParking: killed while messages are parked and others are being parked, then once more while parked
+    messages are being delivered: after the restarts every message is delivered (duplicates allowed)."""
+    consumers = split.consumers()
+    client, subscriber = split.client, split.subscriber
+    failed: set[str | None] = set()
+    delivered: set[str | None] = set()
+    lock = threading.Lock()
+
+    def first_fails(_n: int, request: Received) -> Reply:  # every message's first attempt waits 2 s, parked
+        with lock:
+            if request.message_id in failed:
+                delivered.add(request.message_id)
+                return Reply(200, delay=0.05)  # slow: parked messages wait in memory when the second kill comes
+            failed.add(request.message_id)
+        return Reply(503, {"Retry-After": "2"})
+
+    subscriber.script = first_fails
+    topic = client.create_topic()
+    policy = {"messageTtl": 120, "requestTimeout": 10_000, "inflightSize": 5, "retryParking": {"thresholdMs": 500}}
+    client.create_subscription(topic, subscriber.url, subscriptionPolicy=policy)
+    published: list[str] = []
+
+    def publish(count: int) -> None:
+        for i in range(count):
+            response = client.publish(topic, f'{{"n": {i}}}')
+            assert response.status_code in (201, 202)
+            published.append(response.headers["Hermes-Message-Id"])
+
+    publisher = threading.Thread(target=publish, args=(200,))
+    publisher.start()
+    wait_until(lambda: len(failed) >= 50, timeout=60, interval=0.05)
+    consumers.stop(signal.SIGKILL)  # parked ones wait in the retry topic, others are being parked
+    publisher.join(60)
+    consumers = split.consumers()
+    wait_until(lambda: len(delivered) >= 20 and len(failed) >= 120, timeout=60, interval=0.05)
+    consumers.stop(signal.SIGKILL)  # parked ones being delivered, others waiting in memory until due
+    split.consumers()
+    wait_until(lambda: set(published) <= delivered, timeout=90, interval=0.2)
+    assert len(published) == 200

@@ -48,6 +48,7 @@ STATE_OR_GRAMMAR = re.compile(
             r"must match the topic in the path",  # a body field against a path parameter
             r"must be after startTimestamp|(tokenRequestMaxDelay|delayTo): must be at least",  # field against field
             r"is not available with a jms:// endpoint",  # field against field
+            r"retryParking: (cannot be combined with ordering KEY|is for ANYCAST)",  # field against field
             r"idempotencyWindow: must be at most",  # its duration against its unit
             r"is not a valid jsonpath path \(",  # JsonPath's grammar is not a regular expression
             r"is not a valid regular expression",  # nor are Python's regular expressions

@@ -151,6 +151,17 @@ class BrokerConsumer:
                 log.warning("consumer %s: %s", self.group_id, err.str())
         return out
 
+    def poll_with_headers(self, max_messages: int = 500, timeout: float = 0.1) -> list[tuple[Message, dict[str, Any]]]:
+        """``poll``, each message with its record's headers by name (of a header given twice, the last)."""
+        out = []
+        for record in self._consumer.consume(num_messages=max_messages, timeout=timeout):
+            err = record.error()
+            if err is None:
+                out.append((to_message(record), dict(record.headers() or ())))
+            elif err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer %s: %s", self.group_id, err.str())
+        return out
+
     def commit(self, offsets: PartitionOffsets) -> None:
         """Commits ``offsets`` (the *next* offset to read, per partition) synchronously."""
         if not offsets:

@@ -79,9 +79,13 @@ class ConsumerProcess:
         self.metrics.restore(snapshot)
         await self._retransmissions.start()
         self.consumer.start()
+        if self._context.parking is not None and isinstance(self.consumer, SerialConsumer):
+            await self._context.parking.open(self.subscription, self.consumer.redeliver, self.metrics)
 
     def update(self, subscription: Subscription) -> None:
         self.delivery.update(subscription)
+        if self._context.parking is not None:
+            self._context.parking.update(subscription)
 
     async def retransmission_requested(self) -> None:
         """The subscription's retransmission request changed: a new one moves the group to its offsets."""
@@ -93,6 +97,8 @@ class ConsumerProcess:
         self._stopping = True
         self.receiver.stop_reading()
         await self.consumer.stop(drain_timeout)
+        if self._context.parking is not None:
+            await self._context.parking.close(self.subscription)
         await self.receiver.close()
         await self._publish_metrics()
 

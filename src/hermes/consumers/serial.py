@@ -165,6 +165,23 @@ class SerialConsumer:
             except UndeliverableMessage as exc:  # no retry can convert it
                 await delivery.discard([message], exc.message)
 
+    async def redeliver(self, message: Message, attempts: int, started: float) -> None:
+        """Delivers a parked message, now due, after its ``attempts`` so far (its filters were passed before it
+        was parked). Returns once it is finished: delivered, discarded or parked again."""
+        delivery = self._delivery
+        resolved = await delivery.resolve(message)
+        if resolved is None:
+            return
+        delivery.metrics.count("unparked")
+        try:
+            send = functools.partial(self._send, resolved, await delivery.schema(resolved))
+            try:
+                await retry_until_ttl(delivery, [resolved], started, send, paced=True, attempts=attempts)
+            except UndeliverableMessage as exc:
+                await delivery.discard([resolved], exc.message)
+        finally:
+            delivery.finished([resolved])
+
     async def _send(
         self, message: Message, schema: str | None, subscription: Subscription, url: str, retries: int
     ) -> SendResult:
