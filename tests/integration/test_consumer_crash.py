@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.domain.message import RETRY_COUNT_HEADER
 from hermes.metadata.repository import MetadataRepository
 from hermes.runtime import Role
 from tests.conftest import wait_until
@@ -226,3 +227,24 @@ def test_parked_messages_survive_a_killed_consumers_process(split: SplitHermes) 
     split.consumers()
     wait_until(lambda: set(published) <= delivered, timeout=90, interval=0.2)
     assert len(published) == 200
+
+
+@pytest.mark.parametrize("reading", ["shared", "group"])
+def test_the_retry_count_counts_on_across_a_consumers_restart(split: SplitHermes, reading: str) -> None:
+    """Hermes-Retry-Count: the attempts of a message still failing when the consumers stop are kept with the
+    committed offset, so the next process (or node) counts on from them."""
+    consumers = split.consumers("--consumer-reading", reading)
+    client, subscriber = split.client, split.subscriber
+    subscriber.script = lambda _n, _r: Reply(503)
+    topic = client.create_topic()
+    client.create_subscription(topic, subscriber.url, subscriptionPolicy={"messageBackoff": 200, "messageTtl": 120})
+    client.publish(topic, '{"n": 1}')
+    subscriber.wait_for(3, timeout=30)
+    assert consumers.stop() == 0
+    before = len(subscriber.received)
+    assert [r.headers[RETRY_COUNT_HEADER] for r in subscriber.received] == [str(n) for n in range(before)]
+    subscriber.script = lambda _n, _r: Reply(200)
+    split.consumers("--consumer-reading", reading)
+    after = subscriber.wait_for(before + 1, timeout=30)[before]
+    assert after.message_id == subscriber.received[0].message_id
+    assert after.headers[RETRY_COUNT_HEADER] == str(before)

@@ -281,42 +281,55 @@ class ParkingLot:
     # --- the lot's thread ---
 
     def _run(self) -> None:
-        consumer = BrokerConsumer(self._connection, f"hermes-parking-{self._node_id}")
+        while not self._stopping.is_set():
+            consumer = BrokerConsumer(self._connection, f"hermes-parking-{self._node_id}")
+            try:
+                self._read(consumer)
+            except Exception:
+                # a new consumer reads on from the committed offsets a moment later (what is held is not read twice)
+                log.exception("reading the parked messages failed; it reads on in a second")
+                with self._lock:
+                    self._changes = [(True, self._positions(parked)) for parked in self._by_topic.values()]
+                self._stopping.wait(1.0)
+            finally:
+                consumer.close()
+
+    @staticmethod
+    def _positions(parked: ParkedMessages) -> dict[Partition, int]:
+        """Its retry topic's committed offsets as far as it knows."""
+        with parked.lock:
+            return {**parked.start, **parked.tracker.committed()}
+
+    def _read(self, consumer: BrokerConsumer) -> None:
         paused: set[str] = set()
         last_commit = time.monotonic()
-        try:
-            while not self._stopping.is_set():
-                with self._lock:
-                    changes, self._changes = self._changes, []
-                    reading = list(self._by_topic.values())
-                for add, offsets in changes:
-                    if add:
-                        consumer.add_partitions(offsets)
-                    else:
-                        consumer.remove_partitions(list(offsets))
-                        paused -= {topic for topic, _ in offsets}
-                for parked in reading:  # a subscription holding too many stops reading until it delivered some
-                    full = parked.held >= _HELD_MAX if parked.topic not in paused else parked.held > _HELD_MAX // 2
-                    if full != (parked.topic in paused):
-                        (consumer.pause if full else consumer.resume)(list(parked.start))
-                        (paused.add if full else paused.discard)(parked.topic)
-                if reading:
-                    self._dispatch(consumer.poll_with_headers(max_messages=500, timeout=0.2))
+        while not self._stopping.is_set():
+            with self._lock:
+                changes, self._changes = self._changes, []
+                reading = list(self._by_topic.values())
+            for add, offsets in changes:
+                if add:
+                    consumer.add_partitions(offsets)
                 else:
-                    self._woken.wait(0.5)
-                    self._woken.clear()
-                if time.monotonic() - last_commit >= self._commit_interval:
-                    last_commit = time.monotonic()
-                    for parked in reading:
-                        self._commit(parked, False)
-                        with parked.lock:
-                            offsets = {**parked.start, **parked.tracker.committed()}
-                        ends = consumer.ends(offsets)
-                        parked.metrics.parked(sum(max(0, ends[p] - o) for p, o in offsets.items() if p in ends))
-        except Exception:
-            log.exception("reading the parked messages failed; they are read again when their consumers restart")
-        finally:
-            consumer.close()
+                    consumer.remove_partitions(list(offsets))
+                    paused -= {topic for topic, _ in offsets}
+            for parked in reading:  # a subscription holding too many stops reading until it delivered some
+                full = parked.held >= _HELD_MAX if parked.topic not in paused else parked.held > _HELD_MAX // 2
+                if full != (parked.topic in paused):
+                    (consumer.pause if full else consumer.resume)(list(parked.start))
+                    (paused.add if full else paused.discard)(parked.topic)
+            if reading:
+                self._dispatch(consumer.poll_with_headers(max_messages=500, timeout=0.2))
+            else:
+                self._woken.wait(0.5)
+                self._woken.clear()
+            if time.monotonic() - last_commit >= self._commit_interval:
+                last_commit = time.monotonic()
+                for parked in reading:
+                    self._commit(parked, False)
+                    positions = self._positions(parked)
+                    ends = consumer.ends(positions)
+                    parked.metrics.parked(sum(max(0, ends[p] - o) for p, o in positions.items() if p in ends))
 
     def _dispatch(self, records: list[tuple[Message, dict[str, Any]]]) -> None:
         assert self._loop is not None
@@ -326,10 +339,13 @@ class ParkingLot:
                 parked = self._by_topic.get(message.topic)
                 if parked is None:
                     continue  # closed meanwhile
-                item = _parked(message, headers)
+                partition = (message.topic, message.partition)
                 with parked.lock:
-                    parked.tracker.read(item.partition, [item.offset])
+                    if parked.tracker.pending(partition, message.offset):
+                        continue  # held already (read again by a new consumer)
+                    parked.tracker.read(partition, [message.offset])
                     parked.held += 1
+                item = _parked(message, headers)
                 arrivals.setdefault(parked, []).append(item)
         for parked, items in arrivals.items():
             self._loop.call_soon_threadsafe(parked.arrived, items)

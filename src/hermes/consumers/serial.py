@@ -160,8 +160,9 @@ class SerialConsumer:
                 # delay itself, whatever the publishing node's clock said
                 await asyncio.sleep(min(delay, message.publish_timestamp / 1000 + delay - time.time()))
             send = functools.partial(self._send, message, schema)
+            earlier = self._receiver.attempts(message)
             try:
-                await retry_until_ttl(delivery, [message], started, send, paced=True)
+                await retry_until_ttl(delivery, [message], started, send, paced=True, attempts=earlier)
             except UndeliverableMessage as exc:  # no retry can convert it
                 await delivery.discard([message], exc.message)
 
@@ -188,6 +189,9 @@ class SerialConsumer:
         content = self._delivery.context.content
         body, content_type, extra = content.body(subscription, message, schema)
         headers = {**self._delivery.context.sender.headers(subscription, message, retries, content_type), **extra}
-        return await self._delivery.context.sender.send(
+        result = await self._delivery.context.sender.send(
             subscription, url, body, headers, subscription.serial_policy.request_timeout
         )
+        if not result.succeeded:
+            self._receiver.failed(message, retries + 1)
+        return result
