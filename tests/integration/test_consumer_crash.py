@@ -15,6 +15,7 @@ import pytest
 
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.domain.message import RETRY_COUNT_HEADER
+from hermes.domain.names import TopicName
 from hermes.metadata.repository import MetadataRepository
 from hermes.runtime import Role
 from tests.conftest import wait_until
@@ -248,3 +249,24 @@ def test_the_retry_count_counts_on_across_a_consumers_restart(split: SplitHermes
     after = subscriber.wait_for(before + 1, timeout=30)[before]
     assert after.message_id == subscriber.received[0].message_id
     assert after.headers[RETRY_COUNT_HEADER] == str(before)
+
+
+def test_a_retransmission_requested_while_the_consumers_are_down_is_applied_when_they_start(
+    split: SplitHermes,
+) -> None:
+    """Hermes issue #1618: the request must not be taken for one applied before."""
+    consumers = split.consumers()
+    client, subscriber = split.client, split.subscriber
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url)
+    wait_until(lambda: split.repository.get_subscription(TopicName.parse(topic), name).state.value == "ACTIVE", 30)
+    for n in range(3):
+        client.publish(topic, f'{{"n": {n}}}')
+    subscriber.wait_for(3, timeout=30)
+    assert consumers.stop() == 0
+    path = f"/topics/{topic}/subscriptions/{name}/retransmission"
+    response = client.management.put(path, json={"retransmissionDate": "-1h"})
+    assert response.status_code == 200, response.text
+    split.consumers()
+    again = subscriber.wait_for(6, timeout=30)[3:]
+    assert sorted(r.body for r in again) == sorted(r.body for r in subscriber.received[:3])

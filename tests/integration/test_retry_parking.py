@@ -3,6 +3,7 @@ retry waits in the retry topic, its partition moves on, and it comes back when d
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -83,3 +84,30 @@ def test_without_parking_a_long_retry_waits_in_memory_as_in_hermes(
     assert requests[1].headers[RETRY_COUNT_HEADER] == "1"
     assert "parked" not in consumer.metrics.totals
     assert not BrokerAdmin(hermes.hermes.connection).topic_exists(f"{topic}..{name}..parked")
+
+
+def test_suspending_stops_a_message_waiting_for_a_retry_at_once_and_activating_resumes_it(
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    """Hermes issue #1645: while another delivery is still being sent (which a stop waits for), the message
+    waiting for its retry makes no attempt once the subscription is suspended."""
+    topic = client.create_topic()
+    policy = {"messageBackoff": 200, "messageTtl": 120, "requestTimeout": 10_000}
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=policy)
+    consumer = hermes.consumer(topic, name)
+    slow, retry = Reply(200, delay=4), Reply(503, {"Retry-After": "1"})  # Retry-After: the rate stays as it is
+    subscriber.script = lambda _n, r: slow if r.body == b'{"slow": 1}' else retry
+    client.publish(topic, '{"failing": 1}')
+    subscriber.wait_for(2, timeout=30)  # failing, retried
+    client.publish(topic, '{"slow": 1}')
+    wait_until(lambda: any(r.body == b'{"slow": 1}' for r in subscriber.received), timeout=30)
+    client.set_state(topic, name, "SUSPENDED")
+    seen = time.monotonic() + 1.0  # the consumer is told within a metadata poll (50 ms here)
+    wait_until(lambda: consumer.metrics.totals["delivered"] == 1, timeout=20)  # the stop waited for the slow one
+    failing = [r for r in subscriber.received if r.body == b'{"failing": 1}']
+    assert [r for r in failing if r.at > seen] == []
+    subscriber.script = lambda _n, _r: Reply(200)
+    client.set_state(topic, name, "ACTIVE")
+    wait_until(lambda: len([r for r in subscriber.received if r.body == b'{"failing": 1}']) > len(failing), 30)
+    resumed = [r for r in subscriber.received if r.body == b'{"failing": 1}'][len(failing)]
+    assert resumed.headers[RETRY_COUNT_HEADER] == str(len(failing))  # counted on: nothing was lost

@@ -93,12 +93,14 @@ class ConsumerProcess:
             self.receiver.seek(offsets)
 
     async def stop(self, drain_timeout: float = 5.0) -> None:
-        """Stops reading, lets deliveries that are sending finish for a moment, commits what is done and closes."""
+        """Stops reading and retrying, lets deliveries that are sending finish for a moment, commits what is done
+        and closes."""
         self._stopping = True
+        self.delivery.stop()
         self.receiver.stop_reading()
-        await self.consumer.stop(drain_timeout)
         if self._context.parking is not None:
             await self._context.parking.close(self.subscription)
+        await self.consumer.stop(drain_timeout)
         await self.receiver.close()
         await self._publish_metrics()
 
