@@ -263,9 +263,11 @@ class ParkingLot:
                 self._thread.start()
 
     def _starting_offsets(self, subscription: Subscription) -> dict[Partition, int]:
-        """Where reading the retry topic starts: the parking group's committed offsets (created if missing)."""
+        """Where reading the retry topic starts: the parking group's committed offsets (the topic is created if
+        missing). An offset past the topic's end is of a deleted subscription's topic of the same name: from the
+        beginning."""
         topic = subscription.retry_topic
-        if topic not in self._retry_topics:
+        if not self._admin.partitions(topic):
             count = max(1, len(self._admin.partitions(subscription.topic_name.qualified)))
             self._admin.create_topic(topic, count)
             self._retry_topics.add(topic)
@@ -275,8 +277,13 @@ class ParkingLot:
                 raise BrokerUnavailable(f"the retry topic {topic} has no partitions")
             time.sleep(0.05)
         committed = self._admin.committed_offsets(subscription.parking_group_id, topic)
-        beginning = self._admin.beginning_offsets(topic) if any(p not in committed for p in partitions) else {}
-        return {(topic, p): committed[p] if p in committed else beginning.get(p, 0) for p in partitions}
+        beginning, end = self._admin.beginning_offsets(topic), self._admin.end_offsets(topic)
+        return {
+            (topic, p): committed[p]
+            if committed.get(p, -1) in range(beginning.get(p, 0), end.get(p, 0) + 1)
+            else beginning.get(p, 0)
+            for p in partitions
+        }
 
     # --- the lot's thread ---
 
