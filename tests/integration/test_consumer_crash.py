@@ -188,10 +188,11 @@ def test_a_subscription_is_pending_until_a_consumers_process_runs_it(split: Spli
     assert state(first) == "SUSPENDED"
 
 
-def test_parked_messages_survive_a_killed_consumers_process(split: SplitHermes) -> None:
+@pytest.mark.parametrize("reading", ["shared", "group"])
+def test_parked_messages_survive_a_killed_consumers_process(split: SplitHermes, reading: str) -> None:
     """retryParking: killed while messages are parked and others are being parked, then once more while parked
     messages are being delivered: after the restarts every message is delivered (duplicates allowed)."""
-    consumers = split.consumers()
+    consumers = split.consumers("--consumer-reading", reading)
     client, subscriber = split.client, split.subscriber
     failed: set[str | None] = set()
     delivered: set[str | None] = set()
@@ -222,10 +223,10 @@ def test_parked_messages_survive_a_killed_consumers_process(split: SplitHermes) 
     wait_until(lambda: len(failed) >= 50, timeout=60, interval=0.05)
     consumers.stop(signal.SIGKILL)  # parked ones wait in the retry topic, others are being parked
     publisher.join(60)
-    consumers = split.consumers()
+    consumers = split.consumers("--consumer-reading", reading)
     wait_until(lambda: len(delivered) >= 20 and len(failed) >= 120, timeout=60, interval=0.05)
     consumers.stop(signal.SIGKILL)  # parked ones being delivered, others waiting in memory until due
-    split.consumers()
+    split.consumers("--consumer-reading", reading)
     wait_until(lambda: set(published) <= delivered, timeout=90, interval=0.2)
     assert len(published) == 200
 
