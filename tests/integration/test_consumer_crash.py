@@ -14,11 +14,13 @@ import httpx
 import pytest
 
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.domain.message import RETRY_COUNT_HEADER
+from hermes.domain.names import TopicName
 from hermes.metadata.repository import MetadataRepository
 from hermes.runtime import Role
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, hermes_settings
-from tests.support.subscriber import Reply, SubscriberServer
+from tests.support.subscriber import Received, Reply, SubscriberServer
 
 pytestmark = pytest.mark.integration
 
@@ -208,3 +210,88 @@ def test_a_consumers_process_killed_while_its_circuit_breaker_is_open_loses_noth
     split.consumers()  # its breaker starts closed
     wait_until(lambda: set(published) <= {r.message_id for r in subscriber.received[restarted:]}, timeout=60)
     wait_until(lambda: client.management.get(breaker).json()["state"] == "CLOSED", timeout=30, interval=0.1)
+
+
+@pytest.mark.parametrize("reading", ["shared", "group"])
+def test_parked_messages_survive_a_killed_consumers_process(split: SplitHermes, reading: str) -> None:
+    """retryParking: killed while messages are parked and others are being parked, then once more while parked
+    messages are being delivered: after the restarts every message is delivered (duplicates allowed)."""
+    consumers = split.consumers("--consumer-reading", reading)
+    client, subscriber = split.client, split.subscriber
+    failed: set[str | None] = set()
+    delivered: set[str | None] = set()
+    lock = threading.Lock()
+
+    def first_fails(_n: int, request: Received) -> Reply:  # every message's first attempt waits 2 s, parked
+        with lock:
+            if request.message_id in failed:
+                delivered.add(request.message_id)
+                return Reply(200, delay=0.05)  # slow: parked messages wait in memory when the second kill comes
+            failed.add(request.message_id)
+        return Reply(503, {"Retry-After": "2"})
+
+    subscriber.script = first_fails
+    topic = client.create_topic()
+    policy = {"messageTtl": 120, "requestTimeout": 10_000, "inflightSize": 5, "retryParking": {"thresholdMs": 500}}
+    client.create_subscription(topic, subscriber.url, subscriptionPolicy=policy)
+    published: list[str] = []
+
+    def publish(count: int) -> None:
+        for i in range(count):
+            response = client.publish(topic, f'{{"n": {i}}}')
+            assert response.status_code in (201, 202)
+            published.append(response.headers["Hermes-Message-Id"])
+
+    publisher = threading.Thread(target=publish, args=(200,))
+    publisher.start()
+    wait_until(lambda: len(failed) >= 50, timeout=60, interval=0.05)
+    consumers.stop(signal.SIGKILL)  # parked ones wait in the retry topic, others are being parked
+    publisher.join(60)
+    consumers = split.consumers("--consumer-reading", reading)
+    wait_until(lambda: len(delivered) >= 20 and len(failed) >= 120, timeout=60, interval=0.05)
+    consumers.stop(signal.SIGKILL)  # parked ones being delivered, others waiting in memory until due
+    split.consumers("--consumer-reading", reading)
+    wait_until(lambda: set(published) <= delivered, timeout=90, interval=0.2)
+    assert len(published) == 200
+
+
+@pytest.mark.parametrize("reading", ["shared", "group"])
+def test_the_retry_count_counts_on_across_a_consumers_restart(split: SplitHermes, reading: str) -> None:
+    """Hermes-Retry-Count: the attempts of a message still failing when the consumers stop are kept with the
+    committed offset, so the next process (or node) counts on from them."""
+    consumers = split.consumers("--consumer-reading", reading)
+    client, subscriber = split.client, split.subscriber
+    subscriber.script = lambda _n, _r: Reply(503)
+    topic = client.create_topic()
+    client.create_subscription(topic, subscriber.url, subscriptionPolicy={"messageBackoff": 200, "messageTtl": 120})
+    client.publish(topic, '{"n": 1}')
+    subscriber.wait_for(3, timeout=30)
+    assert consumers.stop() == 0
+    before = len(subscriber.received)
+    assert [r.headers[RETRY_COUNT_HEADER] for r in subscriber.received] == [str(n) for n in range(before)]
+    subscriber.script = lambda _n, _r: Reply(200)
+    split.consumers("--consumer-reading", reading)
+    after = subscriber.wait_for(before + 1, timeout=30)[before]
+    assert after.message_id == subscriber.received[0].message_id
+    assert after.headers[RETRY_COUNT_HEADER] == str(before)
+
+
+def test_a_retransmission_requested_while_the_consumers_are_down_is_applied_when_they_start(
+    split: SplitHermes,
+) -> None:
+    """Hermes issue #1618: the request must not be taken for one applied before."""
+    consumers = split.consumers()
+    client, subscriber = split.client, split.subscriber
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url)
+    wait_until(lambda: split.repository.get_subscription(TopicName.parse(topic), name).state.value == "ACTIVE", 30)
+    for n in range(3):
+        client.publish(topic, f'{{"n": {n}}}')
+    subscriber.wait_for(3, timeout=30)
+    assert consumers.stop() == 0
+    path = f"/topics/{topic}/subscriptions/{name}/retransmission"
+    response = client.management.put(path, json={"retransmissionDate": "-1h"})
+    assert response.status_code == 200, response.text
+    split.consumers()
+    again = subscriber.wait_for(6, timeout=30)[3:]
+    assert sorted(r.body for r in again) == sorted(r.body for r in subscriber.received[:3])

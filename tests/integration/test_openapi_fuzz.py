@@ -49,6 +49,7 @@ STATE_OR_GRAMMAR = re.compile(
             r"must be after startTimestamp|(tokenRequestMaxDelay|delayTo): must be at least",  # field against field
             r"is not available with a jms:// endpoint",  # field against field
             r"statusRules\[\d+\]\.status: (never matches|ends before it starts)",  # a rule against earlier ones
+            r"retryParking: (cannot be combined with ordering KEY|is for ANYCAST)",  # field against field
             r"idempotencyWindow: must be at most",  # its duration against its unit
             r"is not a valid jsonpath path \(",  # JsonPath's grammar is not a regular expression
             r"is not a valid regular expression",  # nor are Python's regular expressions

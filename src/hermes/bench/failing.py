@@ -1,8 +1,8 @@
 """A subscriber endpoint that fails every request, in a child process of its own, so that its work does not share
 an interpreter (and its lock) with what is measured. ``GET /received`` answers how many requests it got.
 
-Run as ``python -m hermes.bench.failing STATUS DELAY``: it prints its port, then answers every other request
-with STATUS after DELAY seconds.
+Run as ``python -m hermes.bench.failing STATUS DELAY [EVERY]``: it prints its port, then answers every request
+(or every EVERY-th, the others 200 at once) with STATUS after DELAY seconds.
 """
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ import aiohttp
 from aiohttp import web
 
 
-async def _serve(status: int, delay: float) -> None:
+async def _serve(status: int, delay: float, every: int) -> None:
     received = 0
 
     async def fail(request: web.Request) -> web.Response:
         nonlocal received
         received += 1
         await request.read()
+        if received % every:
+            return web.Response(status=200)
         await asyncio.sleep(delay)
         return web.Response(status=status)
 
@@ -40,9 +42,10 @@ async def _serve(status: int, delay: float) -> None:
 
 
 class FailingEndpoint:
-    def __init__(self, status: int, delay: float = 0.0) -> None:
+    def __init__(self, status: int, delay: float = 0.0, every: int = 1) -> None:
+        """``every``: of how many requests one fails (1: all)."""
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "hermes.bench.failing", str(status), str(delay)], stdout=subprocess.PIPE
+            [sys.executable, "-m", "hermes.bench.failing", str(status), str(delay), str(every)], stdout=subprocess.PIPE
         )
         assert self._process.stdout is not None
         self.port = int(self._process.stdout.readline())
@@ -63,4 +66,4 @@ class FailingEndpoint:
 
 
 if __name__ == "__main__":
-    asyncio.run(_serve(int(sys.argv[1]), float(sys.argv[2])))
+    asyncio.run(_serve(int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]) if len(sys.argv) > 3 else 1))

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from hermes.bench import delivery, integrations, isolation, publish
+from hermes.bench import delivery, integrations, isolation, parking, publish
 from hermes.bench.cluster import cluster
 from hermes.bench.footprint import footprint
 from hermes.bench.idle import idle_cost
@@ -54,6 +54,9 @@ class Plan:
     isolation_rate: float = isolation.RATE
     isolation_seconds: float = isolation.SECONDS
     isolation_pairs: int = isolation.PAIRS  # of phases, beside the failing subscriptions then alone
+    parking_rate: float = parking.RATE
+    parking_seconds: float = parking.SECONDS
+    parking_pairs: int = parking.PAIRS  # of phases, beside the parking subscription then alone
     large_sizes: list[int] = field(default_factory=lambda: [1024, 64 * 1024, 256 * 1024, 900_000, 4 * 1024**2])
     large_count: int = 8
     offloaded_size: int = 100_000_000  # over its topic's maxMessageSize: stored beside Kafka
@@ -78,6 +81,7 @@ QUICK = Plan(
     deliveries_per_burst=1500,
     slow_rate=300.0,
     isolation_pairs=2,
+    parking_pairs=2,
     large_sizes=[1024, 256 * 1024, 900_000],
     large_count=3,
     raw_kafka_messages=5000,
@@ -164,6 +168,10 @@ async def _scenarios(system: System, plan: Plan, log: Any) -> dict[str, Any]:
             log("failing subscriptions beside a healthy one")
             out["failing_beside_healthy"] = await isolation.failing_beside_healthy(
                 system, sink, api, plan.isolation_rate, plan.isolation_seconds, plan.isolation_pairs
+            )
+            log("a healthy subscription beside one parking its failures")
+            out["healthy_beside_parking"] = await parking.healthy_beside_parking(
+                system, sink, api, plan.parking_rate, plan.parking_seconds, plan.parking_pairs
             )
             log("a new subscription's first delivery")
             out["subscription_start"] = await delivery.subscription_start(system, sink, api, plan.reps)

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 # The metadata of offsets a consumers node's shared reader commits, followed by the node's id: the groups it
 # commits for have no Kafka members, and management shows the committing node as their member instead.
 SHARED_READER = "hermes-shared-reader:"
+# What may follow it: the attempts of the partition's unfinished messages (consumers/attempts.py)
+ATTEMPTS_NOTE = ";attempts="
 
 
 class BrokerAdmin:
@@ -289,14 +291,17 @@ class BrokerAdmin:
         offsets: Mapping[tuple[str, int], int],
         committer: str,
         done: Callable[[Exception | None], None],
+        notes: Mapping[tuple[str, int], str] | None = None,
     ) -> None:
         """Sets a group's committed offsets without being its member, asynchronously: ``done`` is called (on the
         client's thread) with None or the error. One request, through this client's connection: a group with no
         members (which Kafka requires for it) costs no client of its own. ``committer`` is kept as each offset's
-        metadata (``committed``)."""
+        metadata (``committed``), followed by the partition's ``notes``."""
+        notes = notes or {}
         request = [
             ConsumerGroupTopicPartitions(
-                group_id, [TopicPartition(t, p, o, metadata=committer) for (t, p), o in offsets.items()]
+                group_id,
+                [TopicPartition(t, p, o, metadata=committer + notes.get((t, p), "")) for (t, p), o in offsets.items()],
             )
         ]
         future = self._group_client().alter_consumer_group_offsets(request, request_timeout=self._timeout)[group_id]

@@ -19,6 +19,8 @@ PartitionOffsets = Mapping[tuple[str, int], int]
 # Called, during a poll, with the partitions about to go to another member (or lost), while offsets of theirs may
 # still be committed.
 RevocationListener = Callable[[list[tuple[str, int]]], None]
+# Called, during a poll, with the partitions assigned to this member and the metadata of their committed offsets.
+AssignmentListener = Callable[[dict[tuple[str, int], str]], None]
 
 
 def to_message(record: Any) -> Message:
@@ -68,6 +70,7 @@ class BrokerConsumer:
         fetch_wait_ms: int = 500,
         auto_offset_reset: str = "earliest",  # no committed offset (a new partition, a wiped cluster): from the start
         on_revoke: RevocationListener | None = None,
+        on_assign: AssignmentListener | None = None,
         **overrides: Any,
     ) -> None:
         self.group_id = group_id
@@ -95,13 +98,23 @@ class BrokerConsumer:
             )
         )
         self._on_revoke = on_revoke
+        self._on_assign = on_assign
 
     def subscribe(self, topics: Iterable[str]) -> None:
         def revoked(_: Any, partitions: list[TopicPartition]) -> None:
             if self._on_revoke:
                 self._on_revoke([(p.topic, p.partition) for p in partitions])
 
-        self._consumer.subscribe(list(topics), on_revoke=revoked)
+        def assigned(_: Any, partitions: list[TopicPartition]) -> None:  # librdkafka assigns them after this
+            if self._on_assign and partitions:
+                try:
+                    committed = self._consumer.committed(partitions, timeout=5)
+                except KafkaException as exc:  # the partitions are read all the same
+                    log.warning("consumer %s: no committed metadata: %s", self.group_id, exc)
+                    return
+                self._on_assign({(tp.topic, tp.partition): tp.metadata or "" for tp in committed})
+
+        self._consumer.subscribe(list(topics), on_revoke=revoked, on_assign=assigned)
 
     def assign(self, offsets: PartitionOffsets) -> None:
         self._consumer.assign([TopicPartition(t, p, o) for (t, p), o in offsets.items()])
@@ -151,13 +164,27 @@ class BrokerConsumer:
                 log.warning("consumer %s: %s", self.group_id, err.str())
         return out
 
-    def commit(self, offsets: PartitionOffsets) -> None:
-        """Commits ``offsets`` (the *next* offset to read, per partition) synchronously."""
+    def poll_with_headers(self, max_messages: int = 500, timeout: float = 0.1) -> list[tuple[Message, dict[str, Any]]]:
+        """``poll``, each message with its record's headers by name (of a header given twice, the last)."""
+        out = []
+        for record in self._consumer.consume(num_messages=max_messages, timeout=timeout):
+            err = record.error()
+            if err is None:
+                out.append((to_message(record), dict(record.headers() or ())))
+            elif err.code() != KafkaError._PARTITION_EOF:
+                log.warning("consumer %s: %s", self.group_id, err.str())
+        return out
+
+    def commit(self, offsets: PartitionOffsets, notes: Mapping[tuple[str, int], str] | None = None) -> None:
+        """Commits ``offsets`` (the *next* offset to read, per partition) synchronously, each with its ``notes``
+        (the commit's metadata)."""
         if not offsets:
             return
+        notes = notes or {}
         try:
             self._consumer.commit(
-                offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False
+                offsets=[TopicPartition(t, p, o, metadata=notes.get((t, p), "")) for (t, p), o in offsets.items()],
+                asynchronous=False,
             )
         except KafkaException as exc:
             raise BrokerUnavailable(f"committing offsets of {self.group_id} failed: {exc}") from exc

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from hermes.broker.connection import KafkaConnection
 from hermes.consumers.content import ContentConverter
 from hermes.consumers.offloaded import OffloadedMessages
+from hermes.consumers.parking import ParkingLot
 from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import EndpointAddressResolver, EndpointItself
 from hermes.consumers.sender.senders import MessageSenders
@@ -43,3 +44,4 @@ class ConsumerContext:
     failure_log_interval: float = 30.0
     resolver: EndpointAddressResolver = field(default_factory=EndpointItself)
     offloaded: OffloadedMessages = field(default_factory=OffloadedMessages)
+    parking: ParkingLot | None = None  # retry topics (subscriptionPolicy.retryParking)

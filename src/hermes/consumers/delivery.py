@@ -52,6 +52,7 @@ class Delivery:
         self._redirected = asyncio.Event()  # set (and replaced) when the endpoint changes
         self._waiting: set[asyncio.Task[Any]] = set()  # deliveries waiting for a retry or a rate slot
         self.breaker = CircuitBreaker(subscription.circuit_breaker, self._breaker_changed)
+        self._stopped = False  # no attempt starts any more (the consumer stops)
 
     @property
     def name(self) -> str:
@@ -184,6 +185,14 @@ class Delivery:
             async with asyncio.timeout(seconds):
                 await self._wait(redirected.wait())
 
+    def stop(self) -> None:
+        """No attempt starts any more, also while deliveries being sent get a moment to finish (Hermes issue
+        #1645): the deliveries waiting for a retry or a rate slot are cancelled, now or when they come to wait.
+        They stay unfinished, so their messages come again."""
+        self._stopped = True
+        for task in list(self._waiting):
+            task.cancel()
+
     def waiting(self, task: asyncio.Task[Any]) -> bool:
         """Whether the delivery ``task`` waits for a retry or a rate slot (rather than sending)."""
         return task in self._waiting
@@ -191,6 +200,10 @@ class Delivery:
     async def _wait(self, waiting: Awaitable[T]) -> T:
         task = asyncio.current_task()
         assert task is not None
+        if self._stopped:
+            if asyncio.iscoroutine(waiting):
+                waiting.close()  # never awaited
+            raise asyncio.CancelledError
         self._waiting.add(task)
         try:
             return await waiting

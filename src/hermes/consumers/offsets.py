@@ -65,6 +65,11 @@ class OffsetTracker:
         started.add(offset)
         return True
 
+    def position(self, partition: Partition) -> int | None:
+        """The offset a commit would write now (None: nothing read of it)."""
+        pending = self._inflight.get(partition)
+        return min(pending) if pending else self._next.get(partition)
+
     def partitions(self) -> set[Partition]:
         return set(self._next) | set(self._inflight)
 

@@ -82,9 +82,13 @@ class ConsumerProcess:
         self.metrics.restore(snapshot)
         await self._retransmissions.start()
         self.consumer.start()
+        if self._context.parking is not None and isinstance(self.consumer, SerialConsumer):
+            await self._context.parking.open(self.subscription, self.consumer.redeliver, self.metrics)
 
     def update(self, subscription: Subscription) -> None:
         self.delivery.update(subscription)
+        if self._context.parking is not None:
+            self._context.parking.update(subscription)
 
     async def retransmission_requested(self) -> None:
         """The subscription's retransmission request changed: a new one moves the group to its offsets."""
@@ -92,9 +96,13 @@ class ConsumerProcess:
             self.receiver.seek(offsets)
 
     async def stop(self, drain_timeout: float = 5.0) -> None:
-        """Stops reading, lets deliveries that are sending finish for a moment, commits what is done and closes."""
+        """Stops reading and retrying, lets deliveries that are sending finish for a moment, commits what is done
+        and closes."""
         self._stopping = True
+        self.delivery.stop()
         self.receiver.stop_reading()
+        if self._context.parking is not None:
+            await self._context.parking.close(self.subscription)
         await self.consumer.stop(drain_timeout)
         await self.receiver.close()
         await self._publish_metrics()

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hermes.broker.kafka_consumer import BrokerConsumer
+from hermes.consumers import attempts
 from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.offsets import OffsetTracker, Partition
 from hermes.domain.message import Message
@@ -90,6 +91,9 @@ class Receiver:
         self._on_crash = on_crash
         self._tracker = OffsetTracker()
         self._lock = threading.Lock()  # the tracker and the generation, shared by the thread and the loop
+        # per partition, the failed attempts of unfinished messages by offset, kept with the commits (attempts.py)
+        self._attempts: dict[Partition, dict[int, int]] = {}
+        self._noted: set[Partition] = set()  # partitions whose attempts changed since their last commit
         self._finished = threading.Condition(self._lock)  # notified when a revoked partition's delivery finishes
         self._revoking: set[Partition] = set()  # partitions being handed over: nothing new starts in them
         self._stopping = threading.Event()  # no more reading
@@ -183,10 +187,44 @@ class Receiver:
                 for message, generation in zip(messages, generations, strict=True)
             ]
 
+    def attempts(self, message: Message) -> int:
+        """The failed attempts at ``message`` so far: this process's, or an earlier one's noted with the commit."""
+        if not self._attempts:
+            return 0
+        with self._lock:
+            return self._attempts.get((message.topic, message.partition), {}).get(message.offset, 0)
+
+    def failed(self, message: Message, count: int) -> None:
+        """The ``count``-th attempt at ``message`` failed (noted with the next commit while it is unfinished)."""
+        partition = (message.topic, message.partition)
+        with self._lock:
+            if self._tracker.pending(partition, message.offset):
+                self._attempts.setdefault(partition, {})[message.offset] = count
+                self._noted.add(partition)
+
+    def noted(self, partition: Partition, metadata: str) -> None:
+        """Takes the attempts a partition's committed offset noted (on the thread, before its first read)."""
+        if found := attempts.read(metadata):
+            with self._lock:
+                self._attempts[partition] = found
+
+    def _to_commit(self) -> tuple[dict[Partition, int], dict[Partition, str]]:
+        """Under the lock: the offsets to commit (those that advanced, and those whose attempts changed) and the
+        attempts noted with them."""
+        offsets = self._tracker.committable()
+        for partition in self._noted:
+            if partition not in offsets and (position := self._tracker.position(partition)) is not None:
+                offsets[partition] = position
+        self._noted.clear()
+        notes = {p: attempts.note(found, o) for p, o in offsets.items() if (found := self._attempts.get(p))}
+        return offsets, notes
+
     def finish(self, message: Message, generation: int) -> None:
         with self._lock:
             if generation == self.generation:
                 self._tracker.finish_one((message.topic, message.partition), message.offset)
+                if self._attempts and (found := self._attempts.get((message.topic, message.partition))):
+                    found.pop(message.offset, None)
             if self._revoking:
                 self._finished.notify_all()
 
@@ -232,6 +270,7 @@ class MessageReceiver(Receiver):
                 session_timeout_ms=self._context.session_timeout_ms,
                 fetch_wait_ms=self._context.fetch_wait_ms,
                 on_revoke=lambda partitions: self._hand_over(consumer, partitions),
+                on_assign=self._assigned,
             )
         except Exception as exc:  # e.g. a TLS file that cannot be read
             self._crashed(exc)
@@ -288,6 +327,10 @@ class MessageReceiver(Receiver):
                 self._commit(consumer)
                 last_commit = time.monotonic()
 
+    def _assigned(self, committed: dict[Partition, str]) -> None:
+        for partition, metadata in committed.items():
+            self.noted(partition, metadata)
+
     def _crashed(self, error: Exception) -> None:
         log.error("Kafka consumer of %s failed", self._name, exc_info=error)
         assert self._loop is not None
@@ -299,6 +342,7 @@ class MessageReceiver(Receiver):
         with self._lock:
             self.generation += 1
             self._tracker.forget(list(self._tracker.partitions()))
+            self._attempts.clear()
         assigned = set(consumer.assignment())
         for (topic, partition), offset in offsets.items():
             if (topic, partition) in assigned:
@@ -346,12 +390,12 @@ class MessageReceiver(Receiver):
     ) -> bool:
         """Whether the offsets of what is finished are committed."""
         with self._lock:
-            offsets = self._tracker.committable()
+            offsets, notes = self._to_commit()
             if only is not None:
                 offsets = {p: o for p, o in offsets.items() if p in only}
         done = False
         try:
-            consumer.commit(offsets)
+            consumer.commit(offsets, notes)
         except Exception:
             if not quiet:  # the next one tries again
                 log.warning("committing offsets of %s failed", self._name, exc_info=True)
@@ -366,6 +410,8 @@ class MessageReceiver(Receiver):
         if forget and only is not None:  # revoked: whoever reads them next starts from the last commit
             with self._lock:
                 self._tracker.forget(only)
+                for partition in only:
+                    self._attempts.pop(partition, None)
         return done
 
 

@@ -37,12 +37,13 @@ Send = Callable[[str, int], Awaitable[SendResult]]  # (address, its retry count)
 
 
 class Recipients:
-    def __init__(self, mode: SubscriptionMode) -> None:
+    def __init__(self, mode: SubscriptionMode, earlier: int = 0) -> None:
+        """``earlier``: attempts at the message before this delivery (a parked message's), ANYCAST only."""
         self._mode = mode
         self._done: set[str] = set()
         self._rejected: dict[str, tuple[SendResult, Verdict]] = {}  # instances that refused the message for good
         self._attempts: dict[str, int] = {}
-        self._round = 0
+        self._round = earlier
 
     async def attempt(
         self, addresses: list[str], send: Send, retry_client_errors: bool, rules: RetryRules = NO_RULES

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import Enum
 
 from hermes.consumers.delivery import Delivery, Send
 from hermes.consumers.recipients import Recipients
@@ -21,6 +22,12 @@ from hermes.domain.trace import TraceStatus
 # The undelivered reason of a message whose TTL ended before the rate limiter or the circuit breaker let its first
 # attempt go.
 HELD_BACK = "Message sending failed: messageTtl ended while the sending rate was limited or the circuit breaker open"
+
+
+class _Parked(Enum):
+    """A delivery that ended with its message parked in the retry topic (``parking.py``)."""
+
+    PARKED = "parked"
 
 
 @dataclass(frozen=True)
@@ -72,22 +79,26 @@ _HELD_BACK = GiveUp(HELD_BACK)
 
 
 async def retry_until_ttl(
-    delivery: Delivery, messages: Sequence[Message], started: float, send: Send, *, paced: bool
+    delivery: Delivery, messages: Sequence[Message], started: float, send: Send, *, paced: bool, attempts: int = 0
 ) -> None:
     """Attempts to deliver ``messages`` (one message, or a batch sent as one request) until they are delivered,
     or discarded once their messageTtl, counted from ``started``, ends before the next attempt. Each attempt
     uses the subscription as it is then (an update may come while they wait). A ``paced`` delivery waits for
     the rate limiter before each attempt, within the TTL, and tells it how the attempt went. With tracing on,
-    the delivery is a span, its attempts' spans within it."""
+    the delivery is a span, its attempts' spans within it. ``attempts``: those made before (a parked message's).
+    A message may end parked: then it is neither delivered nor discarded yet."""
     tracing = delivery.context.tracing
     if tracing is None:
-        given_up = await _attempts(delivery, messages, started, send, paced)
+        given_up = await _attempts(delivery, messages, started, send, paced, attempts)
     else:
         ids, contexts = [m.message_id for m in messages], [m.propagated_headers for m in messages]
         with tracing.delivery(delivery.name, messages[0].topic, ids, contexts) as span:
-            given_up = await _attempts(delivery, messages, started, send, paced)
-            tracing.delivered(span, None if given_up is None else given_up.reason)
-    if given_up is None:
+            given_up = await _attempts(delivery, messages, started, send, paced, attempts)
+            if given_up is not _Parked.PARKED:
+                tracing.delivered(span, None if given_up is None else given_up.reason)
+    if given_up is _Parked.PARKED:
+        delivery.metrics.count("parked")
+    elif given_up is None:
         delivery.delivered(messages)
     else:
         await delivery.discard(
@@ -100,12 +111,12 @@ async def retry_until_ttl(
 
 
 async def _attempts(
-    delivery: Delivery, messages: Sequence[Message], started: float, send: Send, paced: bool
-) -> GiveUp | None:
-    """None once ``messages`` are delivered; else why they are discarded."""
-    recipients = Recipients(delivery.subscription.mode)
+    delivery: Delivery, messages: Sequence[Message], started: float, send: Send, paced: bool, attempts: int
+) -> GiveUp | _Parked | None:
+    """None once ``messages`` are delivered; PARKED once parked; else why they are discarded. ``attempts``: those
+    made before (a parked message's)."""
+    recipients = Recipients(delivery.subscription.mode, attempts)
     given_up = _HELD_BACK  # why the messages are not delivered yet
-    attempts = 0
     while await delivery.admitted(started, paced):
         subscription = delivery.subscription
         outcome = await delivery.attempt(subscription, recipients, send)
@@ -123,5 +134,8 @@ async def _attempts(
         if backoff > delivery.ttl_left(started):
             break
         delivery.traces(messages, TraceStatus.FAILED, outcome.reason)
+        parking = delivery.context.parking
+        if parking is not None and await parking.park(subscription, messages, backoff, attempts, started):
+            return _Parked.PARKED
         await delivery.pause(backoff)
     return given_up

@@ -160,10 +160,28 @@ class SerialConsumer:
                 # delay itself, whatever the publishing node's clock said
                 await asyncio.sleep(min(delay, message.publish_timestamp / 1000 + delay - time.time()))
             send = functools.partial(self._send, message, schema)
+            earlier = self._receiver.attempts(message)
             try:
-                await retry_until_ttl(delivery, [message], started, send, paced=True)
+                await retry_until_ttl(delivery, [message], started, send, paced=True, attempts=earlier)
             except UndeliverableMessage as exc:  # no retry can convert it
                 await delivery.discard([message], exc.message)
+
+    async def redeliver(self, message: Message, attempts: int, started: float) -> None:
+        """Delivers a parked message, now due, after its ``attempts`` so far (its filters were passed before it
+        was parked). Returns once it is finished: delivered, discarded or parked again."""
+        delivery = self._delivery
+        resolved = await delivery.resolve(message)
+        if resolved is None:
+            return
+        delivery.metrics.count("unparked")
+        try:
+            send = functools.partial(self._send, resolved, await delivery.schema(resolved))
+            try:
+                await retry_until_ttl(delivery, [resolved], started, send, paced=True, attempts=attempts)
+            except UndeliverableMessage as exc:
+                await delivery.discard([resolved], exc.message)
+        finally:
+            delivery.finished([resolved])
 
     async def _send(
         self, message: Message, schema: str | None, subscription: Subscription, url: str, retries: int
@@ -171,6 +189,9 @@ class SerialConsumer:
         content = self._delivery.context.content
         body, content_type, extra = content.body(subscription, message, schema)
         headers = {**self._delivery.context.sender.headers(subscription, message, retries, content_type), **extra}
-        return await self._delivery.context.sender.send(
+        result = await self._delivery.context.sender.send(
             subscription, url, body, headers, subscription.serial_policy.request_timeout
         )
+        if not result.succeeded:
+            self._receiver.failed(message, retries + 1)
+        return result

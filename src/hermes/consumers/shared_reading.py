@@ -408,7 +408,10 @@ class SharedReceiver(Receiver):
         """The group's committed offsets; the beginning of a partition it has none of (a new partition, a wiped
         cluster)."""
         admin = self._reader.admin
-        committed = admin.committed_offsets(self._group_id, self._topic)
+        committed_with_notes = admin.committed(self._group_id, self._topic)
+        committed = {p: offset for p, (offset, _) in committed_with_notes.items()}
+        for p, (_, metadata) in committed_with_notes.items():
+            self.noted((self._topic, p), metadata)
         partitions = admin.partitions(self._topic)
         missing = [p for p in partitions if p not in committed]
         beginning = admin.beginning_offsets(self._topic) if missing else {}
@@ -475,6 +478,7 @@ class SharedReceiver(Receiver):
         with self._lock:
             self.generation += 1
             self._tracker.forget(list(self._tracker.partitions()))
+            self._attempts.clear()
             self._next.update(offsets)
         if consumer is not None:
             for (topic, partition), offset in offsets.items():
@@ -491,7 +495,7 @@ class SharedReceiver(Receiver):
         with self._lock:
             if self._committing:
                 return False
-            offsets = self._tracker.committable()
+            offsets, notes = self._to_commit()
             if not offsets:
                 committed = self._tracker.committed()
             else:
@@ -512,7 +516,7 @@ class SharedReceiver(Receiver):
                 self._measure_lag(committed)
 
         try:
-            self._reader.admin.set_group_offsets(self._group_id, offsets, self._reader.committer, done)
+            self._reader.admin.set_group_offsets(self._group_id, offsets, self._reader.committer, done, notes)
         except Exception as exc:
             done(exc)
         return True
@@ -525,9 +529,10 @@ class SharedReceiver(Receiver):
 
     def _commit_now(self, offsets: dict[Partition, int] | None = None) -> None:
         """Commits ``offsets`` (by default what is finished) and waits for it."""
+        notes: dict[Partition, str] = {}
         if offsets is None:
             with self._lock:
-                offsets = self._tracker.committable()
+                offsets, notes = self._to_commit()
         if not offsets:
             return
         finished = threading.Event()
@@ -539,7 +544,7 @@ class SharedReceiver(Receiver):
             finished.set()
 
         try:
-            self._reader.admin.set_group_offsets(self._group_id, offsets, self._reader.committer, done)
+            self._reader.admin.set_group_offsets(self._group_id, offsets, self._reader.committer, done, notes)
         except Exception as exc:
             done(exc)
         finished.wait(_COMMIT_WAIT)

@@ -37,6 +37,11 @@ _BREAKER = Gauge(
 _BREAKER_OPENED = Counter("hermes_consumers_circuit_breaker_opened", "Times the circuit breaker opened", _LABELS)
 _BREAKER_STATES = {"CLOSED": 0, "OPEN": 1, "HALF_OPEN": 2}
 _LAG = Gauge("hermes_consumers_lag", "Messages after the committed offsets of this node's partitions", _LABELS)
+_PARKED = Counter("hermes_consumers_parked", "Messages parked in the retry topic", _LABELS)
+_UNPARKED = Counter("hermes_consumers_unparked", "Parked messages taken back for delivery", _LABELS)
+_PARKED_NOW = Gauge("hermes_consumers_parked_now", "Messages in the retry topic not finished yet", _LABELS)
+# Counters of retryParking (our extension): in a snapshot once counted, so Hermes' metrics shape is unchanged
+PARKING_COUNTERS = ("parked", "unparked")
 
 # Health looks at the last attempts rather than the last second: a failing subscription is slowed down to one
 # attempt a second, then a minute, and must not look healthy in the seconds between its attempts.
@@ -54,6 +59,7 @@ class SubscriptionMetrics:
     mode: str = "NORMAL"
     lag: int = 0
     breaker: dict[str, Any] | None = None  # the circuit breaker's state, when the subscription has one
+    parked_now: int | None = None  # with parked messages only
     _previous: dict[str, int] = field(default_factory=dict)
     _previous_at: float = field(default_factory=time.monotonic)
     _children: dict[str, Any] = field(default_factory=dict)  # Prometheus children by counter name
@@ -71,10 +77,13 @@ class SubscriptionMetrics:
         if snapshot:
             for name in COUNTERS:
                 self.totals[name] = int(snapshot.get(name, 0))
+            for name in PARKING_COUNTERS:
+                if name in snapshot:
+                    self.totals[name] = int(snapshot[name])
         self._previous = dict(self.totals)
 
     def count(self, name: str, amount: int = 1) -> None:
-        self.totals[name] += amount
+        self.totals[name] = self.totals.get(name, 0) + amount
         child = self._children.get(name)
         if child is None:  # looking a child up by labels costs more than the increment: once per name
             labels = self._labels()
@@ -88,6 +97,10 @@ class SubscriptionMetrics:
                 child = _RULE_ACTIONS.labels(**labels, action=_RULE_ACTION_BY_COUNTER[name])
             elif name == RETRIES_STOPPED:
                 child = _RETRIES_STOPPED.labels(**labels)
+            elif name == "parked":
+                child = _PARKED.labels(**labels)
+            elif name == "unparked":
+                child = _UNPARKED.labels(**labels)
             else:
                 child = _RESPONSES.labels(**labels, outcome=name)
             self._children[name] = child
@@ -137,6 +150,11 @@ class SubscriptionMetrics:
         if opened > before:
             children[1].inc(opened - before)
 
+    def parked(self, now: int) -> None:
+        """Messages in the subscription's retry topic not finished yet."""
+        self.parked_now = now
+        _PARKED_NOW.labels(**self._labels()).set(now)
+
     def snapshot(self) -> dict[str, Any]:
         """Totals, gauges and per-second rates since the previous snapshot."""
         now = time.monotonic()
@@ -158,6 +176,7 @@ class SubscriptionMetrics:
             "rateMode": self.mode,
             "lag": self.lag,
             **({"circuitBreaker": self.breaker} if self.breaker is not None else {}),
+            **({} if self.parked_now is None else {"parkedNow": self.parked_now}),
             "updatedAt": int(time.time() * 1000),
         }
 

@@ -26,6 +26,7 @@ from hermes.consumers.body_budget import BodyBudget
 from hermes.consumers.content import ContentConverter
 from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.offloaded import OffloadedMessages
+from hermes.consumers.parking import ParkingLot
 from hermes.consumers.process import ConsumerProcess
 from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import load_resolver
@@ -118,7 +119,10 @@ class ConsumersSupervisor:
             offloaded=OffloadedMessages(
                 credentials=_kafka_user(self._connection), budget=BodyBudget(s.consumer_offloaded_bytes)
             ),
+            parking=ParkingLot(self._connection, s.node_id, s.consumer_commit_interval),
         )
+        assert self._context.parking is not None
+        await self._context.parking.start()
         if not self._clustered and self._settings.consumer_reading == "shared":
             self._reader = SharedReader(self._context)
             self._reader.start()
@@ -140,6 +144,8 @@ class ConsumersSupervisor:
         if self._oauth is not None:
             self._oauth.close()
         if self._context is not None:
+            if self._context.parking is not None:
+                await self._context.parking.stop()
             await self._context.sender.close()
             await self._context.offloaded.close()
         if self._session is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -81,6 +82,31 @@ class MessageProcessingMetrics:
 
 
 @dataclass(frozen=True)
+class RetryParking:
+    """Our extension: a message whose next attempt is more than ``threshold_ms`` away waits in the subscription's
+    retry topic instead of holding its partition's committed offset back (``hermes.consumers.parking``)."""
+
+    threshold_ms: int = 30_000
+
+
+# The suffix of a retry topic: a Hermes topic's Kafka name never ends so (its group would end with a dot)
+RETRY_TOPIC_SUFFIX = "..parked"
+_KAFKA_TOPIC_MAX = 249
+
+
+def is_retry_topic(kafka_topic: str) -> bool:
+    return kafka_topic.endswith(RETRY_TOPIC_SUFFIX)
+
+
+def retry_topic(topic: TopicName, subscription: str) -> str:
+    """The Kafka topic a subscription's parked messages wait in (``RetryParking``); a long name is cut and hashed."""
+    name = f"{topic.qualified}..{subscription}"
+    if len(name) + len(RETRY_TOPIC_SUFFIX) > _KAFKA_TOPIC_MAX:
+        name = name[:200] + hashlib.sha256(name.encode()).hexdigest()[:32]
+    return name + RETRY_TOPIC_SUFFIX
+
+
+@dataclass(frozen=True)
 class SerialSubscriptionPolicy:
     """SERIAL delivery. Durations are in millis unless the name says otherwise."""
 
@@ -95,6 +121,7 @@ class SerialSubscriptionPolicy:
     backoff_multiplier: float = 1.0
     backoff_max_interval_in_sec: int = 600
     ordering: Ordering = Ordering.NONE  # left out of the JSON when NONE, so Hermes' shape is unchanged
+    retry_parking: RetryParking | None = None  # off, and left out of the JSON, when None
 
     @property
     def inflight_limit(self) -> int:
@@ -219,3 +246,12 @@ class Subscription:
     def consumer_group_id(self) -> str:
         """The Kafka consumer group that keeps this subscription's committed offsets."""
         return f"hermes_{self.topic_name.qualified}_{self.name}"
+
+    @property
+    def retry_topic(self) -> str:
+        return retry_topic(self.topic_name, self.name)
+
+    @property
+    def parking_group_id(self) -> str:
+        """The consumer group keeping the offsets of its retry topic (never a member: offsets set from outside)."""
+        return f"hermes-parked_{self.topic_name.qualified}_{self.name}"

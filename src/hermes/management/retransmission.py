@@ -9,7 +9,7 @@ from typing import Any
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.domain.subscription import Subscription, SubscriptionState
-from hermes.errors import OffsetsNotMovable, ValidationError
+from hermes.errors import HermesError, OffsetsNotMovable, ValidationError
 from hermes.metadata.documents import RETRANSMISSION
 from hermes.metadata.repository import MetadataRepository
 
@@ -51,8 +51,10 @@ def retransmit(
     """Moves every partition of the subscription to the first offset at or after ``moment``; a dry run only
     answers which offsets those are.
 
-    A running consumer picks the request up from the repository and seeks; a suspended subscription gets
-    the offsets committed to its consumer group, effective on activation.
+    A running consumer picks the request up from the repository and seeks. The offsets are committed to the
+    subscription's consumer group too, so that a suspended subscription, or one whose consumers are down or
+    restarting (Hermes issue #1618), starts from them; a group whose members run refuses that commit, and they
+    apply the request.
     """
     topic = subscription.topic_name.qualified
     timestamp = int(moment.timestamp() * 1000)
@@ -66,8 +68,11 @@ def retransmit(
         return summary
     if subscription.state is SubscriptionState.PENDING:
         raise OffsetsNotMovable("Cannot retransmit messages for subscription in PENDING state")
-    if subscription.state is SubscriptionState.SUSPENDED:
+    try:
         admin.commit_offsets(subscription.consumer_group_id, topic, offsets)
+    except HermesError:
+        if subscription.state is SubscriptionState.SUSPENDED:
+            raise
     repository.put_document(
         RETRANSMISSION,
         subscription.qualified_name.qualified,

@@ -23,7 +23,7 @@ from hermes.domain.message import Message
 from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
 from hermes.domain.retransmission_task import RetransmissionTask
-from hermes.domain.subscription import Subscription, SubscriptionState
+from hermes.domain.subscription import Subscription, SubscriptionState, retry_topic
 from hermes.domain.subscription_events import subscription_events_topic
 from hermes.domain.topic import ContentType, Group, Topic
 from hermes.domain.trace import TRACKING_TOPIC
@@ -31,6 +31,7 @@ from hermes.errors import (
     BrokerError,
     BrokerUnavailable,
     GroupAlreadyExists,
+    HermesError,
     InternalTopicProtected,
     SchemaNotFound,
     ServiceUnavailable,
@@ -170,6 +171,7 @@ class ManagementService:
         if subscriptions and all(s.auto_delete_with_topic_enabled for s in subscriptions):
             for subscription in subscriptions:
                 await self._run(self._repository.delete_subscription, name, subscription.name)
+                await self._delete_retry_topic(name, subscription.name)
         await self._run(self._repository.delete_topic, name)
         await self._run(self._admin.delete_topic, name.qualified)
 
@@ -186,6 +188,15 @@ class ManagementService:
 
     async def delete_subscription(self, topic: TopicName, name: str) -> None:
         await self._run(self._repository.delete_subscription, topic, name)
+        await self._delete_retry_topic(topic, name)
+
+    async def _delete_retry_topic(self, topic: TopicName, name: str) -> None:
+        """The subscription's retry topic (retryParking) goes with it; one left behind is listed among the Kafka
+        topics outside Hermes'."""
+        try:
+            await self._run(self._admin.delete_topic, retry_topic(topic, name))
+        except HermesError as exc:
+            log.warning("deleting the retry topic of %s$%s failed: %s", topic, name, exc.message)
 
     async def create_subscription(
         self, subscription: Subscription, *, inflight_size_changes: bool = True
@@ -363,6 +374,7 @@ class ManagementService:
 
         def find() -> list[str]:
             known = {t.qualified_name for t in self._repository.list_topics()}
+            known |= {s.retry_topic for s in self._repository.list_subscriptions(None)}
             names = self._admin.topic_names() - known
             return sorted(n for n in names if not n.startswith("_") and n not in INTERNAL_TOPICS)
 

@@ -42,6 +42,7 @@ from hermes.domain.subscription import (
     MonitoringDetails,
     OAuthPolicy,
     Ordering,
+    RetryParking,
     SerialSubscriptionPolicy,
     Severity,
     Subscription,
@@ -78,7 +79,28 @@ def _serial_policy(data: Mapping[str, Any]) -> SerialSubscriptionPolicy:
             data, "backoffMaxIntervalInSec", d.backoff_max_interval_in_sec, f + "backoffMaxIntervalInSec", 1, 600
         ),
         ordering=read_enum(data, "ordering", Ordering, d.ordering, f + "ordering"),
+        retry_parking=_retry_parking(data.get("retryParking")),
     )
+
+
+def _retry_parking(value: Any) -> RetryParking | None:
+    if value is None:
+        return None
+    field = "subscriptionPolicy.retryParking"
+    data = read_object(value, field)
+    threshold = read_int(data, "thresholdMs", RetryParking.threshold_ms, field + ".thresholdMs", 0, 3_600_000)
+    return RetryParking(threshold)
+
+
+def _check_parking(policy: Mapping[str, Any], mode: SubscriptionMode) -> None:
+    """Parking lets later messages overtake a parked one, and a parked message remembers its attempts only."""
+    if policy.get("ordering") == Ordering.KEY:
+        raise ValidationError(
+            "cannot be combined with ordering KEY: a parked message is overtaken by later ones",
+            "subscriptionPolicy.retryParking",
+        )
+    if mode is SubscriptionMode.BROADCAST:
+        raise ValidationError("is for ANYCAST subscriptions", "subscriptionPolicy.retryParking")
 
 
 def _batch_policy(data: Mapping[str, Any]) -> BatchSubscriptionPolicy:
@@ -221,6 +243,10 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
             raise ValidationError("AVRO content type is not available with BATCH delivery", "contentType")
         if policy.get("ordering") not in (None, Ordering.NONE):
             raise ValidationError("is for SERIAL delivery: a batch is sent in order", "subscriptionPolicy.ordering")
+        if policy.get("retryParking") is not None:
+            raise ValidationError("is for SERIAL delivery", "subscriptionPolicy.retryParking")
+    elif policy.get("retryParking") is not None:
+        _check_parking(policy, mode)
     cloud_events_mode = None
     if body.get("cloudEventsMode") is not None:
         if delivery is DeliveryType.BATCH:
@@ -320,6 +346,8 @@ def _policy_to_json(sub: Subscription) -> Json:
         policy["inflightSize"] = s.inflight_size
     if s.ordering is not Ordering.NONE:
         policy["ordering"] = s.ordering.value
+    if s.retry_parking is not None:
+        policy["retryParking"] = {"thresholdMs": s.retry_parking.threshold_ms}
     return policy
 
 

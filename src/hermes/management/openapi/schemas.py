@@ -134,6 +134,13 @@ SERIAL_POLICY = obj(
             "other keys in parallel up to inflightSize (unset: NONE, and not answered)",
         },
         **_RETRY_RULES,
+        "retryParking": {
+            **obj({"thresholdMs": ranged(0, 3_600_000)}, []),
+            "type": ["object", "null"],
+            "description": "our extension: a message whose next attempt is more than thresholdMs (default 30000) "
+            "away waits in the subscription's retry topic, so its partition moves on; ANYCAST, without ordering "
+            "KEY (unset or null: off, and not answered)",
+        },
     },
     [],
 )
@@ -148,6 +155,7 @@ BATCH_POLICY = obj(
         "batchVolume": ranged(1, 64 * 1024 * 1024),
         "ordering": {"type": ["string", "null"], "enum": ["NONE", None], "description": "KEY is for SERIAL delivery"},
         **_RETRY_RULES,
+        "retryParking": {"type": "null", "description": "for SERIAL delivery"},
     },
     [],
 )
