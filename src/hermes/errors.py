@@ -80,6 +80,12 @@ class OffloadedMessageNotFound(NotFoundError):
     code = "OFFLOADED_MESSAGE_NOT_FOUND"
 
 
+class DeadLetterNotFound(NotFoundError):
+    """A dead-letter id the subscription's dead-letter topic does not hold (any more)."""
+
+    code = "DEAD_LETTER_NOT_EXISTS"
+
+
 class OAuthProviderNotFound(NotFoundError):
     code = "OAUTH_PROVIDER_NOT_EXISTS"
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from hermes.broker.connection import KafkaConnection
 from hermes.consumers.content import ContentConverter
+from hermes.consumers.dead_letters import DeadLetters
 from hermes.consumers.offloaded import OffloadedMessages
 from hermes.consumers.rate import RateSettings
 from hermes.consumers.resolver import EndpointAddressResolver, EndpointItself
@@ -41,3 +42,4 @@ class ConsumerContext:
     failure_log_interval: float = 30.0
     resolver: EndpointAddressResolver = field(default_factory=EndpointItself)
     offloaded: OffloadedMessages = field(default_factory=OffloadedMessages)
+    dead_letters: DeadLetters | None = None  # for subscriptions with the dead-letter policy on

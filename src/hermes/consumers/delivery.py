@@ -153,6 +153,10 @@ class Delivery:
             async with asyncio.timeout(seconds):
                 await self._wait(redirected.wait())
 
+    async def _backoff(self, seconds: float) -> None:
+        """A wait before a dead letter is written again: a stop need not wait for it (the message comes again)."""
+        await self._wait(asyncio.sleep(seconds))
+
     def waiting(self, task: asyncio.Task[Any]) -> bool:
         """Whether the delivery ``task`` waits for a retry or a rate slot (rather than sending)."""
         return task in self._waiting
@@ -193,9 +197,22 @@ class Delivery:
         self.metrics.count("delivered", len(messages))
         self.traces(messages, TraceStatus.SUCCESS)
 
-    async def discard(self, messages: Sequence[Message], reason: str) -> None:
-        """Gives up on ``messages``: counted, traced, summed up in the failure log and recorded as the last
-        undelivered message."""
+    async def discard(
+        self,
+        messages: Sequence[Message],
+        reason: str,
+        *,
+        last_status: int | None = None,
+        attempts: int = 0,
+        dead_letter: bool = True,
+    ) -> None:
+        """Gives up on ``messages``: with the dead-letter policy on (and ``dead_letter``), written to the
+        subscription's dead-letter topic first (returns once the broker has them: only then may their offsets be
+        committed); counted, traced, summed up in the failure log and recorded as the last undelivered message."""
+        dead_letters = self.context.dead_letters
+        if dead_letter and self.subscription.dead_letters.enabled and dead_letters is not None:
+            await dead_letters.write(self.subscription, messages, reason, last_status, attempts, self._backoff)
+            self.metrics.count("deadLettered", len(messages))
         self.failures.discarded(len(messages), reason)
         for message in messages:
             self.metrics.count("discarded")

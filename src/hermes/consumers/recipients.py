@@ -26,6 +26,7 @@ class Outcome:
     retry_after: float | None  # seconds: only when every failed instance asked for it
     reason: str  # why it failed, naming the failed instances when broadcasting
     rejected: bool = False  # done, but refused by a subscriber (4xx, not retried): discarded, as Hermes does
+    status: int | None = None  # the HTTP status of a failed attempt (None: none answered), for dead letters
 
 
 Send = Callable[[str, int], Awaitable[SendResult]]  # (address, its retry count) -> result
@@ -80,11 +81,12 @@ class Recipients:
                     self._rejected[address] = result
         if not failed:
             if self._rejected:
-                return Outcome(False, slow_down, None, self._reason(self._rejected), rejected=True)
+                status = next(iter(self._rejected.values())).status
+                return Outcome(False, slow_down, None, self._reason(self._rejected), rejected=True, status=status)
             return Outcome(retry=False, slow_down=slow_down, retry_after=None, reason="")
         waits = [r.retry_after for r in failed.values()]
         retry_after = max(w for w in waits if w is not None) if None not in waits else None
-        return Outcome(True, slow_down, retry_after, self._reason(failed))
+        return Outcome(True, slow_down, retry_after, self._reason(failed), status=next(iter(failed.values())).status)
 
     def _reason(self, failed: Mapping[str, SendResult]) -> str:
         if self._mode is SubscriptionMode.ANYCAST:

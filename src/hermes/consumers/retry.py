@@ -62,32 +62,35 @@ async def retry_until_ttl(
         ids, contexts = [m.message_id for m in messages], [m.propagated_headers for m in messages]
         with tracing.delivery(delivery.name, messages[0].topic, ids, contexts) as span:
             discarded = await _attempts(delivery, messages, started, send, paced)
-            tracing.delivered(span, discarded)
+            tracing.delivered(span, None if discarded is None else discarded[0])
     if discarded is None:
         delivery.delivered(messages)
     else:
-        await delivery.discard(messages, discarded)
+        reason, last_status, attempts = discarded
+        await delivery.discard(messages, reason, last_status=last_status, attempts=attempts)
 
 
 async def _attempts(
     delivery: Delivery, messages: Sequence[Message], started: float, send: Send, paced: bool
-) -> str | None:
-    """None once ``messages`` are delivered; else why they are discarded."""
+) -> tuple[str, int | None, int] | None:
+    """None once ``messages`` are delivered; else why they are discarded, the last status and the attempts."""
     recipients = Recipients(delivery.subscription.mode)
     reason = HELD_BACK  # why the messages are not delivered yet
-    retries = 0
+    status: int | None = None
+    retries = attempts = 0
     while not paced or await delivery.slot(delivery.ttl_left(started)):
         subscription = delivery.subscription
         outcome = await delivery.attempt(subscription, recipients, send)
+        attempts += 1
         if paced:
             delivery.rate.record(failed=outcome.slow_down)
         if not outcome.retry:
-            return outcome.reason if outcome.rejected else None
-        reason = outcome.reason
+            return (outcome.reason, outcome.status, attempts) if outcome.rejected else None
+        reason, status = outcome.reason, outcome.status
         backoff = Backoff.of(subscription).delay(retries, outcome.retry_after)
         if backoff > delivery.ttl_left(started):
             break
         delivery.traces(messages, TraceStatus.FAILED, reason)
         retries += 1
         await delivery.pause(backoff)
-    return reason
+    return reason, status, attempts

@@ -16,6 +16,9 @@ from hermes.metadata.documents import ATTEMPT_OUTCOMES, COUNTERS
 _LABELS = ("topic", "subscription")
 _DELIVERED = Counter("hermes_consumers_delivered", "Messages delivered", _LABELS)
 _DISCARDED = Counter("hermes_consumers_discarded", "Messages discarded after their inflight TTL", _LABELS)
+_DEAD_LETTERED = Counter(
+    "hermes_consumers_dead_lettered", "Discarded messages written to the subscription's dead-letter topic", _LABELS
+)
 _FILTERED = Counter("hermes_consumers_filtered", "Messages skipped by filters", _LABELS)
 _RESPONSES = Counter("hermes_consumers_responses", "Delivery attempts by outcome", (*_LABELS, "outcome"))
 _INFLIGHT = Gauge("hermes_consumers_inflight", "Messages read and not finished", _LABELS)
@@ -70,6 +73,8 @@ class SubscriptionMetrics:
                 child = _DISCARDED.labels(**labels)
             elif name == "filtered":
                 child = _FILTERED.labels(**labels)
+            elif name == "deadLettered":
+                child = _DEAD_LETTERED.labels(**labels)
             else:
                 child = _RESPONSES.labels(**labels, outcome=name)
             self._children[name] = child

@@ -25,6 +25,7 @@ from hermes.config import Settings
 from hermes.consumers.body_budget import BodyBudget
 from hermes.consumers.content import ContentConverter
 from hermes.consumers.context import ConsumerContext, CrashListener
+from hermes.consumers.dead_letters import DeadLetters
 from hermes.consumers.offloaded import OffloadedMessages
 from hermes.consumers.process import ConsumerProcess
 from hermes.consumers.rate import RateSettings
@@ -114,6 +115,7 @@ class ConsumersSupervisor:
             offloaded=OffloadedMessages(
                 credentials=_kafka_user(self._connection), budget=BodyBudget(s.consumer_offloaded_bytes)
             ),
+            dead_letters=DeadLetters(self._connection),
         )
         if not self._clustered and self._settings.consumer_reading == "shared":
             self._reader = SharedReader(self._context)
@@ -138,6 +140,8 @@ class ConsumersSupervisor:
         if self._context is not None:
             await self._context.sender.close()
             await self._context.offloaded.close()
+            if self._context.dead_letters is not None:
+                await asyncio.to_thread(self._context.dead_letters.close)
         if self._session is not None:
             await self._session.close()
 

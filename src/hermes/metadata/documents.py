@@ -34,7 +34,18 @@ UNWATCHED = frozenset({SUBSCRIPTION_METRICS, TOPIC_METRICS})
 
 # The subscription-metrics record: a lifetime total of each counter, a ``<counter>PerSecond`` rate of each,
 # ``recentAttempts`` by outcome, and ``inflight``, ``rate``, ``mode``, ``lag``, ``updatedAt``.
-COUNTERS = ("delivered", "discarded", "filtered", "timeouts", "otherErrors", "codes2xx", "codes4xx", "codes5xx")
+# (``deadLettered``, our extension: discarded messages written to the subscription's dead-letter topic)
+COUNTERS = (
+    "delivered",
+    "discarded",
+    "filtered",
+    "timeouts",
+    "otherErrors",
+    "codes2xx",
+    "codes4xx",
+    "codes5xx",
+    "deadLettered",
+)
 ATTEMPT_OUTCOMES = ("codes2xx", "codes4xx", "codes5xx", "timeouts", "otherErrors")
 
 

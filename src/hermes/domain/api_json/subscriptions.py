@@ -25,6 +25,7 @@ from hermes.domain.api_json.fields import (
     seconds,
 )
 from hermes.domain.api_json.topics import owner_from_json, owner_to_json
+from hermes.domain.dead_letter import DeadLetterPolicy
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import TopicName, validate_simple_name
 from hermes.domain.signing import check_secrets
@@ -229,9 +230,15 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
         metrics_config=_metrics_config(body.get("metricsConfig")),
         signing_secrets=_signing_secrets(body.get("signingSecrets")),
         previous_secret_expires_at=read_timestamp(body, "previousSigningSecretExpiresAt"),
+        dead_letters=_dead_letters(body.get("deadLetters")),
         created_at=read_timestamp(body, "createdAt"),
         modified_at=read_timestamp(body, "modifiedAt"),
     )
+
+
+def _dead_letters(value: Any) -> DeadLetterPolicy:
+    """``deadLetters``: absent or null is off."""
+    return DeadLetterPolicy(read_bool(read_object(value, "deadLetters"), "enabled", False, "deadLetters.enabled"))
 
 
 def _monitoring_details(value: Any) -> MonitoringDetails:
@@ -344,4 +351,6 @@ def subscription_to_json(sub: Subscription, *, mask_secrets: bool = True) -> Jso
         out["cloudEventsMode"] = sub.cloud_events_mode.value
     if sub.previous_secret_expires_at:
         out["previousSigningSecretExpiresAt"] = seconds(sub.previous_secret_expires_at)
+    if sub.dead_letters.enabled:
+        out["deadLetters"] = {"enabled": True}
     return out

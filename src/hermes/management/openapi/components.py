@@ -52,6 +52,40 @@ _TOPIC_METRICS: dict[str, Schema] = {
 
 SCHEMAS: dict[str, Schema] = {
     **ENTITIES,
+    "DeadLetter": obj(
+        {
+            "id": {"type": "string", "description": "its offset in the subscription's dead-letter topic"},
+            "messageId": STR,
+            "reason": STR,
+            "lastStatus": {**NULLABLE_INT, "description": "the last HTTP status answered (null: none, e.g. timeouts)"},
+            "attempts": INT,
+            "timestamp": {**INT, "description": "when it was discarded, epoch milliseconds"},
+            "topicName": TOPIC_NAME,
+            "partition": INT,
+            "offset": INT,
+            "headers": {"type": "object", "additionalProperties": STR, "description": "its original Kafka headers"},
+            "body": STR,
+            "bodyEncoding": enum("utf-8", "base64"),
+            "offloaded": {**BOOL, "description": "the body is the placeholder of an offloaded message"},
+            "key": STR,
+            "keyEncoding": enum("utf-8", "base64"),
+        },
+        [
+            "id",
+            "messageId",
+            "reason",
+            "lastStatus",
+            "attempts",
+            "timestamp",
+            "topicName",
+            "partition",
+            "offset",
+            "headers",
+            "body",
+            "bodyEncoding",
+            "offloaded",
+        ],
+    ),
     "SubscriptionMetrics": obj(
         {
             "delivered": INT,

@@ -86,6 +86,9 @@ _TRACKED = {"tracked": BOOL}
 _DELETE_ERRORS = (400, 403, 404, 503)
 _STATE = enum("PENDING", "ACTIVE", "SUSPENDED")  # PENDING: 200, nothing changes (as Hermes)
 
+# epoch milliseconds or an ISO-8601 date
+_MOMENT: Schema = {"anyOf": [{"type": "string", "pattern": "^[0-9]{1,15}$"}, {"type": "string", "format": "date-time"}]}
+
 _UNHEALTHY = _op(
     "Unhealthy subscriptions (JSON, or text/plain lines)",
     body=ref("Unhealthy"),
@@ -201,6 +204,16 @@ PATHS: dict[str, dict[str, Schema]] = {
             )
         )
     },
+    _S + "/dead-letters": {
+        "get": _op(
+            "The subscription's dead letters, oldest first (an addition): ?limit= (1-1000, default 100), ?from= and "
+            "?to= (epoch milliseconds or ISO-8601, both included)",
+            body=array(ref("DeadLetter")),
+            query={"limit": {"type": "integer", "minimum": 1, "maximum": 1000}, "from": _MOMENT, "to": _MOMENT},
+        ),
+        "delete": _op("Purge: delete every dead letter written so far (an addition)", body=obj({"purged": INT})),
+    },
+    _S + "/dead-letters/{deadLetterId}": {"get": _op("One dead letter (an addition)", body=ref("DeadLetter"))},
     "/unhealthy": {"get": _UNHEALTHY},
     "/unhealthy/": {"get": _UNHEALTHY},
     "/query/topics/metrics": {

@@ -1,0 +1,174 @@
+"""Dead letters against the real broker and real subscribers: what a subscription with the policy on discards is
+written to its dead-letter topic (a 4xx not retried, the messageTtl's end), listed, shown and purged through the
+management API; a write the broker refuses holds the message's offset back until it succeeds."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from hermes.broker.admin import BrokerAdmin
+from hermes.broker.connection import KafkaConnection
+from hermes.domain.dead_letter import dead_letter_topic
+from hermes.domain.names import SubscriptionName, TopicName
+from tests.conftest import wait_until
+from tests.support.hermes import HermesClient, InProcessHermes
+from tests.support.subscriber import SubscriberServer, always
+
+pytestmark = pytest.mark.integration
+
+ON = {"deadLetters": {"enabled": True}}
+
+
+@pytest.fixture
+def rejecting() -> Iterator[SubscriberServer]:
+    server = SubscriberServer(always(400)).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def admin(hermes: InProcessHermes) -> BrokerAdmin:
+    return BrokerAdmin(KafkaConnection(hermes.hermes.settings.kafka_bootstrap_servers))
+
+
+def dead_letters(client: HermesClient, topic: str, name: str, **query: Any) -> list[dict[str, Any]]:
+    response = client.management.get(f"/topics/{topic}/subscriptions/{name}/dead-letters", params=query)
+    assert response.status_code == 200, response.text
+    letters: list[dict[str, Any]] = response.json()
+    return letters
+
+
+def published(client: HermesClient, topic: str, body: str) -> str:
+    response = client.publish(topic, body)
+    assert response.status_code in (201, 202), response.text
+    return response.headers["Hermes-Message-Id"]
+
+
+def test_a_rejected_message_becomes_a_dead_letter_with_why_and_what(
+    hermes: InProcessHermes, client: HermesClient, rejecting: SubscriberServer
+) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, rejecting.url, **ON)
+    assert client.management.get(f"/topics/{topic}/subscriptions/{name}").json()["deadLetters"] == {"enabled": True}
+    ids = [published(client, topic, f'{{"n": {i}}}') for i in range(3)]
+    wait_until(lambda: len(dead_letters(client, topic, name)) == 3, timeout=20)
+    letters = dead_letters(client, topic, name)
+    assert sorted(letter["messageId"] for letter in letters) == sorted(ids)
+    first = letters[0]
+    assert first["lastStatus"] == 400 and first["attempts"] == 1 and "400" in first["reason"]
+    assert first["topicName"] == topic and first["bodyEncoding"] == "utf-8" and not first["offloaded"]
+    assert first["body"] in {f'{{"n": {i}}}' for i in range(3)}
+    assert first["headers"]["hermes-message-id"] == first["messageId"]
+    assert [int(letter["id"]) for letter in letters] == [0, 1, 2]  # offsets of the dead-letter topic
+    shown = client.management.get(f"/topics/{topic}/subscriptions/{name}/dead-letters/{letters[1]['id']}")
+    assert shown.status_code == 200 and shown.json() == letters[1]
+    assert dead_letters(client, topic, name, limit=2) == letters[:2]
+    missing = client.management.get(f"/topics/{topic}/subscriptions/{name}/dead-letters/3")
+    assert (missing.status_code, missing.json()["code"]) == (404, "DEAD_LETTER_NOT_EXISTS")
+
+    def counted() -> bool:
+        metrics = client.management.get(f"/topics/{topic}/subscriptions/{name}/metrics").json()
+        return bool(metrics["totals"]["deadLettered"] == 3)
+
+    wait_until(counted, timeout=10)
+    prometheus = httpx.get(f"{hermes.management_url}/status/prometheus", timeout=10).text
+    assert f'hermes_consumers_dead_lettered_total{{subscription="{name}",topic="{topic}"}} 3.0' in prometheus
+
+
+def test_a_message_whose_ttl_ends_becomes_a_dead_letter(hermes: InProcessHermes, client: HermesClient) -> None:
+    failing = SubscriberServer(always(503)).start()
+    try:
+        topic = client.create_topic()
+        policy = {"messageTtl": 1, "messageBackoff": 200}
+        name = client.create_subscription(topic, failing.url, subscriptionPolicy=policy, **ON)
+        message_id = published(client, topic, '{"late": true}')
+        wait_until(lambda: len(dead_letters(client, topic, name)) == 1, timeout=20)
+        [letter] = dead_letters(client, topic, name)
+        assert letter["messageId"] == message_id and letter["lastStatus"] == 503
+        assert letter["attempts"] >= 2 and "503" in letter["reason"]
+    finally:
+        failing.stop()
+
+
+def test_from_and_to_select_by_time_and_purge_deletes_them(client: HermesClient, rejecting: SubscriberServer) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, rejecting.url, **ON)
+    for i in range(2):
+        published(client, topic, f'{{"n": {i}}}')
+    wait_until(lambda: len(dead_letters(client, topic, name)) == 2, timeout=20)
+    first, second = dead_letters(client, topic, name)
+    assert dead_letters(client, topic, name, **{"from": second["timestamp"]}) == [second] or (
+        first["timestamp"] == second["timestamp"]
+    )
+    assert dead_letters(client, topic, name, to=first["timestamp"] - 1) == []
+    assert dead_letters(client, topic, name, **{"from": "2000-01-01T00:00:00Z"}) == [first, second]
+    for bad in ({"limit": "0"}, {"limit": "1001"}, {"from": "yesterday"}, {"to": "12:00"}):
+        response = client.management.get(f"/topics/{topic}/subscriptions/{name}/dead-letters", params=bad)
+        assert response.status_code == 400 and response.json()["message"].startswith(f"{next(iter(bad))}:"), bad
+    purge = client.management.delete(f"/topics/{topic}/subscriptions/{name}/dead-letters")
+    assert purge.status_code == 200 and purge.json() == {"purged": 2}
+    assert dead_letters(client, topic, name) == []
+    published(client, topic, '{"after": "purge"}')
+    wait_until(lambda: len(dead_letters(client, topic, name)) == 1, timeout=20)
+    assert dead_letters(client, topic, name)[0]["id"] == "2"
+
+
+def test_the_policy_is_off_by_default_and_checked(client: HermesClient, admin: BrokerAdmin) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, "http://127.0.0.1:9/")
+    assert "deadLetters" not in client.management.get(f"/topics/{topic}/subscriptions/{name}").json()
+    path = f"/topics/{topic}/subscriptions/{name}"
+    invalid = (({"deadLetters": True}, "deadLetters"), ({"deadLetters": {"enabled": 1}}, "deadLetters.enabled"))
+    for body, field in invalid:
+        response = client.management.put(path, json=body)
+        assert response.status_code == 400 and response.json()["message"].startswith(f"{field}:"), response.text
+    assert client.management.put(path, json=ON).json()["deadLetters"] == {"enabled": True}
+    assert client.management.put(path, json={"description": "kept"}).json()["deadLetters"] == {"enabled": True}
+    assert "deadLetters" not in client.management.put(path, json={"deadLetters": {"enabled": False}}).json()
+    assert dead_letters(client, topic, name) == []  # no topic yet: none
+
+
+def test_the_dead_letter_topic_is_no_user_topic_and_goes_with_its_subscription(
+    client: HermesClient, rejecting: SubscriberServer, admin: BrokerAdmin
+) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, rejecting.url, **ON)
+    published(client, topic, "{}")
+    wait_until(lambda: len(dead_letters(client, topic, name)) == 1, timeout=20)
+    kafka_topic = dead_letter_topic(SubscriptionName(TopicName.parse(topic), name))
+    assert admin.topic_exists(kafka_topic)
+    assert kafka_topic not in client.management.get("/consistency/inconsistencies/topics").json()
+    refused = client.management.delete("/consistency/inconsistencies/topics", params={"topicName": kafka_topic})
+    assert refused.status_code == 403 and admin.topic_exists(kafka_topic)
+    assert client.publish(kafka_topic, "{}").status_code in (400, 404)
+    assert client.management.delete(f"/topics/{topic}/subscriptions/{name}").status_code == 200
+    wait_until(lambda: not admin.topic_exists(kafka_topic), timeout=10)
+
+
+def test_a_refused_dead_letter_holds_the_offset_back_until_it_is_written(
+    hermes: InProcessHermes,
+    client: HermesClient,
+    rejecting: SubscriberServer,
+    admin: BrokerAdmin,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, rejecting.url, **ON)
+    kafka_topic = dead_letter_topic(SubscriptionName(TopicName.parse(topic), name))
+    admin.create_topic(kafka_topic, 1, max_message_bytes=100)  # smaller than any dead letter: the broker refuses it
+    group = f"hermes_{topic}_{name}"
+    before = sum(admin.committed_offsets(group, topic).values())
+    caplog.set_level(logging.WARNING, logger="hermes.consumers.dead_letters")
+    published(client, topic, '{"refused": "at first"}')
+    rejecting.wait_for(1, timeout=20)
+    wait_until(lambda: caplog.text.count(f"dead letter(s) of {topic}${name}") >= 2, timeout=20)
+    assert sum(admin.committed_offsets(group, topic).values()) == before, "committed before its dead letter was written"
+    assert dead_letters(client, topic, name) == []
+    admin.alter_topic(kafka_topic, max_message_bytes=1024 * 1024)
+    wait_until(lambda: len(dead_letters(client, topic, name)) == 1, timeout=20)
+    wait_until(lambda: sum(admin.committed_offsets(group, topic).values()) == before + 1, timeout=10)
