@@ -1,10 +1,11 @@
 """Dead letters against the real broker and real subscribers: what a subscription with the policy on discards is
-written to its dead-letter topic (a 4xx not retried, the messageTtl's end), listed, shown and purged through the
-management API; a write the broker refuses holds the message's offset back until it succeeds."""
+written to its dead-letter topic (a 4xx not retried, the messageTtl's end), listed, shown, purged and redriven
+through the management API; a write the broker refuses holds the message's offset back until it succeeds."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +18,7 @@ from hermes.domain.dead_letter import dead_letter_topic
 from hermes.domain.names import SubscriptionName, TopicName
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
-from tests.support.subscriber import SubscriberServer, always
+from tests.support.subscriber import Reply, SubscriberServer, always
 
 pytestmark = pytest.mark.integration
 
@@ -172,3 +173,105 @@ def test_a_refused_dead_letter_holds_the_offset_back_until_it_is_written(
     admin.alter_topic(kafka_topic, max_message_bytes=1024 * 1024)
     wait_until(lambda: len(dead_letters(client, topic, name)) == 1, timeout=20)
     wait_until(lambda: sum(admin.committed_offsets(group, topic).values()) == before + 1, timeout=10)
+
+
+class Fixable:
+    """A subscriber that refuses everything (400) until fixed."""
+
+    def __init__(self) -> None:
+        self.fixed = False
+        self.server = SubscriberServer(lambda _n, _r: Reply(200 if self.fixed else 400)).start()
+
+    def delivered(self) -> list[str]:
+        return [r.message_id or "" for r in self.server.received if r.at >= self.fixed_at]
+
+    def fix(self) -> None:
+        self.fixed_at = time.monotonic()
+        self.fixed = True
+
+
+@pytest.fixture
+def fixable() -> Iterator[Fixable]:
+    subscriber = Fixable()
+    yield subscriber
+    subscriber.server.stop()
+
+
+def redrive(client: HermesClient, topic: str, name: str, body: Any) -> httpx.Response:
+    return client.management.post(f"/topics/{topic}/subscriptions/{name}/dead-letters/redrive", json=body)
+
+
+def redrives(client: HermesClient, topic: str, name: str) -> list[dict[str, Any]]:
+    response = client.management.get(f"/topics/{topic}/subscriptions/{name}/dead-letters/redrives")
+    assert response.status_code == 200, response.text
+    jobs: list[dict[str, Any]] = response.json()
+    return jobs
+
+
+def test_a_redrive_after_the_fix_delivers_the_dead_letters_to_their_subscription_only(
+    client: HermesClient, fixable: Fixable, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, fixable.server.url, **ON)
+    other = client.create_subscription(topic, subscriber.url)
+    ids = [published(client, topic, f'{{"n": {i}}}') for i in range(3)]
+    wait_until(lambda: len(dead_letters(client, topic, name)) == 3, timeout=20)
+    subscriber.wait_for(3, timeout=20)
+    fixable.fix()
+    started = redrive(client, topic, name, {})
+    assert started.status_code == 202, started.text
+    job = started.json()
+    assert (job["status"], job["start"], job["end"], job["position"]) == ("PENDING", 0, 3, 0)
+    wait_until(lambda: sorted(fixable.delivered()) == sorted(ids), timeout=20)
+    wait_until(lambda: redrives(client, topic, name)[0]["status"] == "DONE", timeout=10)
+    [done] = redrives(client, topic, name)
+    assert (done["id"], done["position"], done["redriven"]) == (job["id"], 3, 3)
+    assert len(subscriber.received) == 3, "the redrive went to another subscription of the topic"
+    assert len(dead_letters(client, topic, name)) == 3  # a redrive keeps them: purge deletes them
+
+    def counted() -> bool:
+        totals = client.management.get(f"/topics/{topic}/subscriptions/{name}/metrics").json()["totals"]
+        return bool(totals["redriven"] == 3)
+
+    wait_until(counted, timeout=10)
+    assert client.management.get(f"/topics/{topic}/subscriptions/{other}/dead-letters").json() == []
+
+
+def test_a_redrive_by_ids_takes_those_only_and_one_failing_again_is_a_new_dead_letter(
+    client: HermesClient, fixable: Fixable
+) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, fixable.server.url, **ON)
+    for i in range(3):
+        published(client, topic, f'{{"n": {i}}}')
+    wait_until(lambda: len(dead_letters(client, topic, name)) == 3, timeout=20)
+    first, _, third = dead_letters(client, topic, name)
+    assert redrive(client, topic, name, {"ids": [first["id"]]}).status_code == 202  # still refused: again a dead letter
+    wait_until(lambda: len(dead_letters(client, topic, name)) == 4, timeout=20)
+    again = dead_letters(client, topic, name)[3]
+    assert (again["id"], again["messageId"], again["lastStatus"]) == ("3", first["messageId"], 400)
+    fixable.fix()
+    assert redrive(client, topic, name, {"ids": [third["id"]]}).status_code == 202
+    wait_until(lambda: fixable.delivered() == [third["messageId"]], timeout=20)
+    wait_until(lambda: [job["status"] for job in redrives(client, topic, name)] == ["DONE", "DONE"], timeout=10)
+    assert [job["redriven"] for job in redrives(client, topic, name)] == [1, 1]
+
+
+def test_a_redrive_request_is_checked(client: HermesClient) -> None:
+    topic = client.create_topic()
+    name = client.create_subscription(topic, "http://127.0.0.1:9/", **ON)
+    for body, field in (
+        ({"ids": "1"}, "ids"),
+        ({"ids": []}, "ids"),
+        ({"ids": ["x"]}, "ids[0]"),
+        ({"ids": ["1"], "from": 0}, "ids"),
+        ({"from": "yesterday"}, "from"),
+        ({"to": True}, "to"),
+        ([], "redrive"),
+    ):
+        response = redrive(client, topic, name, body)
+        assert response.status_code == 400 and response.json()["message"].startswith(f"{field}:"), (body, response.text)
+    off = client.create_subscription(topic, "http://127.0.0.1:9/")
+    refused = redrive(client, topic, off, {})
+    assert refused.status_code == 400 and refused.json()["message"].startswith("deadLetters.enabled:")
+    assert redrives(client, topic, off) == []

@@ -19,6 +19,7 @@ _DISCARDED = Counter("hermes_consumers_discarded", "Messages discarded after the
 _DEAD_LETTERED = Counter(
     "hermes_consumers_dead_lettered", "Discarded messages written to the subscription's dead-letter topic", _LABELS
 )
+_REDRIVEN = Counter("hermes_consumers_redriven", "Dead letters a redrive delivered again", _LABELS)
 _FILTERED = Counter("hermes_consumers_filtered", "Messages skipped by filters", _LABELS)
 _RESPONSES = Counter("hermes_consumers_responses", "Delivery attempts by outcome", (*_LABELS, "outcome"))
 _INFLIGHT = Gauge("hermes_consumers_inflight", "Messages read and not finished", _LABELS)
@@ -75,6 +76,8 @@ class SubscriptionMetrics:
                 child = _FILTERED.labels(**labels)
             elif name == "deadLettered":
                 child = _DEAD_LETTERED.labels(**labels)
+            elif name == "redriven":
+                child = _REDRIVEN.labels(**labels)
             else:
                 child = _RESPONSES.labels(**labels, outcome=name)
             self._children[name] = child

@@ -38,7 +38,7 @@ from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import HermesError, MetadataUnreachable
 from hermes.metadata.cache import MetadataCache
-from hermes.metadata.documents import RETRANSMISSION, SUBSCRIPTION_METRICS
+from hermes.metadata.documents import DEAD_LETTER_REDRIVES, RETRANSMISSION, SUBSCRIPTION_METRICS
 from hermes.metadata.repository import MetadataRepository
 from hermes.security.tls import client_context
 from hermes.tasks import cancel
@@ -122,6 +122,7 @@ class ConsumersSupervisor:
             self._reader.start()
         self._cache.on_subscription_change(self._on_change)
         self._cache.on_document_change(RETRANSMISSION, self._on_retransmission)
+        self._cache.on_document_change(DEAD_LETTER_REDRIVES, self._on_redrive)
         self._reporter = asyncio.create_task(self._report(), name="subscription-metrics")
         for subscription in list(self._cache.subscriptions.values()):
             await self._apply(subscription.topic_name, subscription.name, subscription)
@@ -247,6 +248,11 @@ class ConsumersSupervisor:
             consumer = self._consumers.get((topic, name))
             if consumer is not None:
                 await consumer.retransmission_requested()
+
+    async def _on_redrive(self, key: str) -> None:
+        topic, _, name = key.rpartition("/")[0].partition("$")
+        if (consumer := self._consumers.get((topic, name))) is not None:
+            consumer.redrives.requested()
 
     async def _apply(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
         key = (topic.qualified, name)

@@ -67,6 +67,7 @@ RULES: dict[tuple[str, str], Rule] = {
             ("GET", f"{_S}/dead-letters"),
             ("GET", f"{_S}/dead-letters/{{deadLetterId}}"),
             ("DELETE", f"{_S}/dead-letters"),
+            ("POST", f"{_S}/dead-letters/redrive"),
         )
     },
     ("POST", "/groups"): Rule.ADMIN,

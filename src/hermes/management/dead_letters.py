@@ -6,17 +6,24 @@ and a subscription that never had one has none. The topic has one partition, par
 
 from __future__ import annotations
 
+import secrets
+import time
 from datetime import UTC, datetime
+from typing import Any
 
 from prometheus_client import Counter
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.records import read_records
 from hermes.domain.dead_letter import DeadLetter, dead_letter_topic
+from hermes.domain.redrive import Redrive
 from hermes.domain.subscription import Subscription
-from hermes.errors import DeadLetterNotFound, ValidationError
+from hermes.errors import DeadLetterNotFound, FormattingError, ValidationError
+from hermes.metadata.documents import DEAD_LETTER_REDRIVES
+from hermes.metadata.repository import MetadataRepository
 
 MAX_LIMIT = 1000
+MAX_REDRIVE_IDS = 10_000
 DEFAULT_LIMIT = 100
 _PARTITION = 0
 
@@ -24,6 +31,7 @@ REQUESTS = Counter(
     "hermes_management_dead_letter_requests", "Dead-letter requests answered, by operation", ("operation",)
 )
 PURGED = Counter("hermes_management_dead_letters_purged", "Dead letters deleted by purges", ("topic", "subscription"))
+REDRIVES = Counter("hermes_management_dead_letter_redrives", "Redrives requested", ("topic", "subscription"))
 
 
 def parse_limit(text: str | None) -> int:
@@ -109,3 +117,87 @@ def purge(admin: BrokerAdmin, subscription: Subscription) -> int:
         admin.delete_records(topic, {_PARTITION: end})
         PURGED.labels(topic=subscription.topic_name.qualified, subscription=subscription.name).inc(end - first)
     return end - first
+
+
+def _redrive_moment(body: dict[str, Any], field: str) -> int | None:
+    value = body.get(field)
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**15:
+        return value
+    if not isinstance(value, str):
+        raise ValidationError("must be epoch milliseconds or an ISO-8601 date", field)
+    return parse_moment(value, field)
+
+
+def _redrive_ids(value: Any) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_REDRIVE_IDS:
+        raise ValidationError(f"must be a list of 1 to {MAX_REDRIVE_IDS} dead-letter ids", "ids")
+    ids = []
+    for i, item in enumerate(value):
+        text = str(item) if isinstance(item, int) and not isinstance(item, bool) else item
+        if not isinstance(text, str) or not (text.isascii() and text.isdigit()) or len(text) > 18:
+            raise ValidationError("must be a dead-letter id (its digits, as listed)", f"ids[{i}]")
+        ids.append(int(text))
+    return tuple(sorted(set(ids)))
+
+
+def create_redrive(
+    repository: MetadataRepository, admin: BrokerAdmin, subscription: Subscription, body: Any
+) -> Redrive:
+    """Stores a redrive of the dead letters written so far that ``body`` selects: all (``{}``), those discarded
+    ``from``/``to``, or those of ``ids``. The subscription's consumer runs it."""
+    if body is None:
+        body = {}
+    if not isinstance(body, dict):
+        raise FormattingError('must be a JSON object: {}, {"from": ..., "to": ...} or {"ids": [...]}', "redrive")
+    if not subscription.dead_letters.enabled:
+        raise ValidationError(
+            "must be on to redrive: a redriven message that fails again would be lost", "deadLetters.enabled"
+        )
+    since, until = _redrive_moment(body, "from"), _redrive_moment(body, "to")
+    ids = _redrive_ids(body.get("ids"))
+    if ids is not None and (since is not None or until is not None):
+        raise ValidationError("selects dead letters by id: not with from or to", "ids")
+    topic = dead_letter_topic(subscription.qualified_name)
+    start, end = _bounds(admin, topic)
+    if since is not None and start < end:
+        start = max(start, admin.offsets_for_time(topic, since).get(_PARTITION, end))
+    if ids is not None:
+        start, end = max(start, ids[0]), min(end, ids[-1] + 1)
+    now = int(time.time() * 1000)
+    redrive = Redrive(
+        id=f"{now:013d}-{secrets.token_hex(3)}",
+        subscription=subscription.qualified_name.qualified,
+        createdAt=now,
+        start=start,
+        end=max(start, end),
+        position=start,
+        since=since,
+        until=until,
+        ids=ids,
+        updatedAt=now,
+    )
+    repository.put_document(DEAD_LETTER_REDRIVES, redrive.key, redrive.to_document())
+    REDRIVES.labels(topic=subscription.topic_name.qualified, subscription=subscription.name).inc()
+    return redrive
+
+
+def redrives(repository: MetadataRepository, subscription: Subscription) -> list[Redrive]:
+    """The subscription's redrives, newest first."""
+    prefix = f"{subscription.qualified_name.qualified}/"
+    found = [
+        Redrive.from_document(document)
+        for key, document in repository.list_documents(DEAD_LETTER_REDRIVES).items()
+        if key.startswith(prefix)
+    ]
+    return sorted(found, key=lambda redrive: redrive.id, reverse=True)
+
+
+def delete_redrives(repository: MetadataRepository, subscription: str) -> None:
+    """Those of a deleted subscription."""
+    for key in repository.list_documents(DEAD_LETTER_REDRIVES):
+        if key.startswith(f"{subscription}/"):
+            repository.delete_document(DEAD_LETTER_REDRIVES, key)

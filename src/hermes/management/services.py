@@ -22,6 +22,7 @@ from hermes.domain.dead_letter import DeadLetter, dead_letter_topic, is_dead_let
 from hermes.domain.message import Message
 from hermes.domain.names import SubscriptionName, TopicName
 from hermes.domain.oauth import OAuthProvider
+from hermes.domain.redrive import Redrive
 from hermes.domain.retransmission_task import RetransmissionTask
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.domain.topic import ContentType, Group, Topic
@@ -180,11 +181,12 @@ class ManagementService:
     async def delete_subscription(self, topic: TopicName, name: str) -> None:
         """The subscription, and its dead letters with it."""
         await self._run(self._repository.delete_subscription, topic, name)
-        dead_letters = dead_letter_topic(SubscriptionName(topic, name))
+        dead_letters_topic = dead_letter_topic(SubscriptionName(topic, name))
+        await self._run(dead_letters.delete_redrives, self._repository, SubscriptionName(topic, name).qualified)
         try:
-            await self._run(self._admin.delete_topic, dead_letters)
+            await self._run(self._admin.delete_topic, dead_letters_topic)
         except HermesError as exc:  # the subscription is gone all the same
-            log.warning("could not delete the dead-letter topic %s: %s", dead_letters, exc.message)
+            log.warning("could not delete the dead-letter topic %s: %s", dead_letters_topic, exc.message)
 
     async def create_subscription(
         self, subscription: Subscription, *, inflight_size_changes: bool = True
@@ -442,3 +444,9 @@ class ManagementService:
 
     async def purge_dead_letters(self, subscription: Subscription) -> int:
         return await self._run(dead_letters.purge, self._admin, subscription)
+
+    async def redrive(self, subscription: Subscription, body: Any) -> Redrive:
+        return await self._run(dead_letters.create_redrive, self._repository, self._admin, subscription, body)
+
+    async def redrives(self, subscription: Subscription) -> list[Redrive]:
+        return await self._run(dead_letters.redrives, self._repository, subscription)

@@ -20,6 +20,9 @@ RETRANSMISSION = "retransmission"
 # management writes offline retransmission tasks ("<taskId>": hermes.domain.retransmission_task); the
 # pipeline runs them and writes back their status and progress
 OFFLINE_RETRANSMISSION_TASKS = "offline-retransmission-tasks"
+# management writes a subscription's dead-letter redrives ("<topic>$<subscription>/<id>": hermes.domain.redrive);
+# the subscription's consumer runs each and writes back its position, count and status
+DEAD_LETTER_REDRIVES = "dead-letter-redrives"
 # management's own: its mode ("mode"), each datacenter's readiness ("<datacenter>")
 MANAGEMENT = "management"
 DATACENTER_READINESS = "datacenter-readiness"
@@ -34,7 +37,8 @@ UNWATCHED = frozenset({SUBSCRIPTION_METRICS, TOPIC_METRICS})
 
 # The subscription-metrics record: a lifetime total of each counter, a ``<counter>PerSecond`` rate of each,
 # ``recentAttempts`` by outcome, and ``inflight``, ``rate``, ``mode``, ``lag``, ``updatedAt``.
-# (``deadLettered``, our extension: discarded messages written to the subscription's dead-letter topic)
+# (our extensions: ``deadLettered``, discarded messages written to the subscription's dead-letter topic; ``redriven``,
+# dead letters a redrive delivered again)
 COUNTERS = (
     "delivered",
     "discarded",
@@ -45,6 +49,7 @@ COUNTERS = (
     "codes4xx",
     "codes5xx",
     "deadLettered",
+    "redriven",
 )
 ATTEMPT_OUTCOMES = ("codes2xx", "codes4xx", "codes5xx", "timeouts", "otherErrors")
 

@@ -1,4 +1,4 @@
-"""``/topics/{topic}/subscriptions/{subscription}/dead-letters`` (our extension): list, show and purge a
+"""``/topics/{topic}/subscriptions/{subscription}/dead-letters`` (our extension): list, show, purge and redrive a
 subscription's dead letters."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from hermes.domain.subscription import Subscription
-from hermes.http.server import json_response
+from hermes.http.server import json_response, read_json
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
 from hermes.management.dead_letters import REQUESTS, parse_limit, parse_moment
@@ -42,3 +42,19 @@ async def purge_dead_letters(request: web.Request) -> web.Response:
     purged = await request.app[SERVICE].purge_dead_letters(await _subscription(request))
     REQUESTS.labels(operation="purge").inc()
     return json_response({"purged": purged})
+
+
+@routes.post(_PATH + "/redrive")
+async def redrive(request: web.Request) -> web.Response:
+    subscription = await _subscription(request)
+    body = await read_json(request)
+    created = await request.app[SERVICE].redrive(subscription, body)
+    REQUESTS.labels(operation="redrive").inc()
+    return json_response(created.to_document(), status=202)
+
+
+@routes.get(_PATH + "/redrives")
+async def redrives(request: web.Request) -> web.Response:
+    jobs = await request.app[SERVICE].redrives(await _subscription(request))
+    REQUESTS.labels(operation="redrives").inc()
+    return json_response([job.to_document() for job in jobs])
