@@ -4,7 +4,9 @@ through the management API; a write the broker refuses holds the message's offse
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +20,7 @@ from hermes.domain.dead_letter import dead_letter_topic
 from hermes.domain.names import SubscriptionName, TopicName
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
-from tests.support.subscriber import Reply, SubscriberServer, always
+from tests.support.subscriber import Received, Reply, SubscriberServer, always
 
 pytestmark = pytest.mark.integration
 
@@ -275,3 +277,45 @@ def test_a_redrive_request_is_checked(client: HermesClient) -> None:
     refused = redrive(client, topic, off, {})
     assert refused.status_code == 400 and refused.json()["message"].startswith("deadLetters.enabled:")
     assert redrives(client, topic, off) == []
+
+
+def test_a_key_ordered_redrive_sends_a_keys_messages_one_after_another(client: HermesClient) -> None:
+    fixed = threading.Event()
+    slow = 0.4  # the fixed subscriber's first answer: the key's next message waits for it
+
+    def script(n: int, received: Received) -> Reply:
+        if not fixed.is_set():
+            return Reply(400)
+        return Reply(200, delay=slow if b'"n": 0' in received.body else 0.0)
+
+    server = SubscriberServer(script).start()
+    try:
+        topic = client.create_topic()
+        policy = {"ordering": "KEY"}
+        name = client.create_subscription(topic, server.url, subscriptionPolicy=policy, **ON)
+        for i in range(3):
+            assert client.publish(topic, f'{{"n": {i}}}', {"Partition-Key": "order-1"}).status_code in (201, 202)
+        wait_until(lambda: len(dead_letters(client, topic, name)) == 3, timeout=20)
+        refused = len(server.received)
+        fixed.set()
+        assert redrive(client, topic, name, {}).status_code == 202
+        redriven = server.wait_for(refused + 3, timeout=20)[refused:]
+        assert [r.body for r in redriven] == [f'{{"n": {i}}}'.encode() for i in range(3)]
+        assert redriven[1].at - redriven[0].at >= slow * 0.9, "the key's next message went before the first was done"
+    finally:
+        server.stop()
+
+
+def test_a_batch_subscription_redrives_its_dead_letters_in_a_batch(client: HermesClient, fixable: Fixable) -> None:
+    topic = client.create_topic()
+    policy = {"batchSize": 10, "batchTime": 100, "messageTtl": 0}
+    name = client.create_subscription(topic, fixable.server.url, deliveryType="BATCH", subscriptionPolicy=policy, **ON)
+    ids = [published(client, topic, f'{{"n": {i}}}') for i in range(3)]
+    wait_until(lambda: len(dead_letters(client, topic, name)) == 3, timeout=20)
+    fixable.fix()
+    assert redrive(client, topic, name, {}).status_code == 202
+    wait_until(lambda: len(fixable.delivered()) >= 1, timeout=20)
+    batches = [r for r in fixable.server.received if r.at >= fixable.fixed_at]
+    assert sorted(m for r in batches for m in r.headers["Hermes-Message-Ids"].split(",")) == sorted(ids)
+    assert sorted(n for r in batches for n in (item["n"] for item in json.loads(r.body))) == [0, 1, 2]
+    wait_until(lambda: redrives(client, topic, name)[0]["status"] == "DONE", timeout=10)

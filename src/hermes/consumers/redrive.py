@@ -132,9 +132,30 @@ class _Run:
         self._unfinished: set[int] = set()  # offsets of dead letters being redriven
         self._tasks: set[asyncio.Task[None]] = set()
         self._by_key: dict[bytes, asyncio.Task[None]] = {}  # with ordering KEY: each key's last redelivery
-        self._written_at = time.monotonic()
+        self._ended = asyncio.Event()
 
     async def all(self) -> None:
+        heartbeat = asyncio.create_task(self._heartbeat())
+        try:
+            await self._all()
+        finally:  # not cancelled: a write it left running could land after the last one
+            self._ended.set()
+            await heartbeat
+        await self._write(done=True)
+        log.info("redrove %d dead letters of %s (%s)", self._redriven, self._delivery.name, self.redrive.id)
+
+    async def _heartbeat(self) -> None:
+        """Writes the position every ``PROGRESS_INTERVAL``, also while a delivery waits for its retries: the
+        runner's lease."""
+        while True:
+            try:
+                async with asyncio.timeout(PROGRESS_INTERVAL):
+                    await self._ended.wait()
+                return
+            except TimeoutError:
+                await self._write()
+
+    async def _all(self) -> None:
         subscription = self._delivery.subscription
         topic = dead_letter_topic(subscription.qualified_name)
         connection = self._delivery.context.connection
@@ -156,11 +177,8 @@ class _Run:
                 for letter in letters:
                     await self._start(letter)
             self._read_to = records[-1].offset + 1
-            await self._progress()
         while self._tasks:
             await self._wait()
-        await self._write(done=True)
-        log.info("redrove %d dead letters of %s (%s)", self._redriven, self._delivery.name, self.redrive.id)
 
     async def _batches(self, letters: list[DeadLetter]) -> None:
         size = self._delivery.subscription.batch_policy.batch_size
@@ -169,14 +187,15 @@ class _Run:
             self._unfinished.update(letter.id for letter in chunk)
             await self._redeliver([letter.message() for letter in chunk])
             self._unfinished.difference_update(letter.id for letter in chunk)
+            self._read_to = chunk[-1].id + 1
             self._count(len(chunk))
-            await self._progress()
 
     async def _start(self, letter: DeadLetter) -> None:
         while len(self._tasks) >= self._delivery.subscription.serial_policy.inflight_limit:
             await self._wait()
         by_key = self._delivery.subscription.serial_policy.ordering is Ordering.KEY and letter.key is not None
         before = self._by_key.get(letter.key) if by_key and letter.key is not None else None
+        self._read_to = letter.id  # those before it are started or not selected
         self._unfinished.add(letter.id)
         task = asyncio.create_task(self._one(letter, before))
         self._tasks.add(task)
@@ -195,18 +214,13 @@ class _Run:
         self._delivery.metrics.count("redriven", redriven)
 
     async def _wait(self) -> None:
-        done, _ = await asyncio.wait(self._tasks, timeout=PROGRESS_INTERVAL, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(self._tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             self._tasks.discard(task)
             if task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
         for key in [k for k, t in self._by_key.items() if t.done()]:
             del self._by_key[key]
-        await self._progress()
-
-    async def _progress(self) -> None:
-        if time.monotonic() - self._written_at >= PROGRESS_INTERVAL:
-            await self._write()
 
     async def _write(self, done: bool = False) -> None:
         position = min(self._unfinished) if self._unfinished else self._read_to
@@ -215,7 +229,6 @@ class _Run:
         await until_reachable(
             repository.put_document, DEAD_LETTER_REDRIVES, self.redrive.key, self.redrive.to_document()
         )
-        self._written_at = time.monotonic()
 
     async def cancel(self) -> None:
         """Stops what is under way (stopped, or the run failed): those messages stay after ``position``."""
