@@ -59,11 +59,10 @@ class Redrives:
         return self._delivery.name
 
     def start(self) -> None:
-        self._wake.set()  # one may be under way since before a restart
         self._task = asyncio.create_task(self._run(), name=f"redrives-{self._name}")
 
     def requested(self) -> None:
-        """A redrive of this subscription was written."""
+        """A redrive of this subscription was written, or one is unfinished (since before a restart)."""
         self._wake.set()
 
     async def stop(self) -> None:
