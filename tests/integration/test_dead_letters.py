@@ -319,3 +319,20 @@ def test_a_batch_subscription_redrives_its_dead_letters_in_a_batch(client: Herme
     assert sorted(m for r in batches for m in r.headers["Hermes-Message-Ids"].split(",")) == sorted(ids)
     assert sorted(n for r in batches for n in (item["n"] for item in json.loads(r.body))) == [0, 1, 2]
     wait_until(lambda: redrives(client, topic, name)[0]["status"] == "DONE", timeout=10)
+
+
+def test_an_offloaded_message_stays_offloaded_in_its_dead_letter_and_is_redriven_whole(
+    client: HermesClient, fixable: Fixable
+) -> None:
+    topic = client.create_topic(maxMessageSize=1024)  # larger bodies are offloaded beside Kafka
+    name = client.create_subscription(topic, fixable.server.url, **ON)
+    body = '{"data": "' + "x" * 5000 + '"}'
+    message_id = published(client, topic, body)
+    wait_until(lambda: len(dead_letters(client, topic, name)) == 1, timeout=20)
+    [letter] = dead_letters(client, topic, name)
+    assert letter["messageId"] == message_id and letter["offloaded"] and letter["headers"]["_format"] == "external"
+    assert "url" in json.loads(letter["body"]) and len(letter["body"]) < 1024  # the placeholder, not the body
+    fixable.fix()
+    assert redrive(client, topic, name, {}).status_code == 202
+    wait_until(lambda: fixable.delivered() == [message_id], timeout=20)
+    assert [r.body for r in fixable.server.received if r.at >= fixable.fixed_at] == [body.encode()]

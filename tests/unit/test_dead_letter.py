@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
+
 from hermes.domain.dead_letter import DeadLetter, dead_letter_topic, is_dead_letter_topic
 from hermes.domain.message import Message
 from hermes.domain.names import SubscriptionName, TopicName
@@ -43,6 +46,8 @@ def test_an_offloaded_message_keeps_its_placeholder() -> None:
     read = DeadLetter.from_record(0, None, letter.body, letter.record_headers())
     assert read is not None and read.to_json()["offloaded"] and read.to_json()["lastStatus"] is None
     assert read.message().external_url == "http://offload/blobs/1" and read.message().body == placeholder
+    fetched = dataclasses.replace(message, external_url=None, stored=io.BytesIO(b"the body"))  # as delivered
+    assert DeadLetter.of(fetched, "refused", 400, 1, 6000).headers == letter.headers
 
 
 def test_a_redrive_selects_by_time_or_ids_and_keeps_its_document() -> None:

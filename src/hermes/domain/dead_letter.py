@@ -64,7 +64,7 @@ def original_headers(message: Message) -> list[KafkaHeader]:
     for name, value in (message.cloud_event or {}).items():
         key = KAFKA_CONTENT_TYPE if name == "datacontenttype" else KAFKA_CLOUD_EVENT_PREFIX + name
         headers.append((key, value.encode()))
-    if message.external_url is not None:
+    if message.external_url is not None or message.stored is not None:  # offloaded (stored: its body fetched)
         headers.append(PLACEHOLDER_FORMAT)
     return headers
 
