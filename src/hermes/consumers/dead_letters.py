@@ -34,9 +34,11 @@ Pause = Callable[[float], Awaitable[None]]
 
 
 class DeadLetters:
+    """Its Kafka clients are made at the first dead letter: a process whose subscriptions write none pays nothing."""
+
     def __init__(self, connection: KafkaConnection) -> None:
-        self._producer = BrokerProducer(connection)
-        self._admin = BrokerAdmin(connection)
+        self._connection = connection
+        self._clients: tuple[BrokerProducer, BrokerAdmin] | None = None
         self._created: set[str] = set()  # topics this process created or found
 
     async def write(
@@ -56,10 +58,9 @@ class DeadLetters:
         backoff = FIRST_BACKOFF
         while True:
             try:
-                await self._ensure(topic)
+                producer = await self._ensure(topic)
                 sent = [
-                    self._producer.send(topic, d.body, key=d.key, headers=d.record_headers(), ack=Ack.ALL)
-                    for d in pending
+                    producer.send(topic, d.body, key=d.key, headers=d.record_headers(), ack=Ack.ALL) for d in pending
                 ]
                 outcomes = await asyncio.gather(*sent, return_exceptions=True)
             except HermesError as exc:  # creating the topic failed
@@ -81,12 +82,18 @@ class DeadLetters:
             await pause(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF)
 
-    async def _ensure(self, topic: str) -> None:
+    async def _ensure(self, topic: str) -> BrokerProducer:
+        """The producer, once the topic exists."""
+        if self._clients is None:  # on the loop, so that two first dead letters make one pair
+            self._clients = BrokerProducer(self._connection), BrokerAdmin(self._connection)
+        producer, admin = self._clients
         if topic not in self._created:
             await asyncio.to_thread(
-                self._admin.create_topic, topic, DEAD_LETTER_PARTITIONS, max_message_bytes=PRODUCER_MAX_BYTES
+                admin.create_topic, topic, DEAD_LETTER_PARTITIONS, max_message_bytes=PRODUCER_MAX_BYTES
             )
             self._created.add(topic)
+        return producer
 
     def close(self, timeout: float = 2.0) -> None:
-        self._producer.close(timeout)
+        if self._clients is not None:
+            self._clients[0].close(timeout)
