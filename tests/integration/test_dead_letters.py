@@ -16,6 +16,7 @@ import pytest
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
+from hermes.broker.records import read_records
 from hermes.domain.dead_letter import dead_letter_topic
 from hermes.domain.names import SubscriptionName, TopicName
 from tests.conftest import wait_until
@@ -98,7 +99,9 @@ def test_a_message_whose_ttl_ends_becomes_a_dead_letter(hermes: InProcessHermes,
         failing.stop()
 
 
-def test_from_and_to_select_by_time_and_purge_deletes_them(client: HermesClient, rejecting: SubscriberServer) -> None:
+def test_from_and_to_select_by_time_and_purge_deletes_them(
+    client: HermesClient, rejecting: SubscriberServer, admin: BrokerAdmin
+) -> None:
     topic = client.create_topic()
     name = client.create_subscription(topic, rejecting.url, **ON)
     for i in range(2):
@@ -116,6 +119,10 @@ def test_from_and_to_select_by_time_and_purge_deletes_them(client: HermesClient,
     purge = client.management.delete(f"/topics/{topic}/subscriptions/{name}/dead-letters")
     assert purge.status_code == 200 and purge.json() == {"purged": 2}
     assert dead_letters(client, topic, name) == []
+    kafka_topic = dead_letter_topic(SubscriptionName(TopicName.parse(topic), name))
+    started = time.monotonic()  # a redrive under way reads from where it was: the purged records are skipped
+    assert read_records(admin.connection, kafka_topic, 0, 0, 2, 10, timeout=5) == []
+    assert time.monotonic() - started < 5
     published(client, topic, '{"after": "purge"}')
     wait_until(lambda: len(dead_letters(client, topic, name)) == 1, timeout=20)
     assert dead_letters(client, topic, name)[0]["id"] == "2"

@@ -24,8 +24,8 @@ class Record:
 def read_records(
     connection: KafkaConnection, topic: str, partition: int, start: int, end: int, limit: int, timeout: float = 10.0
 ) -> list[Record]:
-    """Up to ``limit`` records of the partition from offset ``start`` up to (not including) ``end``; BrokerUnavailable
-    when they do not all come within ``timeout`` seconds."""
+    """Up to ``limit`` records of the partition from offset ``start`` up to (not including) ``end``, of those it still
+    holds; BrokerUnavailable when they do not all come within ``timeout`` seconds."""
     if start >= end or limit <= 0:
         return []
     consumer = Consumer(
@@ -33,12 +33,16 @@ def read_records(
             **{
                 "group.id": "hermes-records",
                 "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",  # a start below the partition's first record: from there
                 "fetch.wait.max.ms": 100,
             }
         )
     )
     try:
+        # within what the partition holds: records below its first one (deleted) never come
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout, cached=False)
+        start, end = max(start, low), min(end, high)
+        if start >= end:
+            return []
         consumer.assign([TopicPartition(topic, partition, start)])
         found: list[Record] = []
         position = start
