@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import jsonschema
 import pytest
 
 from hermes.broker.admin import BrokerAdmin
@@ -19,6 +20,7 @@ from hermes.broker.connection import KafkaConnection
 from hermes.broker.records import read_records
 from hermes.domain.dead_letter import dead_letter_topic
 from hermes.domain.names import SubscriptionName, TopicName
+from hermes.management import openapi
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import Received, Reply, SubscriberServer, always
@@ -26,6 +28,15 @@ from tests.support.subscriber import Received, Reply, SubscriberServer, always
 pytestmark = pytest.mark.integration
 
 ON = {"deadLetters": {"enabled": True}}
+COMPONENTS = openapi.document()["components"]
+
+
+def conforms(answer: Any, schema: str) -> None:
+    """``answer`` is what the OpenAPI document says of the ``schema`` component (a list of them for ``[schema]``)."""
+    one = {"$ref": f"#/components/schemas/{schema.strip('[]')}"}
+    jsonschema.validate(
+        answer, {**({"type": "array", "items": one} if schema[0] == "[" else one), "components": COMPONENTS}
+    )
 
 
 @pytest.fixture
@@ -62,6 +73,7 @@ def test_a_rejected_message_becomes_a_dead_letter_with_why_and_what(
     ids = [published(client, topic, f'{{"n": {i}}}') for i in range(3)]
     wait_until(lambda: len(dead_letters(client, topic, name)) == 3, timeout=20)
     letters = dead_letters(client, topic, name)
+    conforms(letters, "[DeadLetter]")
     assert sorted(letter["messageId"] for letter in letters) == sorted(ids)
     first = letters[0]
     assert first["lastStatus"] == 400 and first["attempts"] == 1 and "400" in first["reason"]
@@ -230,10 +242,12 @@ def test_a_redrive_after_the_fix_delivers_the_dead_letters_to_their_subscription
     started = redrive(client, topic, name, {})
     assert started.status_code == 202, started.text
     job = started.json()
+    conforms(job, "Redrive")
     assert (job["status"], job["start"], job["end"], job["position"]) == ("PENDING", 0, 3, 0)
     wait_until(lambda: sorted(fixable.delivered()) == sorted(ids), timeout=20)
     wait_until(lambda: redrives(client, topic, name)[0]["status"] == "DONE", timeout=10)
     [done] = redrives(client, topic, name)
+    conforms([done], "[Redrive]")
     assert (done["id"], done["position"], done["redriven"]) == (job["id"], 3, 3)
     assert len(subscriber.received) == 3, "the redrive went to another subscription of the topic"
     assert len(dead_letters(client, topic, name)) == 3  # a redrive keeps them: purge deletes them
