@@ -86,6 +86,8 @@ def test_a_rejected_message_becomes_a_dead_letter_with_why_and_what(
     assert dead_letters(client, topic, name, limit=2) == letters[:2]
     missing = client.management.get(f"/topics/{topic}/subscriptions/{name}/dead-letters/3")
     assert (missing.status_code, missing.json()["code"]) == (404, "DEAD_LETTER_NOT_EXISTS")
+    unknown = client.management.get(f"/topics/{topic}/subscriptions/unknown/dead-letters")
+    assert (unknown.status_code, unknown.json()["code"]) == (404, "SUBSCRIPTION_NOT_EXISTS")
 
     def counted() -> bool:
         metrics = client.management.get(f"/topics/{topic}/subscriptions/{name}/metrics").json()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from hermes.domain.subscription import Subscription
+from hermes.errors import DeadLettersOfUnknownSubscription, SubscriptionNotFound
 from hermes.http.server import json_response, read_json
 from hermes.management.api.topics import topic_name
 from hermes.management.context import SERVICE
@@ -17,7 +18,10 @@ _PATH = "/topics/{topic}/subscriptions/{subscription}/dead-letters"
 
 
 async def _subscription(request: web.Request) -> Subscription:
-    return await request.app[SERVICE].subscription(topic_name(request), request.match_info["subscription"])
+    try:
+        return await request.app[SERVICE].subscription(topic_name(request), request.match_info["subscription"])
+    except SubscriptionNotFound as exc:
+        raise DeadLettersOfUnknownSubscription(exc.message) from None
 
 
 @routes.get(_PATH)
