@@ -80,6 +80,19 @@ class OffloadedMessageNotFound(NotFoundError):
     code = "OFFLOADED_MESSAGE_NOT_FOUND"
 
 
+class DeadLetterNotFound(NotFoundError):
+    """A dead-letter id the subscription's dead-letter topic does not hold (any more)."""
+
+    code = "DEAD_LETTER_NOT_EXISTS"
+
+
+class DeadLettersOfUnknownSubscription(NotFoundError):
+    """The dead letters of a subscription that does not exist: a 404 on our dead-letter paths, which no Hermes
+    client knows (Hermes' own subscription paths answer 400)."""
+
+    code = "SUBSCRIPTION_NOT_EXISTS"
+
+
 class OAuthProviderNotFound(NotFoundError):
     code = "OAUTH_PROVIDER_NOT_EXISTS"
 

@@ -208,7 +208,7 @@ def _request(world: dict[str, str], method: str, path: str, rule: Rule) -> tuple
     values = {"topic": world["restricted"] if rule is Rule.SUBSCRIBER else world["open"], "group": world["group"],
               "subscription": world["subscription"], "source": "Plaintext", "id": "team-a", "provider": "p",
               "taskId": "x", "datacenter": "dc", "idx": "0", "cluster": "primary", "partition": "0", "offset": "0",
-              "messageId": "m", "version": "1"}  # fmt: skip
+              "messageId": "m", "version": "1", "deadLetterId": "0"}  # fmt: skip
     url = re.sub(r"\{(\w+)\}", lambda m: values[m.group(1)], path)
     if rule is Rule.OWNER_IN_BODY:
         return url, {"name": f"{world['group']}.{unique('t')}", "description": "d", "owner": _owner("team-a")}

@@ -50,6 +50,7 @@ STATE_OR_GRAMMAR = re.compile(
             r"is not available with a jms:// endpoint",  # field against field
             r"statusRules\[\d+\]\.status: (never matches|ends before it starts)",  # a rule against earlier ones
             r"retryParking: (cannot be combined with ordering KEY|is for ANYCAST)",  # field against field
+            r"deadLetters.enabled: must be on to redrive",  # the subscription's state
             r"idempotencyWindow: must be at most",  # its duration against its unit
             r"is not a valid jsonpath path \(",  # JsonPath's grammar is not a regular expression
             r"is not a valid regular expression",  # nor are Python's regular expressions
@@ -72,8 +73,9 @@ FUZZING: dict[str, Any] = {
     "suppress_health_check": list(HealthCheck),
 }
 # Headers that frame the HTTP message: the client sets them; made-up values are refused by the HTTP parser (a
-# plain-text 400 before any handler), which tells nothing about the API
-FRAMING = {"content-length", "transfer-encoding", "host", "connection"}
+# plain-text 400 before any handler, or aiohttp's 417 for an Expect other than 100-continue), which tells nothing
+# about the API
+FRAMING = {"content-length", "transfer-encoding", "host", "connection", "expect"}
 
 
 def basic(user: str) -> dict[str, str]:

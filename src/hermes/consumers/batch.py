@@ -246,6 +246,35 @@ class BatchConsumer:
         batch.add(message, generation, body)
         return None
 
+    async def redeliver(self, messages: list[Message]) -> None:
+        """Delivers messages from outside the topic's reading (a redrive) as one batch, beside the batches of the
+        topic, with nothing to finish in the topic's offsets."""
+        batch = Batch(time.monotonic())
+        delivery = self._delivery
+        try:
+            for message in messages:
+                resolved = await delivery.resolve(message)
+                if resolved is None:
+                    continue
+                schema = None if resolved.schema_version is None else await delivery.schema(resolved)
+                if not await delivery.passes(resolved, schema):
+                    delivery.finished([resolved])
+                    continue
+                try:
+                    body, _, _ = delivery.context.content.body(delivery.subscription, resolved, schema)
+                except UndeliverableMessage as exc:
+                    await delivery.discard([resolved], exc.message)
+                    delivery.finished([resolved])
+                    continue
+                if schema is None:
+                    body = json_element(body) if isinstance(body, bytes) else _stored_json_element(resolved, body)
+                batch.add(resolved, 0, body)
+            if batch.messages:
+                send = functools.partial(self._send, batch, new_message_id())
+                await retry_until_ttl(delivery, batch.messages, batch.started, send, paced=False)
+        finally:
+            delivery.finished(batch.messages)
+
     async def _more_for(self, batch: Batch) -> bool:
         """Waits for messages; False when the batchTime of ``batch`` (counted from its first message) ends."""
         self._more.clear()

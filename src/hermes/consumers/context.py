@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from hermes.broker.connection import KafkaConnection
 from hermes.consumers.content import ContentConverter
+from hermes.consumers.dead_letters import DeadLetters
 from hermes.consumers.offloaded import OffloadedMessages
 from hermes.consumers.parking import ParkingLot
 from hermes.consumers.rate import RateSettings
@@ -45,3 +46,4 @@ class ConsumerContext:
     resolver: EndpointAddressResolver = field(default_factory=EndpointItself)
     offloaded: OffloadedMessages = field(default_factory=OffloadedMessages)
     parking: ParkingLot | None = None  # retry topics (subscriptionPolicy.retryParking)
+    dead_letters: DeadLetters | None = None  # for subscriptions with the dead-letter policy on

@@ -193,6 +193,10 @@ class Delivery:
         for task in list(self._waiting):
             task.cancel()
 
+    async def _backoff(self, seconds: float) -> None:
+        """A wait before a dead letter is written again: a stop need not wait for it (the message comes again)."""
+        await self._wait(asyncio.sleep(seconds))
+
     def waiting(self, task: asyncio.Task[Any]) -> bool:
         """Whether the delivery ``task`` waits for a retry or a rate slot (rather than sending)."""
         return task in self._waiting
@@ -247,9 +251,13 @@ class Delivery:
         attempts: int = 0,
         dead_letter: bool = True,
     ) -> None:
-        """Gives up on ``messages``: counted, traced, summed up in the failure log and recorded as the last
-        undelivered message. ``last_status`` (the last failed answer's), ``attempts`` (how many were made) and
-        ``dead_letter`` (False: a DISCARD status rule said the messages are worthless) are for dead letters."""
+        """Gives up on ``messages``: with the dead-letter policy on (and ``dead_letter``), written to the
+        subscription's dead-letter topic first (returns once the broker has them: only then may their offsets be
+        committed); counted, traced, summed up in the failure log and recorded as the last undelivered message."""
+        dead_letters = self.context.dead_letters
+        if dead_letter and self.subscription.dead_letters.enabled and dead_letters is not None:
+            await dead_letters.write(self.subscription, messages, reason, last_status, attempts, self._backoff)
+            self.metrics.count("deadLettered", len(messages))
         self.failures.discarded(len(messages), reason)
         for message in messages:
             self.metrics.count("discarded")

@@ -1,6 +1,6 @@
 """One subscription's consumer on this node, as the supervisor runs it (Hermes' ``ConsumerProcess``): a receiver
 reading the topic, SERIAL or BATCH delivery using it, and what both need around them: start and stop, subscription
-updates, retransmission requests and the periodic metrics snapshot.
+updates, retransmission requests, dead-letter redrives and the periodic metrics snapshot.
 
 An unexpected exception in the Kafka thread, a delivery or the batching is a crash: it is reported once through
 ``on_crash`` (the supervisor then restarts the consumer). Crashed deliveries stay unfinished, so their messages
@@ -20,6 +20,7 @@ from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.delivery import Delivery
 from hermes.consumers.rate import AdaptiveRateLimiter
 from hermes.consumers.receiver import MessageReceiver, Receiver
+from hermes.consumers.redrive import Redrives
 from hermes.consumers.retransmission import RetransmissionRequests
 from hermes.consumers.serial import SerialConsumer
 from hermes.consumers.shared_reading import SharedReader
@@ -58,6 +59,7 @@ class ConsumerProcess:
         )
         self._retransmissions = RetransmissionRequests(context.repository, subscription.topic_name.qualified, self.name)
         self._suspending: asyncio.Task[None] | None = None  # the breaker's suspendAfter, under way
+        self.redrives = Redrives(self.delivery, self.consumer.redeliver)
         self._reported: dict[str, object] = {}  # the figures of the last snapshot written, and when
         self._reported_at = 0.0
 
@@ -83,7 +85,8 @@ class ConsumerProcess:
         await self._retransmissions.start()
         self.consumer.start()
         if self._context.parking is not None and isinstance(self.consumer, SerialConsumer):
-            await self._context.parking.open(self.subscription, self.consumer.redeliver, self.metrics)
+            await self._context.parking.open(self.subscription, self.consumer.unpark, self.metrics)
+        self.redrives.start()
 
     def update(self, subscription: Subscription) -> None:
         self.delivery.update(subscription)
@@ -103,6 +106,7 @@ class ConsumerProcess:
         self.receiver.stop_reading()
         if self._context.parking is not None:
             await self._context.parking.close(self.subscription)
+        await self.redrives.stop()
         await self.consumer.stop(drain_timeout)
         await self.receiver.close()
         await self._publish_metrics()

@@ -150,6 +150,18 @@ class SerialConsumer:
             delivery.finished([resolved])
         self._receiver.finish(message, generation)
 
+    async def redeliver(self, messages: list[Message]) -> None:
+        """Delivers messages from outside the topic's reading (a redrive): the same way, each on its own, with
+        nothing to finish in the topic's offsets."""
+        for message in messages:
+            started = time.monotonic()
+            resolved = await self._delivery.resolve(message)
+            if resolved is not None:
+                try:
+                    await self._deliver_resolved(resolved, started)
+                finally:
+                    self._delivery.finished([resolved])
+
     async def _deliver_resolved(self, message: Message, started: float) -> None:
         delivery = self._delivery
         schema = await delivery.schema(message)
@@ -166,7 +178,7 @@ class SerialConsumer:
             except UndeliverableMessage as exc:  # no retry can convert it
                 await delivery.discard([message], exc.message)
 
-    async def redeliver(self, message: Message, attempts: int, started: float) -> None:
+    async def unpark(self, message: Message, attempts: int, started: float) -> None:
         """Delivers a parked message, now due, after its ``attempts`` so far (its filters were passed before it
         was parked). Returns once it is finished: delivered, discarded or parked again."""
         delivery = self._delivery

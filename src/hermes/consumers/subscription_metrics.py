@@ -17,6 +17,10 @@ from hermes.metadata.documents import ATTEMPT_OUTCOMES, COUNTERS
 _LABELS = ("topic", "subscription")
 _DELIVERED = Counter("hermes_consumers_delivered", "Messages delivered", _LABELS)
 _DISCARDED = Counter("hermes_consumers_discarded", "Messages discarded after their inflight TTL", _LABELS)
+_DEAD_LETTERED = Counter(
+    "hermes_consumers_dead_lettered", "Discarded messages written to the subscription's dead-letter topic", _LABELS
+)
+_REDRIVEN = Counter("hermes_consumers_redriven", "Dead letters a redrive delivered again", _LABELS)
 _FILTERED = Counter("hermes_consumers_filtered", "Messages skipped by filters", _LABELS)
 _RESPONSES = Counter("hermes_consumers_responses", "Delivery attempts by outcome", (*_LABELS, "outcome"))
 _INFLIGHT = Gauge("hermes_consumers_inflight", "Messages read and not finished", _LABELS)
@@ -101,6 +105,10 @@ class SubscriptionMetrics:
                 child = _PARKED.labels(**labels)
             elif name == "unparked":
                 child = _UNPARKED.labels(**labels)
+            elif name == "deadLettered":
+                child = _DEAD_LETTERED.labels(**labels)
+            elif name == "redriven":
+                child = _REDRIVEN.labels(**labels)
             else:
                 child = _RESPONSES.labels(**labels, outcome=name)
             self._children[name] = child

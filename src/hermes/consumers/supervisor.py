@@ -25,6 +25,7 @@ from hermes.config import Settings
 from hermes.consumers.body_budget import BodyBudget
 from hermes.consumers.content import ContentConverter
 from hermes.consumers.context import ConsumerContext, CrashListener
+from hermes.consumers.dead_letters import DeadLetters
 from hermes.consumers.offloaded import OffloadedMessages
 from hermes.consumers.parking import ParkingLot
 from hermes.consumers.process import ConsumerProcess
@@ -39,8 +40,8 @@ from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import HermesError, MetadataUnreachable
 from hermes.metadata.cache import MetadataCache
-from hermes.metadata.documents import RETRANSMISSION, SUBSCRIPTION_METRICS
-from hermes.metadata.repository import MetadataRepository
+from hermes.metadata.documents import DEAD_LETTER_REDRIVES, RETRANSMISSION, SUBSCRIPTION_METRICS
+from hermes.metadata.repository import MetadataRepository, until_reachable
 from hermes.security.tls import client_context
 from hermes.tasks import cancel
 from hermes.tracker import Tracker
@@ -85,6 +86,7 @@ class ConsumersSupervisor:
         self._crashes: dict[tuple[str, str], tuple[int, float]] = {}  # crashes in a row, last restart time
         self._restarts: set[asyncio.Task[None]] = set()
         self._reporter: asyncio.Task[None] | None = None
+        self._redriving: set[str] = set()  # subscriptions (group.topic$name) that had an unfinished redrive
 
     async def start(self) -> None:
         resolver = load_resolver(self._settings.endpoint_address_resolver)
@@ -120,6 +122,7 @@ class ConsumersSupervisor:
                 credentials=_kafka_user(self._connection), budget=BodyBudget(s.consumer_offloaded_bytes)
             ),
             parking=ParkingLot(self._connection, s.node_id, s.consumer_commit_interval),
+            dead_letters=DeadLetters(self._connection),
         )
         assert self._context.parking is not None
         await self._context.parking.start()
@@ -128,6 +131,10 @@ class ConsumersSupervisor:
             self._reader.start()
         self._cache.on_subscription_change(self._on_change)
         self._cache.on_document_change(RETRANSMISSION, self._on_retransmission)
+        self._cache.on_document_change(DEAD_LETTER_REDRIVES, self._on_redrive)
+        # subscriptions with a redrive under way, once for all: their consumers take it up when they start
+        redrives = await until_reachable(self._repository.list_documents, DEAD_LETTER_REDRIVES)
+        self._redriving = {key.rpartition("/")[0] for key, d in redrives.items() if d.get("status") != "DONE"}
         self._reporter = asyncio.create_task(self._report(), name="subscription-metrics")
         for subscription in list(self._cache.subscriptions.values()):
             await self._apply(subscription.topic_name, subscription.name, subscription)
@@ -148,6 +155,8 @@ class ConsumersSupervisor:
                 await self._context.parking.stop()
             await self._context.sender.close()
             await self._context.offloaded.close()
+            if self._context.dead_letters is not None:
+                await asyncio.to_thread(self._context.dead_letters.close)
         if self._session is not None:
             await self._session.close()
 
@@ -254,6 +263,13 @@ class ConsumersSupervisor:
             if consumer is not None:
                 await consumer.retransmission_requested()
 
+    async def _on_redrive(self, key: str) -> None:
+        subscription = key.rpartition("/")[0]
+        self._redriving.add(subscription)  # until this process stops: a consumer started later looks once
+        topic, _, name = subscription.partition("$")
+        if (consumer := self._consumers.get((topic, name))) is not None:
+            consumer.redrives.requested()
+
     async def _apply(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
         key = (topic.qualified, name)
         async with self._lock:
@@ -279,6 +295,8 @@ class ConsumersSupervisor:
                 consumer.delivery.set_rate_share(self._rate_share(f"{key[0]}${name}"))  # before its first slot
                 self._consumers[key] = consumer
                 await consumer.start()
+                if consumer.name in self._redriving:
+                    consumer.redrives.requested()
                 log.info("started consumer of %s$%s", topic, name)
                 if subscription.state is SubscriptionState.PENDING:
                     await asyncio.to_thread(self._activate, topic, name)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from hermes.domain.dead_letter import DeadLetterPolicy
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import SubscriptionName, TopicName
 from hermes.domain.retry_rules import RetryRules
@@ -218,6 +219,8 @@ class Subscription:
     signing_secrets: tuple[str, ...] = field(default=(), repr=False)
     # Epoch millis until which the second secret, the one a generated secret replaced, still signs (0: no end)
     previous_secret_expires_at: int = 0
+    # Our extension: what it discards goes to its dead-letter topic (hermes.domain.dead_letter); absent when off
+    dead_letters: DeadLetterPolicy = field(default_factory=DeadLetterPolicy)
     created_at: int = 0
     modified_at: int = 0
 

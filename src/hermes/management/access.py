@@ -61,6 +61,15 @@ RULES: dict[tuple[str, str], Rule] = {
         ("GET", path): Rule.SUBSCRIPTION_OWNER  # message contents
         for path in (f"{_S}/undelivered", f"{_S}/undelivered/last", f"{_S}/events/{{messageId}}/trace")
     },
+    **{  # message contents, and the subscription's own messages
+        (method, path): Rule.SUBSCRIPTION_OWNER
+        for method, path in (
+            ("GET", f"{_S}/dead-letters"),
+            ("GET", f"{_S}/dead-letters/{{deadLetterId}}"),
+            ("DELETE", f"{_S}/dead-letters"),
+            ("POST", f"{_S}/dead-letters/redrive"),
+        )
+    },
     ("POST", "/groups"): Rule.ADMIN,
     ("PUT", "/groups/{group}"): Rule.ADMIN,
     ("DELETE", "/groups/{group}"): Rule.ADMIN,

@@ -19,9 +19,11 @@ from hermes.broker.admin import BrokerAdmin
 from hermes.broker.topics import INTERNAL_TOPICS, KafkaTopics
 from hermes.config import Settings
 from hermes.domain import api_json, signing
+from hermes.domain.dead_letter import DeadLetter, dead_letter_topic, is_dead_letter_topic
 from hermes.domain.message import Message
-from hermes.domain.names import TopicName
+from hermes.domain.names import SubscriptionName, TopicName
 from hermes.domain.oauth import OAuthProvider
+from hermes.domain.redrive import Redrive
 from hermes.domain.retransmission_task import RetransmissionTask
 from hermes.domain.subscription import Subscription, SubscriptionState, retry_topic
 from hermes.domain.subscription_events import subscription_events_topic
@@ -41,7 +43,7 @@ from hermes.errors import (
     TopicNotFound,
     ValidationError,
 )
-from hermes.management import monitoring, offline_retransmission, preview, retransmission
+from hermes.management import dead_letters, monitoring, offline_retransmission, preview, retransmission
 from hermes.management.metadata_age import LastReads
 from hermes.metadata.repository import MetadataRepository
 from hermes.pipeline.traces import (
@@ -62,6 +64,8 @@ Json = dict[str, Any]
 
 def protect_internal(name: str) -> None:
     """Hermes' own Kafka topics are kept whatever the API is asked (clients and the pipeline depend on them)."""
+    if is_dead_letter_topic(name):
+        raise InternalTopicProtected(f"{name} holds a subscription's dead letters: it goes with the subscription")
     if name in INTERNAL_TOPICS:
         raise InternalTopicProtected(
             f"{name} is a Kafka topic Hermes itself owns (message tracking, large-message discovery, idempotency "
@@ -170,8 +174,7 @@ class ManagementService:
         subscriptions = await self._run(self._repository.list_subscriptions, name)
         if subscriptions and all(s.auto_delete_with_topic_enabled for s in subscriptions):
             for subscription in subscriptions:
-                await self._run(self._repository.delete_subscription, name, subscription.name)
-                await self._delete_retry_topic(name, subscription.name)
+                await self.delete_subscription(name, subscription.name)
         await self._run(self._repository.delete_topic, name)
         await self._run(self._admin.delete_topic, name.qualified)
 
@@ -187,16 +190,15 @@ class ManagementService:
         return await self._read(self._repository.get_subscription, topic, name)
 
     async def delete_subscription(self, topic: TopicName, name: str) -> None:
+        """The subscription, with its retry topic (retryParking), dead letters and redrives."""
         await self._run(self._repository.delete_subscription, topic, name)
-        await self._delete_retry_topic(topic, name)
-
-    async def _delete_retry_topic(self, topic: TopicName, name: str) -> None:
-        """The subscription's retry topic (retryParking) goes with it; one left behind is listed among the Kafka
-        topics outside Hermes'."""
-        try:
-            await self._run(self._admin.delete_topic, retry_topic(topic, name))
-        except HermesError as exc:
-            log.warning("deleting the retry topic of %s$%s failed: %s", topic, name, exc.message)
+        subscription = SubscriptionName(topic, name)
+        await self._run(dead_letters.delete_redrives, self._repository, subscription.qualified)
+        for kafka_topic in (retry_topic(topic, name), dead_letter_topic(subscription)):  # retryParking, deadLetters
+            try:
+                await self._run(self._admin.delete_topic, kafka_topic)
+            except HermesError as exc:  # the subscription is gone all the same
+                log.warning("could not delete %s of %s: %s", kafka_topic, subscription.qualified, exc.message)
 
     async def create_subscription(
         self, subscription: Subscription, *, inflight_size_changes: bool = True
@@ -370,13 +372,15 @@ class ManagementService:
 
     async def kafka_topics_outside_hermes(self) -> list[str]:
         """Kafka topics no Hermes topic accounts for, apart from Kafka's own (``__consumer_offsets``) and
-        Hermes' (``INTERNAL_TOPICS``)."""
+        Hermes' (``INTERNAL_TOPICS``, dead-letter topics)."""
 
         def find() -> list[str]:
             known = {t.qualified_name for t in self._repository.list_topics()}
             known |= {s.retry_topic for s in self._repository.list_subscriptions(None)}
             names = self._admin.topic_names() - known
-            return sorted(n for n in names if not n.startswith("_") and n not in INTERNAL_TOPICS)
+            return sorted(
+                n for n in names if not n.startswith("_") and n not in INTERNAL_TOPICS and not is_dead_letter_topic(n)
+            )
 
         return await self._run(find)
 
@@ -440,3 +444,22 @@ class ManagementService:
 
     async def delete_task(self, task_id: str) -> None:
         await self._run(offline_retransmission.delete_task, self._repository, task_id)
+
+    # --- dead letters ---
+
+    async def dead_letters(
+        self, subscription: Subscription, limit: int, since: int | None, until: int | None
+    ) -> list[DeadLetter]:
+        return await self._run(dead_letters.list_dead_letters, self._admin, subscription, limit, since, until)
+
+    async def dead_letter(self, subscription: Subscription, letter_id: str) -> DeadLetter:
+        return await self._run(dead_letters.dead_letter, self._admin, subscription, letter_id)
+
+    async def purge_dead_letters(self, subscription: Subscription) -> int:
+        return await self._run(dead_letters.purge, self._admin, subscription)
+
+    async def redrive(self, subscription: Subscription, body: Any) -> Redrive:
+        return await self._run(dead_letters.create_redrive, self._repository, self._admin, subscription, body)
+
+    async def redrives(self, subscription: Subscription) -> list[Redrive]:
+        return await self._run(dead_letters.redrives, self._repository, subscription)

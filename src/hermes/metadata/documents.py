@@ -20,6 +20,9 @@ RETRANSMISSION = "retransmission"
 # management writes offline retransmission tasks ("<taskId>": hermes.domain.retransmission_task); the
 # pipeline runs them and writes back their status and progress
 OFFLINE_RETRANSMISSION_TASKS = "offline-retransmission-tasks"
+# management writes a subscription's dead-letter redrives ("<topic>$<subscription>/<id>": hermes.domain.redrive);
+# the subscription's consumer runs each and writes back its position, count and status
+DEAD_LETTER_REDRIVES = "dead-letter-redrives"
 # management's own: its mode ("mode"), each datacenter's readiness ("<datacenter>")
 MANAGEMENT = "management"
 DATACENTER_READINESS = "datacenter-readiness"
@@ -36,6 +39,8 @@ UNWATCHED = frozenset({SUBSCRIPTION_METRICS, TOPIC_METRICS})
 # ``recentAttempts`` by outcome, and ``inflight``, ``rate``, ``mode``, ``lag``, ``updatedAt``.
 # What status rules (by action) and the stop-retry header decided, in messages (hermes.domain.retry_rules)
 RETRY_RULE_COUNTERS = ("ruleRetry", "ruleRetryAfter", "ruleDiscard", "ruleDeadLetter", "retriesStopped")
+# (our extensions: ``deadLettered``, discarded messages written to the subscription's dead-letter topic; ``redriven``,
+# dead letters a redrive delivered again)
 COUNTERS = (
     "delivered",
     "discarded",
@@ -46,6 +51,8 @@ COUNTERS = (
     "codes4xx",
     "codes5xx",
     *RETRY_RULE_COUNTERS,
+    "deadLettered",
+    "redriven",
 )
 ATTEMPT_OUTCOMES = ("codes2xx", "codes4xx", "codes5xx", "timeouts", "otherErrors")
 

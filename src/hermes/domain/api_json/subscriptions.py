@@ -26,6 +26,7 @@ from hermes.domain.api_json.fields import (
 )
 from hermes.domain.api_json.retry_rules import retry_rules_from_json, retry_rules_to_json
 from hermes.domain.api_json.topics import owner_from_json, owner_to_json
+from hermes.domain.dead_letter import DeadLetterPolicy
 from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.names import TopicName, validate_simple_name
 from hermes.domain.signing import check_secrets
@@ -295,9 +296,15 @@ def subscription_from_json(data: Any, topic_name: TopicName) -> Subscription:
         circuit_breaker=_circuit_breaker(body.get("circuitBreaker")),
         signing_secrets=_signing_secrets(body.get("signingSecrets")),
         previous_secret_expires_at=read_timestamp(body, "previousSigningSecretExpiresAt"),
+        dead_letters=_dead_letters(body.get("deadLetters")),
         created_at=read_timestamp(body, "createdAt"),
         modified_at=read_timestamp(body, "modifiedAt"),
     )
+
+
+def _dead_letters(value: Any) -> DeadLetterPolicy:
+    """``deadLetters``: absent or null is off."""
+    return DeadLetterPolicy(read_bool(read_object(value, "deadLetters"), "enabled", False, "deadLetters.enabled"))
 
 
 def _monitoring_details(value: Any) -> MonitoringDetails:
@@ -414,4 +421,6 @@ def subscription_to_json(sub: Subscription, *, mask_secrets: bool = True) -> Jso
         out["circuitBreaker"] = _circuit_breaker_to_json(sub.circuit_breaker)
     if sub.previous_secret_expires_at:
         out["previousSigningSecretExpiresAt"] = seconds(sub.previous_secret_expires_at)
+    if sub.dead_letters.enabled:
+        out["deadLetters"] = {"enabled": True}
     return out

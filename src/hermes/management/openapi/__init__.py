@@ -26,6 +26,7 @@ _PARAMETERS: dict[str, Schema] = {
     "idx": {"type": "integer", "minimum": 0},
     "partition": {"type": "integer", "minimum": 0},
     "offset": {"type": "integer", "minimum": 0},
+    "deadLetterId": {"type": "integer", "minimum": 0},
 }
 
 

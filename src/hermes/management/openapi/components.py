@@ -52,6 +52,58 @@ _TOPIC_METRICS: dict[str, Schema] = {
 
 SCHEMAS: dict[str, Schema] = {
     **ENTITIES,
+    "Redrive": obj(
+        {
+            "id": STR,
+            "subscription": SUBSCRIPTION_NAME,
+            "status": enum("PENDING", "RUNNING", "DONE"),
+            "createdAt": INT,
+            "updatedAt": INT,
+            "finishedAt": NULLABLE_INT,
+            "start": {**INT, "description": "the first dead-letter id it covers"},
+            "end": {**INT, "description": "one past the last dead-letter id it covers (the end when it was asked)"},
+            "position": {**INT, "description": "every dead letter below it is done with"},
+            "from": NULLABLE_INT,
+            "to": NULLABLE_INT,
+            "ids": {"type": ["array", "null"], "items": STR},
+            "redriven": INT,
+            "runner": {"type": ["string", "null"], "description": "the consumer node running it"},
+        }
+    ),
+    "DeadLetter": obj(
+        {
+            "id": {"type": "string", "description": "its offset in the subscription's dead-letter topic"},
+            "messageId": STR,
+            "reason": STR,
+            "lastStatus": {**NULLABLE_INT, "description": "the last HTTP status answered (null: none, e.g. timeouts)"},
+            "attempts": INT,
+            "timestamp": {**INT, "description": "when it was discarded, epoch milliseconds"},
+            "topicName": TOPIC_NAME,
+            "partition": INT,
+            "offset": INT,
+            "headers": {"type": "object", "additionalProperties": STR, "description": "its original Kafka headers"},
+            "body": STR,
+            "bodyEncoding": enum("utf-8", "base64"),
+            "offloaded": {**BOOL, "description": "the body is the placeholder of an offloaded message"},
+            "key": STR,
+            "keyEncoding": enum("utf-8", "base64"),
+        },
+        [
+            "id",
+            "messageId",
+            "reason",
+            "lastStatus",
+            "attempts",
+            "timestamp",
+            "topicName",
+            "partition",
+            "offset",
+            "headers",
+            "body",
+            "bodyEncoding",
+            "offloaded",
+        ],
+    ),
     "SubscriptionMetrics": obj(
         {
             "delivered": INT,

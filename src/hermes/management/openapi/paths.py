@@ -86,6 +86,24 @@ _TRACKED = {"tracked": BOOL}
 _DELETE_ERRORS = (400, 403, 404, 503)
 _STATE = enum("PENDING", "ACTIVE", "SUSPENDED")  # PENDING: 200, nothing changes (as Hermes)
 
+# epoch milliseconds or an ISO-8601 date
+_MOMENT: Schema = {"anyOf": [{"type": "string", "pattern": "^[0-9]{1,15}$"}, {"type": "string", "format": "date-time"}]}
+
+# a redrive's from and to (null: not given), and its ids
+_MOMENT_OR_MILLIS: Schema = {
+    "anyOf": [{"type": "integer", "minimum": 0, "maximum": 10**15 - 1}, _MOMENT, {"type": "null"}]
+}
+_DEAD_LETTER_ID: Schema = {
+    "anyOf": [{"type": "string", "pattern": "^[0-9]{1,18}$"}, {"type": "integer", "minimum": 0, "maximum": 10**18 - 1}]
+}
+_IDS: Schema = {"anyOf": [{**array(_DEAD_LETTER_ID), "minItems": 1, "maxItems": 10_000}, {"type": "null"}]}
+
+
+def _ids_and(bound: str) -> Schema:
+    """ids given with ``bound`` (from or to): refused."""
+    return {"properties": {"ids": {"type": "array"}, bound: {"not": {"type": "null"}}}, "required": ["ids", bound]}
+
+
 _UNHEALTHY = _op(
     "Unhealthy subscriptions (JSON, or text/plain lines)",
     body=ref("Unhealthy"),
@@ -202,6 +220,34 @@ PATHS: dict[str, dict[str, Schema]] = {
                 "Per-minute delivery statistics of the last ?minutes= (default 60; tracking; an addition)",
                 body=array(ref("DeliveryStatistics")),
             )
+        )
+    },
+    _S + "/dead-letters": {
+        "get": _op(
+            "The subscription's dead letters, oldest first (an addition): ?limit= (1-1000, default 100), ?from= and "
+            "?to= (epoch milliseconds or ISO-8601, both included)",
+            body=array(ref("DeadLetter")),
+            query={"limit": {"type": "integer", "minimum": 1, "maximum": 1000}, "from": _MOMENT, "to": _MOMENT},
+        ),
+        "delete": _op("Purge: delete every dead letter written so far (an addition)", body=obj({"purged": INT})),
+    },
+    _S + "/dead-letters/{deadLetterId}": {"get": _op("One dead letter (an addition)", body=ref("DeadLetter"))},
+    _S + "/dead-letters/redrive": {
+        "post": _op(
+            "Redrive dead letters back into the subscription's delivery (an addition): all ({}), those discarded "
+            "from/to, or those of ids; answered with the redrive, which a consumer runs",
+            202,
+            ref("Redrive"),
+            request={
+                "type": "object",
+                "properties": {"from": _MOMENT_OR_MILLIS, "to": _MOMENT_OR_MILLIS, "ids": _IDS},
+                "not": {"anyOf": [_ids_and(bound) for bound in ("from", "to")]},
+            },
+        )
+    },
+    _S + "/dead-letters/redrives": {
+        "get": _op(
+            "The subscription's redrives and their progress, newest first (an addition)", body=array(ref("Redrive"))
         )
     },
     "/unhealthy": {"get": _UNHEALTHY},

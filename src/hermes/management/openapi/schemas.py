@@ -339,6 +339,11 @@ ENTITIES: dict[str, Schema] = {
                 "description": "our extension: after a generated secret replaced one, when the replaced one (the "
                 "second of signingSecrets) stops signing",
             },
+            "deadLetters": {
+                **obj({"enabled": BOOL}, []),
+                "description": "our extension: with enabled, every discarded message goes to the subscription's "
+                "dead-letter topic, to be listed and redriven (.../dead-letters); answered only when enabled",
+            },
             "autoDeleteWithTopicEnabled": BOOL,
             "monitoringDetails": obj({"severity": enum("CRITICAL", "IMPORTANT", "NON_IMPORTANT"), "reaction": STR}, []),
             "profilingEnabled": BOOL,
