@@ -31,17 +31,20 @@ class PublishResult:
         return cls(headers.get(MESSAGE_ID_HEADER, ""), status, headers.get("Idempotent-Replayed") == "true")
 
 
-def _error_classes() -> dict[str, type[HermesError]]:
-    found: dict[str, type[HermesError]] = {}
+def _error_classes() -> dict[tuple[str, int], type[HermesError]]:
+    """By code and status: a code may stand for two errors told apart by their status (an unknown subscription is
+    Hermes' 400 on Hermes' paths and a 404 on ours)."""
+    found: dict[tuple[str, int], type[HermesError]] = {}
     pending: list[type[HermesError]] = [HermesError]
     while pending:
         cls = pending.pop()
-        found.setdefault(cls.code, cls)
+        found.setdefault((cls.code, cls.status), cls)
         pending += cls.__subclasses__()
     return found
 
 
 _ERRORS = _error_classes()
+_BY_CODE = {code: cls for (code, _), cls in reversed(_ERRORS.items())}  # the first found of a code
 # By the answer's status when its code is not one of ours (another Hermes, or a proxy in between)
 _BY_STATUS: dict[int, type[HermesError]] = {
     400: errors.ValidationError,
@@ -66,7 +69,7 @@ def raise_for_error(status: int, headers: Mapping[str, str], body: bytes, path: 
         parsed = None
     if isinstance(parsed, dict):
         code, message = str(parsed.get("code", "")), str(parsed.get("message") or message)
-    cls = _ERRORS.get(code) or _BY_STATUS.get(status)
+    cls = _ERRORS.get((code, status)) or _BY_CODE.get(code) or _BY_STATUS.get(status)
     if cls is errors.TooManyFailedLogins:
         raise errors.TooManyFailedLogins(message, retry_after=_seconds(headers.get("Retry-After")))
     if cls is None:  # the base error, with the answer's status and code
