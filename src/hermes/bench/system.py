@@ -20,7 +20,6 @@ import aiohttp
 
 from hermes.bench.load import Sink
 from hermes.broker.embedded import EmbeddedBroker, free_port
-from hermes.datadir import LOCK_FILE
 
 _T = TypeVar("_T")
 
@@ -181,7 +180,7 @@ class System:
         own = self.data_dir / f"frontend-{port}"
         own.mkdir(mode=0o700)
         for entry in self.data_dir.iterdir():
-            if entry.is_file() and entry.name != LOCK_FILE:
+            if entry.is_file() and entry.suffix != ".lock":  # hermes.lock: each frontend takes its own
                 (own / entry.name).symlink_to(entry)
         argv = self._argv("frontend", *flags)
         argv[argv.index("--data-dir") + 1] = str(own)
