@@ -70,7 +70,7 @@ class OtlpSink:
 
 
 @contextlib.contextmanager
-def _environment(**values: str) -> Iterator[None]:
+def environment(**values: str) -> Iterator[None]:
     """Settings the child processes started meanwhile read."""
     before = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
@@ -94,8 +94,8 @@ def _frontend(
     if tracing is None:
         with system.frontend_with("--workers", "1") as frontend:
             return run(frontend.pid, headers)
-    environment = _environment(OTEL_EXPORTER_OTLP_ENDPOINT=sink.endpoint, **tracing)
-    with environment, system.frontend_with("--workers", "1", "--tracing") as frontend:
+    settings = environment(OTEL_EXPORTER_OTLP_ENDPOINT=sink.endpoint, **tracing)
+    with settings, system.frontend_with("--workers", "1", "--tracing") as frontend:
         figures = run(frontend.pid)
     figures["spans_exported"] = sink.spans - spans
     return figures

@@ -171,6 +171,23 @@ class System:
                 child(self._argv("frontend"), self.ports["frontend"])
             )
 
+    @contextlib.contextmanager
+    def frontend_beside(self, *flags: str) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+        """Another frontend started with ``flags`` (and this process's environment as it is now) on a port of its
+        own, beside the running one, while the block runs: the process and its URL. Its data directory is its own
+        (a frontend's journal and lock), with links to the shared one's files: the SQLite metadata, its key."""
+        port = free_port()
+        own = self.data_dir / f"frontend-{port}"
+        own.mkdir(mode=0o700)
+        for entry in self.data_dir.iterdir():
+            if entry.is_file() and entry.suffix != ".lock":  # hermes.lock: each frontend takes its own
+                (own / entry.name).symlink_to(entry)
+        argv = self._argv("frontend", *flags)
+        argv[argv.index("--data-dir") + 1] = str(own)
+        argv[argv.index("--frontend-port") + 1] = str(port)
+        with child(argv, port) as process:
+            yield process, f"http://127.0.0.1:{port}"
+
     def __exit__(self, *_: object) -> None:
         self._stack.close()
 

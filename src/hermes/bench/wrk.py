@@ -26,6 +26,11 @@ request = function()
   return wrk.format()
 end
 """
+# Each connection waits this long after an answer before its next request: the rate held below the maximum
+_PACED = """function delay()
+  return {ms}
+end
+"""
 
 
 def command(connections: int) -> str:
@@ -40,11 +45,13 @@ def run(
     pid: int | None = None,
     headers: dict[str, str] | None = None,
     fresh: tuple[str, str] | None = None,
+    pause_ms: float | None = None,
 ) -> dict[str, Any]:
     """One run: requests/s, non-2xx answers and socket errors; with ``pid``, that process's (and its children's)
     CPU time per request. ``headers`` are sent with every request besides Content-Type; ``fresh`` (a header's
     name, a prefix) one more, with a value of its own per request (wrk then builds each request in Lua, which
-    costs the generator)."""
+    costs the generator); ``pause_ms`` a pause of each connection between an answer and its next request (a
+    rate below the maximum: ``connections`` / (latency + pause))."""
     wrk = shutil.which("wrk")
     if wrk is None:
         raise StartupError("the benchmark needs wrk (apt-get install wrk, or make setup)")
@@ -53,6 +60,8 @@ def run(
         script.writelines(f'wrk.headers["{name}"] = "{value}"\n' for name, value in (headers or {}).items())
         if fresh is not None:
             script.write(_FRESH_HEADER.format(name=fresh[0], prefix=fresh[1]))
+        if pause_ms is not None:
+            script.write(_PACED.format(ms=pause_ms))
     try:
         before = tree_cpu_seconds(pid) if pid is not None else 0.0
         out = subprocess.run(

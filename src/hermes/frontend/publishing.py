@@ -243,7 +243,8 @@ class Publisher:
     ) -> list[tuple[str, bytes]]:
         propagated = {name: v for lower, name in self._propagated.items() if (v := headers.get(lower)) is not None}
         if (traceparent := headers.get(TRACEPARENT)) is not None:
-            _trace_context(traceparent, headers.get(TRACESTATE), propagated)
+            # with tracing on, it is the publish span's, written by Tracing.publish: not validated again
+            _trace_context(traceparent, headers.get(TRACESTATE), propagated, self._tracing is not None)
         return kafka_headers(message_id, int(time.time() * 1000), schema_version, propagated)
 
     def _produce(
@@ -306,10 +307,10 @@ def _key(headers: Mapping[str, str]) -> bytes | None:
     return partition_key.encode() if partition_key else None
 
 
-def _trace_context(traceparent: str, tracestate: str | None, propagated: dict[str, str]) -> None:
+def _trace_context(traceparent: str, tracestate: str | None, propagated: dict[str, str], ours: bool = False) -> None:
     """The publisher's W3C trace context goes with the message when it is valid (a tracestate with its
-    traceparent only), as the spec says: to every delivery attempt."""
-    if valid_traceparent(traceparent):
+    traceparent only), as the spec says: to every delivery attempt. ``ours``: the traceparent is this frontend's."""
+    if ours or valid_traceparent(traceparent):
         propagated[TRACEPARENT] = traceparent
         if tracestate is not None and valid_tracestate(tracestate):
             propagated[TRACESTATE] = tracestate
