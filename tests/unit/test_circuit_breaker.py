@@ -164,7 +164,6 @@ def test_the_setting_is_answered_only_when_set_and_read_back_with_its_defaults()
         ({"probeInterval": 0}, "circuitBreaker.probeInterval"),
         ({"suspendAfter": 5}, "circuitBreaker.suspendAfter"),
         ({"suspendAfter": 10**13}, "circuitBreaker.suspendAfter"),
-        ({"consecutiveFailure": 3}, "circuitBreaker.consecutiveFailure"),
     ],
 )
 def test_a_bad_setting_is_refused_naming_the_field(setting: object, field: str) -> None:

@@ -70,7 +70,6 @@ def test_the_first_rule_that_matches_a_status_decides() -> None:
         ("409", "subscriptionPolicy.statusRules[1]", "JSON object"),
         (None, "subscriptionPolicy.statusRules[1]", "JSON object"),
         ({"status": "410\n", "action": "RETRY"}, "subscriptionPolicy.statusRules[1].status", "from 100 to 599"),
-        ({"status": "410", "action": "RETRY_AFTER", "dealy": 5}, "subscriptionPolicy.statusRules[1].dealy", "unknown"),
     ],
 )
 def test_a_bad_status_rule_is_refused_naming_its_field(rule: object, field: str, said: str) -> None:

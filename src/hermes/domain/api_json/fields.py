@@ -128,10 +128,3 @@ def read_objects(value: Any, field: str) -> list[tuple[str, Mapping[str, Any]]]:
     if any(raw is None for raw in value):  # read_object takes null for an empty object, which no item is
         raise FormattingError("must be a JSON object", f"{field}[{value.index(None)}]")
     return [(f"{field}[{i}]", read_object(raw, f"{field}[{i}]")) for i, raw in enumerate(value)]
-
-
-def refuse_unknown_keys(data: Mapping[str, Any], known: frozenset[str], field: str) -> None:
-    """For our extensions' objects: a misspelt key would otherwise leave its setting at the default unseen."""
-    for key in data:
-        if key not in known:
-            raise ValidationError(f"unknown field (known: {', '.join(sorted(known))})", f"{field}.{key}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hermes.domain.api_json.fields import Json, as_int, read_bool, read_enum, read_objects, refuse_unknown_keys
+from hermes.domain.api_json.fields import Json, as_int, read_bool, read_enum, read_objects
 from hermes.domain.retry_rules import (
     MAX_RULE_DELAY_MS,
     MAX_STATUS_RULES,
@@ -20,7 +20,6 @@ from hermes.errors import ValidationError
 
 _POLICY = "subscriptionPolicy."
 _RULES = _POLICY + "statusRules"
-_RULE_KEYS = frozenset({"status", "action", "delay"})
 
 
 def retry_rules_from_json(policy: Mapping[str, Any], http: bool) -> RetryRules:
@@ -43,7 +42,6 @@ def _status_rules(value: Any) -> tuple[StatusRule, ...]:
     rules: list[StatusRule] = []
     covered: set[int] = set()  # the statuses earlier rules match
     for field, item in items:
-        refuse_unknown_keys(item, _RULE_KEYS, field)
         status, first, last = _status(item.get("status"), field + ".status")
         if first > last:
             raise ValidationError(f"ends before it starts ({status})", field + ".status")

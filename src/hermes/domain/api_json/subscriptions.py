@@ -22,7 +22,6 @@ from hermes.domain.api_json.fields import (
     read_optional_str,
     read_str,
     read_timestamp,
-    refuse_unknown_keys,
     seconds,
 )
 from hermes.domain.api_json.retry_rules import retry_rules_from_json, retry_rules_to_json
@@ -98,9 +97,6 @@ def _batch_policy(data: Mapping[str, Any]) -> BatchSubscriptionPolicy:
 
 # suspendAfter: at most 30 days (Svix suspends an endpoint failing for five)
 MAX_SUSPEND_AFTER_MS = 30 * 24 * 3600 * 1000
-_CIRCUIT_BREAKER_KEYS = frozenset(
-    {"consecutiveFailures", "failureRatio", "window", "minimumRequests", "probeInterval", "suspendAfter"}
-)
 
 
 def _circuit_breaker(value: Any) -> CircuitBreakerPolicy | None:
@@ -108,7 +104,6 @@ def _circuit_breaker(value: Any) -> CircuitBreakerPolicy | None:
     if value is None:
         return None
     data, f, d = read_object(value, "circuitBreaker"), "circuitBreaker.", CircuitBreakerPolicy()
-    refuse_unknown_keys(data, _CIRCUIT_BREAKER_KEYS, "circuitBreaker")
     return CircuitBreakerPolicy(
         consecutive_failures=read_int(
             data, "consecutiveFailures", d.consecutive_failures, f + "consecutiveFailures", 1, 1_000_000

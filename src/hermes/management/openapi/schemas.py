@@ -90,8 +90,7 @@ _STATUS_RULE: Schema = {
             "delay": {**ranged(0, MAX_RULE_DELAY_MS), "description": "millis before the retry, for RETRY_AFTER"},
         },
         ["status", "action"],
-    )
-    | {"additionalProperties": False},
+    ),
     "if": {"properties": {"action": {"const": "RETRY_AFTER"}}},
     "then": {"required": ["delay"], "properties": {"delay": {"type": ["integer", "string"]}}},
     "else": {"properties": {"delay": {"type": "null"}}},
@@ -361,7 +360,6 @@ ENTITIES: dict[str, Schema] = {
                     [],
                 ),
                 "type": ["object", "null"],
-                "additionalProperties": False,
                 "description": "our extension: opens after consecutiveFailures failed attempts in a row, or a "
                 "failureRatio of at least minimumRequests attempts in the last window (ms); while open, one probe "
                 "per probeInterval (ms); open for suspendAfter (ms; absent: never), the subscription is SUSPENDED. "
