@@ -139,7 +139,7 @@ class PublishingForbidden(Forbidden):
 
 class InternalTopicProtected(Forbidden):
     """A Kafka topic Hermes itself owns (message tracking, large-message discovery, idempotency keys) is never
-    created, changed or deleted through the API."""
+    created, changed or deleted through the API; its topic of subscription events is never deleted."""
 
 
 class TooManyFailedLogins(HermesError):

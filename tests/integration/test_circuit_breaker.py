@@ -174,6 +174,13 @@ def test_each_state_change_is_an_event_on_hermes_own_topic_that_anyone_subscribe
     assert all(r.headers.get("Hermes-Message-Id") for r in subscriber.received)
 
 
+def test_hermes_own_events_topic_cannot_be_deleted(client: HermesClient) -> None:
+    deleted = client.management.delete("/topics/hermes.subscription-events")
+    assert deleted.status_code == 403 and "hermes.subscription-events" in deleted.json()["message"], deleted.text
+    assert client.management.delete("/groups/hermes").status_code == 403
+    assert client.management.get("/topics/hermes.subscription-events").status_code == 200
+
+
 def test_a_breaker_open_for_suspend_after_suspends_the_subscription_and_says_so_and_a_resume_delivers_everything(
     client: HermesClient, hermes: InProcessHermes, recovering: Recovering, subscriber: SubscriberServer
 ) -> None:

@@ -68,6 +68,8 @@ def test_the_first_rule_that_matches_a_status_decides() -> None:
         ),
         ({"status": "410", "action": "RETRY_AFTER", "delay": -1}, "subscriptionPolicy.statusRules[1].delay", "least"),
         ("409", "subscriptionPolicy.statusRules[1]", "JSON object"),
+        (None, "subscriptionPolicy.statusRules[1]", "JSON object"),
+        ({"status": "410\n", "action": "RETRY"}, "subscriptionPolicy.statusRules[1].status", "from 100 to 599"),
     ],
 )
 def test_a_bad_status_rule_is_refused_naming_its_field(rule: object, field: str, said: str) -> None:

@@ -47,7 +47,7 @@ class BackoffJitter(StrEnum):
 def status_range(status: str) -> tuple[int, int] | None:
     """The first and last status ``status`` stands for (``"5xx"``: 500 to 599); None when it is none of the
     forms (the range's order is not checked)."""
-    if not _STATUS.match(status):
+    if not _STATUS.fullmatch(status):  # match's $ would let a trailing newline through
         return None
     if status[1] in "xX":
         hundred = int(status[0]) * 100

@@ -26,7 +26,7 @@ from hermes.domain.oauth import OAuthProvider
 from hermes.domain.redrive import Redrive
 from hermes.domain.retransmission_task import RetransmissionTask
 from hermes.domain.subscription import Subscription, SubscriptionState, retry_topic
-from hermes.domain.subscription_events import subscription_events_topic
+from hermes.domain.subscription_events import SUBSCRIPTION_EVENTS, subscription_events_topic
 from hermes.domain.topic import ContentType, Group, Topic
 from hermes.domain.trace import TRACKING_TOPIC
 from hermes.errors import (
@@ -71,6 +71,13 @@ def protect_internal(name: str) -> None:
             f"{name} is a Kafka topic Hermes itself owns (message tracking, large-message discovery, idempotency "
             "keys): it cannot be created or deleted through the API"
         )
+
+
+def _protect_subscription_events(name: TopicName) -> None:
+    """Hermes' topic of subscription events: management creates it only at start, so a deleted one would lose
+    every event (and its subscriptions) until the next."""
+    if name == SUBSCRIPTION_EVENTS:
+        raise InternalTopicProtected(f"{name.qualified} is Hermes' topic of subscription events: it cannot be deleted")
 
 
 def _check_inflight_size(subscription: Subscription, allowed: int | None = None) -> None:
@@ -171,6 +178,7 @@ class ManagementService:
         """As Hermes: a topic whose subscriptions all have ``autoDeleteWithTopicEnabled`` takes them with it;
         any other subscription makes the topic not empty (403)."""
         protect_internal(name.qualified)
+        _protect_subscription_events(name)
         subscriptions = await self._run(self._repository.list_subscriptions, name)
         if subscriptions and all(s.auto_delete_with_topic_enabled for s in subscriptions):
             for subscription in subscriptions:

@@ -125,4 +125,6 @@ def read_objects(value: Any, field: str) -> list[tuple[str, Mapping[str, Any]]]:
         return []
     if not isinstance(value, list):
         raise ValidationError("must be an array", field)
+    if any(raw is None for raw in value):  # read_object takes null for an empty object, which no item is
+        raise FormattingError("must be a JSON object", f"{field}[{value.index(None)}]")
     return [(f"{field}[{i}]", read_object(raw, f"{field}[{i}]")) for i, raw in enumerate(value)]
