@@ -502,6 +502,8 @@ class SharedReceiver(Receiver):
     def commit(self) -> bool:
         """Commits what is finished, asynchronously (the head's thread calls it in its commit rounds): whether it
         sent a commit."""
+        if self._closing.is_set():
+            return False  # its round began before it closed; closing commits what it finished
         with self._lock:
             if self._committing:
                 return False
