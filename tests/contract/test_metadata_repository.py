@@ -216,6 +216,17 @@ def test_documents_written_at_once(repo: MetadataRepository) -> None:
     assert repo.list_documents("subscription-metrics") == {"a/n": {"delivered": 2}, "b/n": {"delivered": 5}}
 
 
+def test_metrics_snapshots_written_at_once_make_no_change_notification(open_repository: Factory) -> None:
+    """A thousand subscriptions' snapshots a second would be a thousand notifications for every process to read."""
+    writer, reader = open_repository(), open_repository()
+    seen: list[MetadataChange] = []
+    reader.watch(seen.append)
+    writer.put_documents("subscription-metrics", {"a/n": {"delivered": 2}, "b/n": {"delivered": 5}})
+    _topic(writer)  # a change that is notified, after the snapshots
+    wait_until(lambda: len(seen) >= 2, timeout=5.0)
+    assert [c.kind for c in seen] == [ChangeKind.GROUP, ChangeKind.TOPIC]
+
+
 def test_changes_reach_watchers_of_another_instance_within_a_second(open_repository: Factory) -> None:
     writer, reader = open_repository(), open_repository()
     seen: list[MetadataChange] = []

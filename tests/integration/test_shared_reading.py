@@ -157,9 +157,21 @@ def test_commit_rounds_take_turns_within_their_budget() -> None:
     receivers = [_Committer(busy=index % 2 == 0) for index in range(10)]  # 5 with something to commit
     turn = 0
     for _ in range(5):
-        turn = commit_in_turn(receivers, turn, budget=2)
+        turn, _, sent = commit_in_turn(receivers, turn, budget=2)
+        assert sent == 2
     # 5 rounds of 2 commits over 5 busy receivers: each committed twice, none left out
     assert [r.commits for r in receivers if r.busy] == [2, 2, 2, 2, 2]
     idle = [_Committer(busy=False) for _ in range(3)]
-    assert commit_in_turn(idle, 1, budget=2) == 1  # every one asked; none sent: the turn stays
-    assert commit_in_turn([], 4, budget=2) == 0
+    assert commit_in_turn(idle, 1, budget=2) == (1, 3, 0)  # every one asked; none sent: the turn stays
+    assert commit_in_turn([], 4, budget=2) == (0, 0, 0)
+
+
+@pytest.mark.unit
+def test_a_commit_round_goes_in_steps() -> None:
+    """A round's commits are sent a few after each read of the head, not all at once."""
+    receivers = [_Committer(busy=index != 1) for index in range(5)]
+    turn, asked, sent = commit_in_turn(receivers, 0, budget=2, visits=5)
+    assert (turn, asked, sent) == (3, 3, 2)  # the one with nothing to commit was asked on the way
+    turn, asked, sent = commit_in_turn(receivers, turn, budget=2, visits=5 - asked)
+    assert (turn, asked, sent) == (0, 2, 2)  # the round's visits are spent: it stops where it began
+    assert [r.commits for r in receivers] == [1, 0, 1, 1, 1]

@@ -166,7 +166,9 @@ class SharedReader:
 
     def _read(self, consumer: BrokerConsumer) -> None:
         c = self._context
-        last_commit = last_metadata = time.monotonic()
+        last_commit = last_metadata = last_step = time.monotonic()
+        round_receivers: list[SharedReceiver] = []  # the commit round's, asked in turn
+        to_ask = sends_left = 0  # receivers the round has still to ask, and commits it may still send
         while not self._stopping.is_set():
             self._change_lanes(consumer, realign=time.monotonic() - last_commit >= c.commit_interval)
             if self._lanes:
@@ -182,8 +184,15 @@ class SharedReader:
                 with self.lock:
                     partitions = list(self._lanes)
                 self._ends = consumer.ends(partitions)  # for the receivers' lag: one look per lane, not per member
-                budget = max(1, round(_COMMITS_PER_SECOND * c.commit_interval))
-                self._commit_turn = commit_in_turn(self._registered(), self._commit_turn, budget)
+                round_receivers = self._registered()
+                to_ask, sends_left = len(round_receivers), max(1, round(_COMMITS_PER_SECOND * c.commit_interval))
+            if to_ask and sends_left:
+                # the round's commits spread over its interval, a share after each read: sent at once, 200 of them
+                # held this thread, and the records it hands over, for tens of milliseconds every interval
+                step = min(sends_left, max(1, round(_COMMITS_PER_SECOND * (now - last_step))))
+                self._commit_turn, asked, sent = commit_in_turn(round_receivers, self._commit_turn, step, to_ask)
+                to_ask, sends_left = to_ask - asked, sends_left - sent
+            last_step = now
             if now - last_metadata >= _METADATA_INTERVAL:
                 last_metadata = now
                 self._look_for_new_partitions(consumer)
@@ -263,16 +272,21 @@ class Committing(Protocol):
     def commit(self) -> bool: ...
 
 
-def commit_in_turn(receivers: Sequence[Committing], turn: int, budget: int) -> int:
-    """Asks ``receivers`` to commit, from the ``turn``-th on and round, until ``budget`` of them sent a commit:
-    the turn the next round starts at (where this one stopped, so that every receiver's turn comes)."""
+def commit_in_turn(
+    receivers: Sequence[Committing], turn: int, budget: int, visits: int | None = None
+) -> tuple[int, int, int]:
+    """Asks ``receivers`` to commit, from the ``turn``-th on and round, until ``budget`` of them sent a commit or
+    ``visits`` of them (by default all) were asked: the turn the next ask starts at (where this one stopped, so that
+    every receiver's turn comes), how many were asked and how many sent a commit."""
     count = len(receivers)
-    for step in range(count):
-        if budget == 0:
-            return (turn + step) % count
+    limit = count if visits is None else min(visits, count)
+    sent = 0
+    for step in range(limit):
+        if sent == budget:
+            return (turn + step) % count, step, sent
         if receivers[(turn + step) % count].commit():
-            budget -= 1
-    return turn % count if count else 0
+            sent += 1
+    return ((turn + limit) % count if count else 0), limit, sent
 
 
 def _runs(messages: list[Message]) -> Iterator[tuple[Partition, list[Message]]]:
@@ -492,6 +506,8 @@ class SharedReceiver(Receiver):
     def commit(self) -> bool:
         """Commits what is finished, asynchronously (the head's thread calls it in its commit rounds): whether it
         sent a commit."""
+        if self._closing.is_set():
+            return False  # its round began before it closed; closing commits what it finished
         with self._lock:
             if self._committing:
                 return False

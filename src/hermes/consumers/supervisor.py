@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import time
 from collections.abc import Callable
@@ -54,6 +55,8 @@ log = logging.getLogger(__name__)
 # Metrics snapshots taken in one turn of the event loop: a thousand busy subscriptions' took about 25 ms in one go (a
 # twentieth of the process's CPU at 2 msg/s each), a pause of every delivery once a second.
 _REPORTS_PER_TURN = 50
+# Seconds without a consumer started or stopped before the process's objects are frozen again (see _freeze).
+_FREEZE_AFTER = 5.0
 
 
 class ConsumersSupervisor:
@@ -85,6 +88,7 @@ class ConsumersSupervisor:
         self._lock = asyncio.Lock()
         self._crashes: dict[tuple[str, str], tuple[int, float]] = {}  # crashes in a row, last restart time
         self._restarts: set[asyncio.Task[None]] = set()
+        self._started_or_stopped: float | None = None  # when consumers last came or went, until frozen again
         self._reporter: asyncio.Task[None] | None = None
         self._redriving: set[str] = set()  # subscriptions (group.topic$name) that had an unfinished redrive
 
@@ -164,6 +168,9 @@ class ConsumersSupervisor:
         """Every metrics interval, the snapshots of the subscriptions whose figures changed, in one write."""
         while True:
             await asyncio.sleep(self._settings.consumer_metrics_interval)
+            if self._started_or_stopped is not None and time.monotonic() - self._started_or_stopped > _FREEZE_AFTER:
+                self._started_or_stopped = None
+                _freeze()
             snapshots = {}
             for index, consumer in enumerate(list(self._consumers.values())):
                 if index % _REPORTS_PER_TURN == _REPORTS_PER_TURN - 1:
@@ -286,6 +293,7 @@ class ConsumersSupervisor:
             if current is not None and not active:
                 del self._consumers[key]
                 await current.stop()
+                self._started_or_stopped = time.monotonic()
                 log.info("stopped consumer of %s$%s", topic, name)
             elif current is not None and subscription is not None:
                 current.update(subscription)
@@ -297,6 +305,7 @@ class ConsumersSupervisor:
                 await consumer.start()
                 if consumer.name in self._redriving:
                     consumer.redrives.requested()
+                self._started_or_stopped = time.monotonic()
                 log.info("started consumer of %s$%s", topic, name)
                 if subscription.state is SubscriptionState.PENDING:
                     await asyncio.to_thread(self._activate, topic, name)
@@ -314,6 +323,16 @@ class ConsumersSupervisor:
             self._repository.update_subscription(topic, name, started)
         except HermesError as exc:  # deleted meanwhile, or the store unreachable: it runs all the same
             log.warning("could not mark %s$%s ACTIVE: %s", topic, name, exc.message)
+
+
+def _freeze() -> None:
+    """Moves every object alive now out of the collector's reach (as the process does once started), after
+    collecting what the consumers stopped since the last time left in cycles. Unfrozen, a thousand subscriptions'
+    consumers (45,000 objects) were walked by every full collection, one every second or two at 2 msg/s each
+    (docs/benchmarks.md, "Latency at a low rate per subscription")."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 def _kafka_user(connection: KafkaConnection) -> tuple[str, str] | None:

@@ -417,7 +417,8 @@ class SqliteMetadataRepository(MetadataRepository):
                 db.execute(
                     "INSERT OR REPLACE INTO documents VALUES (?, ?, ?)", (namespace, key, orjson.dumps(document))
                 )
-                record(db, ChangeKind.DOCUMENT, ChangeAction.UPDATED, f"{namespace}/{key}")
+                if namespace not in UNWATCHED:
+                    record(db, ChangeKind.DOCUMENT, ChangeAction.UPDATED, f"{namespace}/{key}")
 
     def get_document(self, namespace: str, key: str) -> dict[str, Any] | None:
         rows = self._read("SELECT body FROM documents WHERE namespace = ? AND key = ?", (namespace, key))
