@@ -26,8 +26,10 @@ PUBLISH_CPU_TARGET_US = 45.0
 PUBLISH_P99_TARGET_MS = 5.0
 # The target of the issue "Security": publishing with (cached) authentication within 10% of without.
 PUBLISH_AUTH_THROUGHPUT_TARGET = 0.9
-# Issue 34: a fresh Idempotency-Key per publish, and tracing sampled, each within 10% of plain publishing (msg/s).
-PUBLISH_OVERHEAD_TARGET = 0.9
+# Issue 34: a fresh Idempotency-Key per publish, and tracing sampled, each within 10% of plain publishing: CPU per
+# publish at most 1.1 times plain's, throughput at least 0.9 of it (medians of the rounds' ratios).
+PUBLISH_OVERHEAD_CPU_TARGET = 1.1
+PUBLISH_OVERHEAD_THROUGHPUT_TARGET = 0.9
 
 
 def _archive(archive: dict[str, Any]) -> list[str]:
@@ -388,7 +390,7 @@ def _publish_overhead(p: dict[str, Any] | None) -> list[str]:
     loads = [run["load"] for variant in VARIANTS for run in p[variant]["runs"]]
     paced = f", each connection pausing {p['pause_ms']:g} ms between requests" if p.get("pause_ms") else ""
     lines += [
-        f"`{p['generator']}`{paced}, {p['rounds']} rounds of {p['seconds']:g} s runs, the variants in turn and each "
+        f"`{p['generator']}`{paced}, rounds of {p['seconds']:g} s runs: {p['rounds']}, the variants in turn and each "
         "round in the reverse order of the one before, on frontends serving side by side for the whole scenario "
         "(`hermes.bench.publish_overhead`). Ratios to the plain run of the same round: the median over rounds "
         f"(min-max). Load average over the runs: {min(loads):g}-{max(loads):g}. Spans exported over OTLP/HTTP: "
@@ -403,14 +405,18 @@ def _publish_overhead(p: dict[str, Any] | None) -> list[str]:
         f"| plain | {_mmm(plain['throughput'])} | | {_mmm(plain['cpu_us_per_publish'], 1)} | | {plain['non_2xx']} | |"
     )
     sampled = f"{p['sampler_ratio']:g}"
+    rule = f"CPU ≤ {PUBLISH_OVERHEAD_CPU_TARGET:g}, msg/s ≥ {PUBLISH_OVERHEAD_THROUGHPUT_TARGET:g}"
     for variant, label in _OVERHEAD_VARIANTS:
         run = p[variant]
         throughput, cpu = run["throughput_ratio"], run["cpu_ratio"]
         if variant == "always":
             target = "(information)"
         else:
-            met = throughput["median"] >= PUBLISH_OVERHEAD_TARGET
-            target = f"≥ {PUBLISH_OVERHEAD_TARGET:g}: **{_met(met)}**"
+            met = (
+                cpu["median"] <= PUBLISH_OVERHEAD_CPU_TARGET
+                and throughput["median"] >= PUBLISH_OVERHEAD_THROUGHPUT_TARGET
+            )
+            target = f"{rule}: **{_met(met)}**"
         lines.append(
             f"| {label.format(ratio=sampled)} | {_mmm(run['throughput'])} | {_ratios(throughput)} "
             f"| {_mmm(run['cpu_us_per_publish'], 1)} "
