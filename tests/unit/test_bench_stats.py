@@ -211,7 +211,7 @@ def test_the_report_renders_the_keyed_and_traced_publishing_beside_plain() -> No
         "spans_exported": 60_000,
     }
     text = "\n".join(_publish_overhead(scenario))
-    assert "### 1c." in text and "rounds of 4 s runs: 3," in text and "Load average over the runs: 3.5-5.5." in text
+    assert "### 1c." in text and "3 round(s) of 4 s runs," in text and "Load average over the runs: 3.5-5.5." in text
     assert "| plain | **11,000** (10,000-12,000) | | **41.0** (40.0-42.0) | | 0 | |" in text
     assert (
         "| a new `Idempotency-Key` per publish | **8,800** (8,000-9,000) | **0.800** (0.780-0.820) "

@@ -390,7 +390,7 @@ def _publish_overhead(p: dict[str, Any] | None) -> list[str]:
     loads = [run["load"] for variant in VARIANTS for run in p[variant]["runs"]]
     paced = f", each connection pausing {p['pause_ms']:g} ms between requests" if p.get("pause_ms") else ""
     lines += [
-        f"`{p['generator']}`{paced}, rounds of {p['seconds']:g} s runs: {p['rounds']}, the variants in turn and each "
+        f"`{p['generator']}`{paced}, {p['rounds']} round(s) of {p['seconds']:g} s runs, the variants in turn and each "
         "round in the reverse order of the one before, on frontends serving side by side for the whole scenario "
         "(`hermes.bench.publish_overhead`). Ratios to the plain run of the same round: the median over rounds "
         f"(min-max). Load average over the runs: {min(loads):g}-{max(loads):g}. Spans exported over OTLP/HTTP: "
