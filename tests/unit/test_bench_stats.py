@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hermes.bench.report import _footprint, _publish, _publish_auth, _publish_tracing
+from hermes.bench.report import _footprint, _publish, _publish_auth, _publish_overhead
 from hermes.bench.stats import (
     achieved_rate,
     edge_windows,
@@ -178,48 +178,57 @@ def test_the_publish_report_judges_the_maximum_and_shows_the_32_connection_one_b
     assert "| 15,000 (15,000) |" in text and "p99 < 5 ms at half the maximum: **not met**" in text
     del scenario["also"]  # a result from before the maxima were taken at two concurrencies
     assert "32 connections" not in "\n".join(_publish(scenario))
-    assert "Idempotency-Key" not in text  # nor the fresh-key variant
-    scenario["idempotency_key"] = {
-        "plain": closed(30_000, 35.0),
-        "keyed": closed(28_500, 37.0),
-        "throughput_ratio": 0.95,
-        "cpu_ratio": 1.057,
-    }
-    keyed = "\n".join(_publish(scenario))
-    assert (
-        "| a new `Idempotency-Key` per request: msg/s | **28,500** (28,500-28,500) "
-        "| plain, runs in turn: **30,000** (30,000-30,000) | **0.95** | ≥ 0.9: **met** |" in keyed
-    )
-    assert "| **1.057** |" in keyed
+    assert "Idempotency-Key" not in text  # measured beside tracing, in section 1c
 
 
-def test_the_report_renders_the_publish_with_tracing_scenario() -> None:
-    def run(rate: float, cpu: float, spans: int | None = None) -> dict[str, object]:
+def test_the_report_renders_the_keyed_and_traced_publishing_beside_plain() -> None:
+    def variant(rates: list[float], cpus: list[float], ratios: list[float] | None = None) -> dict[str, object]:
         figures: dict[str, object] = {
-            "throughput": {"median": rate, "min": rate, "max": rate},
-            "server_cpu_us": {"median": cpu, "min": cpu, "max": cpu},
+            "throughput": {"median": rates[1], "min": min(rates), "max": max(rates)},
+            "cpu_us_per_publish": {"median": cpus[1], "min": min(cpus), "max": max(cpus)},
+            "non_2xx": 0,
+            "runs": [
+                {"throughput": r, "server_cpu_us": c, "load": 3.5 + i}
+                for i, (r, c) in enumerate(zip(rates, cpus, strict=True))
+            ],
         }
-        return figures if spans is None else {**figures, "spans_exported": spans}
+        if ratios is not None:
+            figures["throughput_ratio"] = {"median": ratios[1], "rounds": ratios}
+            figures["cpu_ratio"] = {"median": round(1 / ratios[1], 3), "rounds": [round(1 / r, 3) for r in ratios]}
+        return figures
 
     scenario = {
         "seconds": 4.0,
-        "concurrency": 32,
-        "sampler_ratio": 0.1,
-        "off": run(7_000, 40.0),
-        "off_traceparent": run(6_900, 41.0),
-        "always_on": run(3_500, 160.0, 80_000),
-        "ratio": run(6_650, 46.0, 9_000),
-        "cpu_ratio": {"off_traceparent": 1.03, "always_on": 4.0, "ratio": 1.15},
-        "throughput_ratio": {"off_traceparent": 0.99, "always_on": 0.5, "ratio": 0.95},
+        "rounds": 3,
+        "connections": 128,
+        "pause_ms": None,
+        "sampler_ratio": 0.01,
+        "generator": "wrk -t1 -c128",
+        "plain": variant([10_000, 11_000, 12_000], [40.0, 41.0, 42.0]),
+        "keyed": variant([8_000, 8_800, 9_000], [50.0, 51.0, 52.0], [0.78, 0.8, 0.82]),
+        "ratio": variant([10_000, 10_500, 11_000], [42.0, 43.0, 44.0], [0.93, 0.955, 0.97]),
+        "always": variant([2_000, 2_400, 2_500], [150.0, 160.0, 170.0], [0.2, 0.218, 0.25]),
+        "spans_exported": 60_000,
     }
-    text = "\n".join(_publish_tracing(scenario))
-    assert "| off | **7,000** (7,000-7,000) | | **40.0** (40.0-40.0) | | | |" in text
-    assert "| off, the publisher sends a `traceparent` | **6,900** (6,900-6,900) | **0.99** |" in text
-    assert "| on, every trace | **3,500** (3,500-3,500) | **0.5** | **160.0** (160.0-160.0) | **4.0** | 80,000 " in text
-    assert "| ≥ 0.9: **not met** |" in text
-    assert "| on, sampled 0.1 | **6,650** (6,650-6,650) | **0.95** |" in text
-    assert "| ≥ 0.9: **met** |" in text
-    assert "Not measured." in "\n".join(_publish_tracing(None))
+    text = "\n".join(_publish_overhead(scenario))
+    assert "### 1c." in text and "3 round(s) of 4 s runs," in text and "Load average over the runs: 3.5-5.5." in text
+    assert "| plain | **11,000** (10,000-12,000) | | **41.0** (40.0-42.0) | | 0 | |" in text
+    assert (
+        "| a new `Idempotency-Key` per publish | **8,800** (8,000-9,000) | **0.800** (0.780-0.820) "
+        "| **51.0** (50.0-52.0) | **1.250** (1.220-1.282) | 0 | CPU ≤ 1.1, msg/s ≥ 0.9: **not met** |" in text
+    )
+    assert "| `--tracing`, sampled 0.01 (`parentbased_traceidratio`) | **10,500** (10,000-11,000) " in text
+    assert (
+        "| **0.955** (0.930-0.970) | **43.0** (42.0-44.0) | **1.047** (1.031-1.075) | 0 "
+        "| CPU ≤ 1.1, msg/s ≥ 0.9: **met** |" in text
+    )
+    assert "| `--tracing`, every trace (`always_on`) |" in text and "| (information) |" in text
+    assert "60,000" in text
+    scenario["keyed"]["throughput_ratio"] = {"median": 0.95, "rounds": [0.95]}  # as fast, at 1.25 times the CPU
+    assert "| **1.250** (1.220-1.282) | 0 | CPU ≤ 1.1, msg/s ≥ 0.9: **not met** |" in "\n".join(
+        _publish_overhead(scenario)
+    )
+    assert "Not measured." in "\n".join(_publish_overhead(None))
 
 
 def test_the_report_renders_the_default_installs_memory() -> None:

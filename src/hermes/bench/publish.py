@@ -5,10 +5,8 @@ and delivery time with the processes' memory."""
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
-import uuid
 from typing import Any
 
 import aiohttp
@@ -16,14 +14,13 @@ import aiohttp
 from hermes.bench import noop, openloop, wrk
 from hermes.bench.load import JSON_HEADERS, Sink, json_body
 from hermes.bench.stats import ratio, summarize, summarize_runs
-from hermes.bench.system import Management, System, child, run_alone, warm_up
+from hermes.bench.system import Management, System, child, warm_up
 from hermes.broker.embedded import free_port
 
 BODY = json_body(1024)
 # The closed-loop maxima also at this many connections, the benchmark's earlier setting: a publish waits about 3 ms
 # for the broker's ack, so 32 in flight cap Hermes near 32 / 3 ms (Little's law), well below its CPU's limit.
 ALSO_CONCURRENCY = 32
-IDEMPOTENCY_KEY = "Idempotency-Key"
 _KEYS = ["throughput", "latency_ms.p50", "latency_ms.p99", "latency_ms.p999", "cpu_us_per_request"]
 
 
@@ -38,27 +35,6 @@ def closed(
         "requests": sum(r["requests"] for r in runs),
         "non_2xx": sum(r["non_2xx"] for r in runs),
         "socket_errors": sum(r["socket_errors"] for r in runs),
-    }
-
-
-def keyed_beside_plain(url: str, seconds: float, concurrency: int, reps: int, pid: int) -> dict[str, Any]:
-    """Publishing with a new ``Idempotency-Key`` per request beside plain publishing, wrk runs of each taken in
-    turn on the same frontend so that both see the same machine, and their ratios (1.0: the keys cost nothing).
-    The plain requests carry a header of their own per request too (``X-Bench-Sequence``, which the frontend
-    ignores): wrk builds both in Lua, so that the generator, slower so, does not tell them apart."""
-    wrk.run(url, BODY, 1.0, concurrency, fresh=(IDEMPOTENCY_KEY, uuid.uuid4().hex))  # warm-up of the keyed path
-    plain, keyed = [], []
-    for _ in range(reps):
-        plain.append(wrk.run(url, BODY, seconds, concurrency, pid, fresh=("X-Bench-Sequence", "n")))
-        keyed.append(wrk.run(url, BODY, seconds, concurrency, pid, fresh=(IDEMPOTENCY_KEY, uuid.uuid4().hex)))
-    plain_runs = summarize_runs(plain, ["throughput", "server_cpu_us"])
-    keyed_runs = summarize_runs(keyed, ["throughput", "server_cpu_us"])
-    return {
-        "plain": plain_runs,
-        "keyed": keyed_runs,
-        "non_2xx": sum(r["non_2xx"] for r in keyed),
-        "throughput_ratio": ratio(keyed_runs["throughput"]["median"], plain_runs["throughput"]["median"]),
-        "cpu_ratio": ratio(keyed_runs["server_cpu_us"]["median"], plain_runs["server_cpu_us"]["median"]),
     }
 
 
@@ -93,16 +69,15 @@ def _fastest(runs: dict[str, Any]) -> str:
 async def publish(
     system: System, api: Management, seconds: float, concurrency: int, rates: list[float], reps: int
 ) -> dict[str, Any]:
-    """Scenario 1: the maximum of one frontend process (at ``concurrency`` and ``ALSO_CONCURRENCY`` connections),
-    with a fresh ``Idempotency-Key`` per request beside plain publishing, and of two workers (wrk), beside the
-    fastest no-op at the same concurrency; then latency at fixed rates (hermes-openloop, ``concurrency``
-    connections): ``rates``, half the one-process maximum and half the maximum at ``ALSO_CONCURRENCY``."""
+    """Scenario 1: the maximum of one frontend process (at ``concurrency`` and ``ALSO_CONCURRENCY`` connections)
+    and of two workers (wrk), beside the fastest no-op at the same concurrency; then latency at fixed rates
+    (hermes-openloop, ``concurrency`` connections): ``rates``, half the one-process maximum and half the maximum at
+    ``ALSO_CONCURRENCY``."""
     topic = await api.topic("benchp", "publish")
     url = f"{system.frontend}/topics/{topic}"
     pid = system.processes["frontend"].pid
     maximum = closed(url, seconds, concurrency, reps, pid)
     also = closed(url, seconds, ALSO_CONCURRENCY, reps, pid)
-    idempotent = keyed_beside_plain(url, seconds, concurrency, reps, pid)
     with system.frontend_workers(2) as master:
         two_workers = closed(url, seconds, concurrency, reps, master.pid)
     half = round(maximum["throughput"]["median"] / 2, -1)
@@ -117,7 +92,6 @@ async def publish(
         "generator": wrk.command(concurrency),
         "closed": maximum,
         "two_workers": two_workers,
-        "idempotency_key": idempotent,
         "open_generator": openloop.command(concurrency),
         "open": fixed,
         "half_max_rate": half,
@@ -199,13 +173,3 @@ async def large_messages(system: System, sink: Sink, api: Management, sizes: lis
     sink.arrivals.pop("raw", None)
     await api.remove_subscription(topic, "large")
     return {"count_per_size": count, "sizes": rows, "void": any(r["void"] for r in rows)}
-
-
-async def _idempotency_alone(system: System, _: Sink, api: Management) -> dict[str, Any]:
-    topic = await api.topic("benchk", "publish")
-    url = f"{system.frontend}/topics/{topic}"
-    return keyed_beside_plain(url, 4.0, 128, 5, system.processes["frontend"].pid)
-
-
-if __name__ == "__main__":  # python -m hermes.bench.publish: the Idempotency-Key variant alone
-    print(json.dumps(asyncio.run(run_alone(_idempotency_alone)), indent=1))

@@ -16,8 +16,8 @@ variant at about the same rate instead (each connection pauses between an answer
 - always: frontend C, ``--tracing`` with every trace recorded (two spans a publish, exported over OTLP/HTTP to a
   receiver in this process).
 
-``python -m hermes.bench.publish_overhead [SECONDS [ROUNDS [CONNECTIONS [PAUSE_MS]]]]`` runs it alone and prints
-its JSON."""
+Scenario 1c of ``hermes bench``; ``python -m hermes.bench.publish_overhead [SECONDS [ROUNDS [CONNECTIONS
+[PAUSE_MS]]]]`` runs it alone and prints its JSON."""
 
 from __future__ import annotations
 
@@ -27,17 +27,77 @@ import json
 import os
 import statistics
 import sys
+import threading
 import uuid
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from hermes.bench import wrk
-from hermes.bench.publish import BODY, IDEMPOTENCY_KEY
-from hermes.bench.publish_tracing import RATIO, OtlpSink, environment
+from hermes.bench.publish import BODY
 from hermes.bench.stats import ratio, summarize
 from hermes.bench.system import Management, System, run_alone
 
 VARIANTS = ("plain", "keyed", "ratio", "always")
+RATIO = 0.01  # the ratio sampler's, the production setting (docs/tracing.md)
+IDEMPOTENCY_KEY = "Idempotency-Key"
 _SEQUENCE = "X-Bench-Sequence"
+
+
+class OtlpSink:
+    """An OTLP/HTTP trace receiver in a thread of this process, counting the spans it is sent (the exporter's
+    protobuf, decoded with the definitions its package brings)."""
+
+    def __init__(self) -> None:
+        # the otel extra's: imported only when this runs
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+        sink = self
+        self.spans = 0
+        self.requests = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the exporter's session expects
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                request = ExportTraceServiceRequest.FromString(body)
+                sink.requests += 1
+                sink.spans += sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> OtlpSink:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+@contextlib.contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Settings the child processes started meanwhile read."""
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def overhead(

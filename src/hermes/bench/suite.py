@@ -27,7 +27,7 @@ from hermes.bench.kafka_alone import produce_consume
 from hermes.bench.load import Sink
 from hermes.bench.offloaded import offloaded_message
 from hermes.bench.publish_auth import publish_auth
-from hermes.bench.publish_tracing import publish_tracing
+from hermes.bench.publish_overhead import overhead
 from hermes.bench.startup import STARTUP_COMMAND, startup
 from hermes.bench.sustained import sustained
 from hermes.bench.system import Management, System, run_alone
@@ -45,6 +45,7 @@ class Plan:
     reps: int = 3
     seconds: float = 4.0
     concurrency: int = 128  # wrk's connections for the publish maxima (publish.ALSO_CONCURRENCY too)
+    overhead_rounds: int = 6  # of the keyed and traced publishing runs beside plain, each in turn (even: ABBA)
     rates: list[float] = field(default_factory=lambda: [250.0, 500.0, 1000.0, 2000.0])
     fanouts: list[int] = field(default_factory=lambda: [1, 10, 100])
     deliveries_per_burst: int = 6000  # divided among the messages: 6,000 x 1, 600 x 10, 60 x 100
@@ -76,6 +77,7 @@ FULL = Plan("full")
 QUICK = Plan(
     "quick",
     seconds=1.0,
+    overhead_rounds=4,
     rates=[1000.0],
     fanouts=[1, 10],
     deliveries_per_burst=1500,
@@ -246,8 +248,8 @@ def run(plan: Plan, log: Any = print) -> dict[str, Any]:
     results["scenarios"]["many_subscriptions"] = asyncio.run(run_alone(many))
     log("publishing with and without publisher authentication (its own broker and users)")
     results["scenarios"]["publish_auth"] = publish_auth(plan.seconds, plan.concurrency, plan.reps)
-    log("publishing with tracing off, on and sampled (a fresh frontend for each)")
-    results["scenarios"]["publish_tracing"] = publish_tracing(plan.seconds, plan.concurrency, plan.reps)
+    log("publishing with an Idempotency-Key and with tracing beside plain publishing, runs in turn")
+    results["scenarios"]["publish_overhead"] = overhead(plan.seconds, plan.overhead_rounds, plan.concurrency)
     if plan.spark:
         log("the default install's memory: hermes run and its pipeline, one topic archived and one tracked, idle")
         results["scenarios"]["footprint"] = footprint(plan.footprint_seconds)
