@@ -105,8 +105,8 @@ class Receiver:
         self._waiting = False
         self._seek_to: dict[Partition, int] | None = None
         self._seek_requested_at = 0
-        # the retransmission found at start, applied to each partition whose commit notes an older one (noted)
-        self._unapplied: Retransmission | None = None
+        # the last retransmission requested, applied to each partition assigned whose commit notes an older one
+        self._last_request: Retransmission | None = None
         self.applied = 0  # the requestedAt of the last retransmission applied, noted with every commit
         self._applied_before = 0  # the same, for the partitions of a seek asked for and not applied yet
         self._thread: threading.Thread | None = None
@@ -136,7 +136,9 @@ class Receiver:
             self._woken.set()
 
     def seek(self, request: Retransmission) -> None:
-        """Moves the group to the offsets of a retransmission, starting a new generation."""
+        """Moves the group to the offsets of a retransmission, starting a new generation; a partition assigned
+        later that notes an older one applied is read from them too (``noted``)."""
+        self._last_request = request
         self._applied_before = self.applied
         self._seek_requested_at = request.requested_at
         self._seek_to = dict(request.offsets)
@@ -144,7 +146,7 @@ class Receiver:
 
     def starting_after(self, request: Retransmission | None) -> None:
         """Before ``start``: the last retransmission requested (see ``noted``)."""
-        self._unapplied = request
+        self._last_request = request
         self.applied = self._applied_before = request.requested_at if request is not None else 0
 
     def _seeking(self) -> dict[Partition, int]:
@@ -237,7 +239,7 @@ class Receiver:
         if found := attempts.read(metadata):
             with self._lock:
                 self._attempts[partition] = found
-        request = self._unapplied
+        request = self._last_request
         applied = retransmission.noted(metadata)
         if request is None or applied is None or applied >= request.requested_at:
             return None
