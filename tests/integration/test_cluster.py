@@ -12,15 +12,17 @@ from pathlib import Path
 import pytest
 
 from hermes.bench.zookeeper import ZookeeperServer
+from hermes.broker.admin import BrokerAdmin
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.cluster.assignment import Assignment, Limits, Rebalancing, start_move
 from hermes.cluster.coordinator import Coordinator, CoordinatorSettings
 from hermes.cluster.discovery import FrontendDiscovery
 from hermes.cluster.registry import CONSUMERS, ClusterStore
+from hermes.domain.message import RETRY_COUNT_HEADER
 from hermes.runtime import Role
 from tests.support.cluster import FAILOVER_BOUND, Cluster, assigned, coordinator, nodes
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings, unique
-from tests.support.subscriber import SubscriberServer
+from tests.support.subscriber import Received, Reply, SubscriberServer
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
@@ -276,3 +278,44 @@ def test_nodes_started_one_by_one_and_restarted_share_the_slots_evenly(cluster: 
     wait_until(lambda: running_per_node() == [4, 4], timeout=60)
     cluster.restart("n3")
     wait_until(lambda: running_per_node() == [2, 3, 3], timeout=60)
+
+
+def test_a_parked_message_is_delivered_by_one_node_of_the_cluster(
+    cluster: Cluster, front_hermes: InProcessHermes, front: HermesClient, subscriber: SubscriberServer
+) -> None:
+    """retryParking on two nodes: each node reads its share of the retry topic in the subscription's parking
+    group, so each parked message comes back once (every node read the whole retry topic before: twice), also
+    when the second node joins while the first holds parked messages not due yet (its share goes over)."""
+    management = front.management
+    topic = front.create_topic()  # two partitions, and so has the retry topic
+    policy = {"messageTtl": 60, "retryParking": {"thresholdMs": 500}}
+    name = front.create_subscription(topic, subscriber.url, subscriptionPolicy=policy)
+    cluster.start("n1", "consumers")
+    wait_until(lambda: len(assigned(management).get(f"{topic}${name}", [])) == 1, timeout=60)
+    failed: set[str | None] = set()
+
+    def first_fails(_n: int, request: Received) -> Reply:
+        if request.message_id in failed:
+            return Reply(200)
+        failed.add(request.message_id)
+        return Reply(503, {"Retry-After": "5"})
+
+    subscriber.script = first_fails
+    sent = set()
+    for i in range(10):
+        response = front.publish(topic, f'{{"n": {i}}}', headers={"Partition-Key": str(i)})
+        assert response.status_code in (201, 202), response.text
+        sent.add(response.headers["Hermes-Message-Id"])
+    admin = BrokerAdmin(front_hermes.hermes.connection)
+    retry_topic = f"{topic}..{name}..parked"
+    wait_until(lambda: sum(admin.end_offsets(retry_topic).values()) == 10, timeout=30)  # parked by n1
+    cluster.start("n2", "consumers")
+    wait_until(lambda: len(assigned(management).get(f"{topic}${name}", [])) == 2, timeout=60)
+
+    def retried() -> list[str | None]:
+        return [r.message_id for r in subscriber.received if r.headers.get(RETRY_COUNT_HEADER) == "1"]
+
+    wait_until(lambda: set(retried()) == sent, timeout=60)
+    group = f"hermes-parked_{topic}_{name}"
+    wait_until(lambda: sum(admin.committed_offsets(group, retry_topic).values()) == 10, timeout=30)
+    assert sorted(retried()) == sorted(sent)  # each parked message delivered by one node

@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from hermes.broker.admin import BrokerAdmin
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.domain.message import RETRY_COUNT_HEADER
 from hermes.domain.names import TopicName
@@ -293,5 +294,33 @@ def test_a_retransmission_requested_while_the_consumers_are_down_is_applied_when
     response = client.management.put(path, json={"retransmissionDate": "-1h"})
     assert response.status_code == 200, response.text
     split.consumers()
+    again = subscriber.wait_for(6, timeout=30)[3:]
+    assert sorted(r.body for r in again) == sorted(r.body for r in subscriber.received[:3])
+
+
+def test_a_retransmission_overwritten_by_a_stopping_members_commit_is_applied_by_the_next_member(
+    split: SplitHermes,
+) -> None:
+    """Hermes issue #1618 during a restart, with a consumer group per subscription (as in a cluster): the
+    stopping member's last commit lands after management's; the next member reads from the request's offsets."""
+    consumers = split.consumers("--consumer-reading", "group")
+    client, subscriber = split.client, split.subscriber
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url)
+    for n in range(3):
+        client.publish(topic, f'{{"n": {n}}}')
+    subscriber.wait_for(3, timeout=30)
+    group = f"hermes_{topic}_{name}"
+    admin = BrokerAdmin(split.api.hermes.connection)
+    wait_until(lambda: sum(admin.committed_offsets(group, topic).values()) == 3, 10)
+    stale = admin.committed(group, topic)  # the member's offsets, noting the retransmission it applied last
+    assert consumers.stop() == 0
+    path = f"/topics/{topic}/subscriptions/{name}/retransmission"
+    response = client.management.put(path, json={"retransmissionDate": "-1h"})
+    assert response.status_code == 200, response.text
+    for partition, (offset, metadata) in stale.items():  # the stopping member's commit, landing after
+        admin.commit_offsets(group, topic, {partition: offset}, metadata)
+    assert sum(admin.committed_offsets(group, topic).values()) == 3
+    split.consumers("--consumer-reading", "group")
     again = subscriber.wait_for(6, timeout=30)[3:]
     assert sorted(r.body for r in again) == sorted(r.body for r in subscriber.received[:3])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from hermes.broker.admin import RETRANSMISSION_NOTE, SHARED_READER, BrokerAdmin
 from hermes.broker.embedded import free_port
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
@@ -134,6 +136,41 @@ def test_retransmission_of_a_suspended_subscription_takes_effect_on_activation(
     wait_until(lambda: _bodies_after(subscriber, delivered) == second, 30)
     time.sleep(0.5)
     assert _bodies_after(subscriber, delivered) == second, "every message after the date again, none before"
+
+
+def test_a_retransmission_overwritten_by_a_stopping_consumers_commit_is_applied_when_it_starts(
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    """Hermes #1618 during a restart: the stopping consumer's last commit (its offsets, noting the retransmission
+    it applied last) lands after management's commit of the request; the next consumer applies the request."""
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=PATIENT)
+    for n in range(3):
+        client.publish(topic, f'{{"n": {n}}}')
+    subscriber.wait_for(3, timeout=20)
+    supervisor = hermes.hermes.supervisor
+    assert supervisor is not None
+    group = f"hermes_{topic}_{name}"
+    admin = BrokerAdmin(hermes.hermes.connection)
+    wait_until(lambda: sum(admin.committed_offsets(group, topic).values()) == 3, 10)
+    stale = admin.committed(group, topic)  # what the stopping consumer commits: these offsets and their note
+    assert all(RETRANSMISSION_NOTE in metadata for _, metadata in stale.values())
+    state = f"/topics/{topic}/subscriptions/{name}/state"
+    assert client.management.put(state, content='"SUSPENDED"', headers=JSON).status_code == 200
+    wait_until(lambda: (topic, name) not in supervisor.consumers, timeout=20)
+    response = client.management.put(
+        f"/topics/{topic}/subscriptions/{name}/retransmission", json={"retransmissionDate": "-1h"}
+    )
+    assert response.status_code == 200, response.text
+    assert sum(admin.committed_offsets(group, topic).values()) == 0
+    committed = threading.Event()
+    offsets = {(topic, p): offset for p, (offset, _) in stale.items()}
+    notes = {(topic, p): metadata[metadata.index(RETRANSMISSION_NOTE) :] for p, (_, metadata) in stale.items()}
+    admin.set_group_offsets(group, offsets, SHARED_READER + "test", lambda _error: committed.set(), notes)
+    assert committed.wait(10) and sum(admin.committed_offsets(group, topic).values()) == 3
+    assert client.management.put(state, content='"ACTIVE"', headers=JSON).status_code == 200
+    again = subscriber.wait_for(6, timeout=20)[3:]
+    assert sorted(r.body for r in again) == sorted(r.body for r in subscriber.received[:3])
 
 
 @pytest.mark.parametrize("body", [{"retransmissionDate": "yesterday"}, {"retransmissionDate": 5}, {}])

@@ -3,7 +3,7 @@
 import pytest
 
 from hermes.broker.admin import SHARED_READER
-from hermes.consumers import attempts
+from hermes.consumers import attempts, retransmission
 
 pytestmark = pytest.mark.unit
 
@@ -21,3 +21,11 @@ def test_only_unfinished_messages_from_the_committed_offset_on_are_noted_lowest_
 @pytest.mark.parametrize("metadata", ["", "hermes-shared-reader:n", "x;attempts=", "x;attempts=a:1,2:b,:"])
 def test_a_missing_or_unreadable_note_notes_nothing(metadata: str) -> None:
     assert attempts.read(metadata) == {}
+
+
+def test_the_retransmission_applied_is_noted_before_the_attempts_and_both_are_read_back() -> None:
+    metadata = SHARED_READER + "node-1" + retransmission.note(1700000000123) + attempts.note({9: 2}, 9)
+    assert retransmission.noted(metadata) == 1700000000123
+    assert attempts.read(metadata) == {9: 2}
+    assert retransmission.noted(SHARED_READER + "node-1" + attempts.note({9: 2}, 9)) is None  # an earlier version's
+    assert retransmission.noted("x;retransmission=;attempts=9:2") is None

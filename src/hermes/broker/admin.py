@@ -27,8 +27,11 @@ log = logging.getLogger(__name__)
 # The metadata of offsets a consumers node's shared reader commits, followed by the node's id: the groups it
 # commits for have no Kafka members, and management shows the committing node as their member instead.
 SHARED_READER = "hermes-shared-reader:"
-# What may follow it: the attempts of the partition's unfinished messages (consumers/attempts.py)
-ATTEMPTS_NOTE = ";attempts="
+# What may follow it, each note starting with NOTE_START: the requestedAt of the last retransmission applied to
+# the partition (consumers/retransmission.py), then the attempts of its unfinished messages (consumers/attempts.py)
+NOTE_START = ";"
+RETRANSMISSION_NOTE = NOTE_START + "retransmission="
+ATTEMPTS_NOTE = NOTE_START + "attempts="
 
 
 class BrokerAdmin:
@@ -275,11 +278,13 @@ class BrokerAdmin:
             raise self._group_request_failed(exc, f"reading the committed offsets of {group_id}") from exc
         return {tp.partition: (tp.offset, tp.metadata or "") for tp in result.topic_partitions if tp.offset >= 0}
 
-    def commit_offsets(self, group_id: str, topic: str, offsets: Mapping[int, int]) -> None:
-        """Sets a group's committed offsets from outside the group (e.g. a new or suspended subscription)."""
+    def commit_offsets(self, group_id: str, topic: str, offsets: Mapping[int, int], metadata: str = "") -> None:
+        """Sets a group's committed offsets from outside the group (e.g. a new or suspended subscription), each
+        with ``metadata``."""
         consumer = self._offset_consumer(group_id)
         try:
-            consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+            partitions = [TopicPartition(topic, p, o, metadata=metadata) for p, o in offsets.items()]
+            consumer.commit(offsets=partitions, asynchronous=False)
         except KafkaException as exc:
             raise _to_error(exc, f"committing offsets of {group_id}") from exc
         finally:

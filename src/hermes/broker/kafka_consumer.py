@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
 from hermes.broker.connection import KafkaConnection
 from hermes.domain.message import PLACEHOLDER_FORMAT, Message, parse_kafka_headers
@@ -19,8 +19,9 @@ PartitionOffsets = Mapping[tuple[str, int], int]
 # Called, during a poll, with the partitions about to go to another member (or lost), while offsets of theirs may
 # still be committed.
 RevocationListener = Callable[[list[tuple[str, int]]], None]
-# Called, during a poll, with the partitions assigned to this member and the metadata of their committed offsets.
-AssignmentListener = Callable[[dict[tuple[str, int], str]], None]
+# Called, during a poll, with the partitions assigned to this member and the metadata of their committed offsets;
+# returns the offsets to read some of them from instead of their committed ones.
+AssignmentListener = Callable[[dict[tuple[str, int], str]], Mapping[tuple[str, int], int]]
 
 
 def to_message(record: Any) -> Message:
@@ -112,7 +113,14 @@ class BrokerConsumer:
                 except KafkaException as exc:  # the partitions are read all the same
                     log.warning("consumer %s: no committed metadata: %s", self.group_id, exc)
                     return
-                self._on_assign({(tp.topic, tp.partition): tp.metadata or "" for tp in committed})
+                starts = self._on_assign({(tp.topic, tp.partition): tp.metadata or "" for tp in committed})
+                if starts:  # assigned here, so not by librdkafka after this
+                    self._consumer.incremental_assign(
+                        [
+                            TopicPartition(p.topic, p.partition, starts.get((p.topic, p.partition), OFFSET_INVALID))
+                            for p in partitions
+                        ]
+                    )
 
         self._consumer.subscribe(list(topics), on_revoke=revoked, on_assign=assigned)
 

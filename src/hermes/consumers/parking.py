@@ -10,6 +10,10 @@ keeps it until it is due and then delivers it through the subscription's own del
 TTL; its filters were passed before it was parked). A retry-topic offset is committed, to the subscription's
 parking group, once its message is finished: delivered, discarded or parked again. A message read and not yet
 finished when the process dies is read again: duplicates at worst, never a loss.
+
+Where each subscription reads in a consumer group of its own (a cluster), so do its parked messages
+(``ParkingGroupReader``): Kafka shares the retry topic's partitions between the nodes, each parked message is
+delivered by one of them.
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ class ParkedMessages:
         self._heap: list[_Parked] = []
         self._seq = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[asyncio.Task[None], _Parked] = {}
         self._closed = False
         self.activating = asyncio.Lock()
 
@@ -115,15 +119,17 @@ class ParkedMessages:
             item = heapq.heappop(self._heap)
             started = time.monotonic() - max(0.0, now - item.first_attempt)
             task = self._loop.create_task(self._redeliver(item.message, item.attempts, started))
-            self._tasks.add(task)
+            self._tasks[task] = item
             task.add_done_callback(functools.partial(self._done, item))
         if self._heap and len(self._tasks) < limit:
             self._timer = self._loop.call_later(max(0.0, self._heap[0].due - now), self._release)
 
     def _done(self, item: _Parked, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if task.cancelled():
-            return  # stopped: unfinished, so read again next time
+        self._tasks.pop(task, None)
+        if task.cancelled():  # stopped or its partition revoked: unfinished, so read again
+            with self.lock:
+                self.held -= 1
+            return
         if (error := task.exception()) is not None:
             log.error("delivery of a parked message of %s crashed", self.topic, exc_info=error)
             return  # unfinished: read again after a restart
@@ -144,12 +150,33 @@ class ParkedMessages:
             await asyncio.wait(list(self._tasks))
         self._heap.clear()
 
+    async def drop(self, partitions: set[Partition]) -> None:
+        """Its retry topic's ``partitions`` went to another node: their messages, waiting or being delivered, are
+        left to it (unfinished, so it reads them from the last commit)."""
+        kept = [item for item in self._heap if item.partition not in partitions]
+        with self.lock:
+            self.held -= len(self._heap) - len(kept)
+        self._heap = kept
+        heapq.heapify(self._heap)
+        cancelled = [task for task, item in self._tasks.items() if item.partition in partitions]
+        for task in cancelled:
+            task.cancel()
+        if cancelled:
+            await asyncio.wait(cancelled)
+        if not self._closed:
+            self._release()
+
 
 class ParkingLot:
     """The process's parking: produces parked messages and reads every retry topic on one thread."""
 
-    def __init__(self, connection: KafkaConnection, node_id: str, commit_interval: float) -> None:
+    def __init__(
+        self, connection: KafkaConnection, node_id: str, commit_interval: float, grouped: bool = False
+    ) -> None:
         self._connection = connection
+        # each subscription's consumer group shares its partitions between nodes (a cluster): its retry topic too
+        self._grouped = grouped
+        self._groups: dict[str, ParkingGroupReader] = {}  # by retry topic, when grouped
         self._admin = BrokerAdmin(connection)
         self._producer: BrokerProducer | None = None  # made at the first park: most processes never park
         self._committer = f"hermes-parking:{node_id}"
@@ -199,7 +226,9 @@ class ParkingLot:
         if parked is None:
             return
         await parked.close()
-        if parked.reading:
+        if (group := self._groups.pop(parked.topic, None)) is not None:
+            await group.stop()  # it commits what is finished and leaves the group
+        elif parked.reading:
             with self._lock:
                 self._by_topic.pop(parked.topic, None)
                 self._changes.append((False, parked.start))
@@ -251,6 +280,13 @@ class ParkingLot:
             if parked.reading:
                 return
             subscription = parked.subscription
+            if self._grouped:
+                await asyncio.to_thread(self._ensure_topic, subscription)
+                assert self._loop is not None
+                self._groups[parked.topic] = ParkingGroupReader(self._connection, parked, self._commit_interval)
+                self._groups[parked.topic].start(self._loop)
+                parked.reading = True
+                return
             offsets = await asyncio.to_thread(self._starting_offsets, subscription)
             parked.start = offsets
             with self._lock:
@@ -267,6 +303,19 @@ class ParkingLot:
         missing). An offset past the topic's end is of a deleted subscription's topic of the same name: from the
         beginning."""
         topic = subscription.retry_topic
+        partitions = self._ensure_topic(subscription)
+        committed = self._admin.committed_offsets(subscription.parking_group_id, topic)
+        beginning, end = self._admin.beginning_offsets(topic), self._admin.end_offsets(topic)
+        return {
+            (topic, p): committed[p]
+            if committed.get(p, -1) in range(beginning.get(p, 0), end.get(p, 0) + 1)
+            else beginning.get(p, 0)
+            for p in partitions
+        }
+
+    def _ensure_topic(self, subscription: Subscription) -> list[int]:
+        """The partitions of the subscription's retry topic, created with its topic's partition count if missing."""
+        topic = subscription.retry_topic
         if not self._admin.partitions(topic):
             count = max(1, len(self._admin.partitions(subscription.topic_name.qualified)))
             self._admin.create_topic(topic, count)
@@ -276,14 +325,7 @@ class ParkingLot:
             if time.monotonic() > deadline:
                 raise BrokerUnavailable(f"the retry topic {topic} has no partitions")
             time.sleep(0.05)
-        committed = self._admin.committed_offsets(subscription.parking_group_id, topic)
-        beginning, end = self._admin.beginning_offsets(topic), self._admin.end_offsets(topic)
-        return {
-            (topic, p): committed[p]
-            if committed.get(p, -1) in range(beginning.get(p, 0), end.get(p, 0) + 1)
-            else beginning.get(p, 0)
-            for p in partitions
-        }
+        return partitions
 
     # --- the lot's thread ---
 
@@ -346,14 +388,8 @@ class ParkingLot:
                 parked = self._by_topic.get(message.topic)
                 if parked is None:
                     continue  # closed meanwhile
-                partition = (message.topic, message.partition)
-                with parked.lock:
-                    if parked.tracker.pending(partition, message.offset):
-                        continue  # held already (read again by a new consumer)
-                    parked.tracker.read(partition, [message.offset])
-                    parked.held += 1
-                item = _parked(message, headers)
-                arrivals.setdefault(parked, []).append(item)
+                if (item := _take(parked, message, headers)) is not None:
+                    arrivals.setdefault(parked, []).append(item)
         for parked, items in arrivals.items():
             self._loop.call_soon_threadsafe(parked.arrived, items)
 
@@ -379,6 +415,121 @@ class ParkingLot:
             done(exc)
         if wait:
             finished.wait(5.0)
+
+
+class ParkingGroupReader:
+    """In a cluster, one subscription's retry topic read in its parking group by a Kafka consumer of its own on
+    each node running it: Kafka gives each retry partition to one node, so a parked message is delivered by one
+    node. When a partition goes to another node, its messages waiting or being delivered here are dropped and what
+    is finished is committed first: the new owner reads on from there (a message being delivered may come twice).
+    """
+
+    def __init__(self, connection: KafkaConnection, parked: ParkedMessages, commit_interval: float) -> None:
+        self._connection = connection
+        self._parked = parked
+        self._commit_interval = commit_interval
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._thread = threading.Thread(target=self._run, name=f"parking-{self._parked.topic}", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join)
+
+    def _run(self) -> None:
+        parked = self._parked
+        while not self._stopping.is_set():
+            try:
+                self._member()
+            except Exception:  # a new member reads on from the committed offsets a moment later
+                log.exception("reading the parked messages of %s failed; it reads on in a second", parked.topic)
+                with parked.lock:
+                    held = list(parked.tracker.partitions())
+                self._revoked(None, held)
+                self._stopping.wait(1.0)
+
+    def _member(self) -> None:
+        """Reads as one member of the parking group until stopped, then commits and leaves the group."""
+        parked = self._parked
+        consumer = BrokerConsumer(
+            self._connection,
+            parked.subscription.parking_group_id,
+            on_revoke=lambda partitions: self._revoked(consumer, partitions),
+        )
+        try:
+            consumer.subscribe([parked.topic])
+            self._read(consumer)
+            self._commit(consumer, None)
+        finally:
+            consumer.close()
+
+    def _read(self, consumer: BrokerConsumer) -> None:
+        assert self._loop is not None
+        parked, paused = self._parked, False
+        last_commit = time.monotonic()
+        while not self._stopping.is_set():
+            full = parked.held > _HELD_MAX // 2 if paused else parked.held >= _HELD_MAX
+            if full != paused:  # holding too many: reads on once it delivered some
+                (consumer.pause if full else consumer.resume)(consumer.assignment())
+                paused = full
+            items = [
+                item
+                for message, headers in consumer.poll_with_headers(max_messages=500, timeout=0.2)
+                if (item := _take(parked, message, headers)) is not None
+            ]
+            if items:
+                self._loop.call_soon_threadsafe(parked.arrived, items)
+            if time.monotonic() - last_commit >= self._commit_interval:
+                last_commit = time.monotonic()
+                self._commit(consumer, None)
+                with parked.lock:
+                    positions = parked.tracker.committed()
+                ends = consumer.ends(positions)
+                parked.metrics.parked(sum(max(0, ends[p] - o) for p, o in positions.items() if p in ends))
+
+    def _revoked(self, consumer: BrokerConsumer | None, partitions: list[Partition]) -> None:
+        """On the thread (during a poll): ``partitions`` go to another node (or, with no consumer, this one failed)."""
+        assert self._loop is not None
+        try:
+            asyncio.run_coroutine_threadsafe(self._parked.drop(set(partitions)), self._loop).result(10.0)
+        except Exception:
+            log.warning("dropping the revoked parked messages of %s failed", self._parked.topic, exc_info=True)
+        if consumer is not None:
+            self._commit(consumer, partitions)
+        with self._parked.lock:
+            self._parked.tracker.forget(partitions)
+
+    def _commit(self, consumer: BrokerConsumer, only: list[Partition] | None) -> None:
+        parked = self._parked
+        with parked.lock:
+            offsets = parked.tracker.committable()
+        if only is not None:
+            offsets = {p: o for p, o in offsets.items() if p in only}
+        try:
+            consumer.commit(offsets)
+        except HermesError as exc:  # the next one tries again; a new owner reads the rest again
+            log.warning("committing the parked offsets of %s failed: %s", parked.topic, exc.message)
+            return
+        with parked.lock:
+            parked.tracker.mark_committed(offsets)
+
+
+def _take(parked: ParkedMessages, message: Message, headers: dict[str, Any]) -> _Parked | None:
+    """A record read of ``parked``'s retry topic, counted as read; None when it is held already (read again by a
+    new Kafka consumer)."""
+    partition = (message.topic, message.partition)
+    with parked.lock:
+        if parked.tracker.pending(partition, message.offset):
+            return None
+        parked.tracker.read(partition, [message.offset])
+        parked.held += 1
+    return _parked(message, headers)
 
 
 def _parked(message: Message, headers: dict[str, Any]) -> _Parked:

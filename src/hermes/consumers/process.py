@@ -82,7 +82,7 @@ class ConsumerProcess:
     async def start(self) -> None:
         snapshot = await until_reachable(self._context.repository.get_document, SUBSCRIPTION_METRICS, self.snapshot_key)
         self.metrics.restore(snapshot)
-        await self._retransmissions.start()
+        self.receiver.starting_after(await self._retransmissions.start())
         self.consumer.start()
         if self._context.parking is not None and isinstance(self.consumer, SerialConsumer):
             await self._context.parking.open(self.subscription, self.consumer.unpark, self.metrics)
@@ -95,8 +95,8 @@ class ConsumerProcess:
 
     async def retransmission_requested(self) -> None:
         """The subscription's retransmission request changed: a new one moves the group to its offsets."""
-        if not self._stopping and (offsets := await self._retransmissions.new_offsets()) is not None:
-            self.receiver.seek(offsets)
+        if not self._stopping and (request := await self._retransmissions.new_request()) is not None:
+            self.receiver.seek(request)
 
     async def stop(self, drain_timeout: float = 5.0) -> None:
         """Stops reading and retrying, lets deliveries that are sending finish for a moment, commits what is done

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from hermes.broker.kafka_consumer import BrokerConsumer
-from hermes.consumers import attempts
+from hermes.consumers import attempts, retransmission
 from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.offsets import OffsetTracker, Partition
+from hermes.consumers.retransmission import Retransmission
 from hermes.domain.message import Message
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,11 @@ class Receiver:
         # every delivery cost a lock and a notify each, a tenth of a drain's CPU)
         self._waiting = False
         self._seek_to: dict[Partition, int] | None = None
+        self._seek_requested_at = 0
+        # the last retransmission requested, applied to each partition assigned whose commit notes an older one
+        self._last_request: Retransmission | None = None
+        self.applied = 0  # the requestedAt of the last retransmission applied, noted with every commit
+        self._applied_before = 0  # the same, for the partitions of a seek asked for and not applied yet
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._flow: Flow | None = None
@@ -129,10 +135,34 @@ class Receiver:
         if self._waiting and not self._woken.is_set():
             self._woken.set()
 
-    def seek(self, offsets: Mapping[Partition, int]) -> None:
-        """Moves the group to ``offsets`` (a retransmission), starting a new generation."""
-        self._seek_to = dict(offsets)
+    def seek(self, request: Retransmission) -> None:
+        """Moves the group to the offsets of a retransmission, starting a new generation; a partition assigned
+        later that notes an older one applied is read from them too (``noted``)."""
+        self._last_request = request
+        self._applied_before = self.applied
+        self._seek_requested_at = request.requested_at
+        self._seek_to = dict(request.offsets)
         self._woken.set()
+
+    def starting_after(self, request: Retransmission | None) -> None:
+        """Before ``start``: the last retransmission requested (see ``noted``)."""
+        self._last_request = request
+        self.applied = self._applied_before = request.requested_at if request is not None else 0
+
+    def _seeking(self) -> dict[Partition, int]:
+        """On the reading thread, as a seek is applied: its offsets (its requestedAt is now the one applied)."""
+        offsets, self._seek_to = self._seek_to or {}, None
+        self._applied_before = self.applied = self._seek_requested_at
+        return offsets
+
+    def _notes(self, offsets: Mapping[Partition, int], notes: Mapping[Partition, str]) -> dict[Partition, str]:
+        """The metadata of a commit of ``offsets``: the retransmission applied, then the attempts ``notes``. A
+        partition a retransmission is about to move notes the one before."""
+        seeking = self._seek_to or {}
+        return {
+            p: retransmission.note(self._applied_before if p in seeking else self.applied) + notes.get(p, "")
+            for p in offsets
+        }
 
     def _room(self) -> tuple[Limits, int, int, bool]:
         """On the reading thread: the delivery's limits, the room left, the generation, and whether there is no
@@ -202,11 +232,20 @@ class Receiver:
                 self._attempts.setdefault(partition, {})[message.offset] = count
                 self._noted.add(partition)
 
-    def noted(self, partition: Partition, metadata: str) -> None:
-        """Takes the attempts a partition's committed offset noted (on the thread, before its first read)."""
+    def noted(self, partition: Partition, metadata: str) -> int | None:
+        """Takes the attempts a partition's committed offset noted (on the thread, before its first read). Returns
+        where to read it from instead of the committed offset: the offset of the retransmission found at start,
+        when the commit notes an older one applied (see ``retransmission``)."""
         if found := attempts.read(metadata):
             with self._lock:
                 self._attempts[partition] = found
+        request = self._last_request
+        applied = retransmission.noted(metadata)
+        if request is None or applied is None or applied >= request.requested_at:
+            return None
+        if (offset := request.offsets.get(partition)) is not None:
+            log.info("retransmission of %s not applied to %s yet: reading from %d", self._name, partition, offset)
+        return offset
 
     def _to_commit(self) -> tuple[dict[Partition, int], dict[Partition, str]]:
         """Under the lock: the offsets to commit (those that advanced, and those whose attempts changed) and the
@@ -217,7 +256,7 @@ class Receiver:
                 offsets[partition] = position
         self._noted.clear()
         notes = {p: attempts.note(found, o) for p, o in offsets.items() if (found := self._attempts.get(p))}
-        return offsets, notes
+        return offsets, self._notes(offsets, notes)
 
     def finish(self, message: Message, generation: int) -> None:
         with self._lock:
@@ -327,9 +366,9 @@ class MessageReceiver(Receiver):
                 self._commit(consumer)
                 last_commit = time.monotonic()
 
-    def _assigned(self, committed: dict[Partition, str]) -> None:
-        for partition, metadata in committed.items():
-            self.noted(partition, metadata)
+    def _assigned(self, committed: dict[Partition, str]) -> dict[Partition, int]:
+        """Where to read the assigned partitions from, where not from their committed offsets."""
+        return {p: offset for p, metadata in committed.items() if (offset := self.noted(p, metadata)) is not None}
 
     def _crashed(self, error: Exception) -> None:
         log.error("Kafka consumer of %s failed", self._name, exc_info=error)
@@ -338,7 +377,7 @@ class MessageReceiver(Receiver):
 
     def _apply_seek(self, consumer: BrokerConsumer) -> None:
         assert self._flow is not None and self._loop is not None
-        offsets, self._seek_to = self._seek_to or {}, None
+        offsets = self._seeking()
         with self._lock:
             self.generation += 1
             self._tracker.forget(list(self._tracker.partitions()))
@@ -348,7 +387,8 @@ class MessageReceiver(Receiver):
             if (topic, partition) in assigned:
                 consumer.seek(topic, partition, offset)
         try:
-            consumer.commit(offsets)  # a crash right after still restarts from the retransmission date
+            # a crash right after still restarts from the retransmission date
+            consumer.commit(offsets, self._notes(offsets, {}))
         except Exception:
             log.warning("committing retransmission offsets of %s failed", self._name, exc_info=True)
         self._loop.call_soon_threadsafe(self._flow.moved, self.generation)

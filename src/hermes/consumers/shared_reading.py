@@ -32,6 +32,7 @@ from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.offsets import Partition
 from hermes.consumers.receiver import Flow, Receiver, _by_partition
+from hermes.consumers.retransmission import Retransmission
 from hermes.domain.message import Message
 
 log = logging.getLogger(__name__)
@@ -343,8 +344,8 @@ class SharedReceiver(Receiver):
         if self._reader.pull_out(self):
             self.read_on_its_own()
 
-    def seek(self, offsets: collections.abc.Mapping[Partition, int]) -> None:
-        super().seek(offsets)
+    def seek(self, request: Retransmission) -> None:
+        super().seek(request)
         if self._reader.pull_out(self):
             self.read_on_its_own()
 
@@ -425,7 +426,8 @@ class SharedReceiver(Receiver):
         committed_with_notes = admin.committed(self._group_id, self._topic)
         committed = {p: offset for p, (offset, _) in committed_with_notes.items()}
         for p, (_, metadata) in committed_with_notes.items():
-            self.noted((self._topic, p), metadata)
+            if (retransmitted := self.noted((self._topic, p), metadata)) is not None:
+                committed[p] = retransmitted
         partitions = admin.partitions(self._topic)
         missing = [p for p in partitions if p not in committed]
         beginning = admin.beginning_offsets(self._topic) if missing else {}
@@ -488,7 +490,7 @@ class SharedReceiver(Receiver):
 
     def _apply_seek(self, consumer: BrokerConsumer | None) -> None:
         assert self._flow is not None and self._loop is not None
-        offsets, self._seek_to = self._seek_to or {}, None
+        offsets = self._seeking()
         with self._lock:
             self.generation += 1
             self._tracker.forget(list(self._tracker.partitions()))
@@ -545,10 +547,11 @@ class SharedReceiver(Receiver):
 
     def _commit_now(self, offsets: dict[Partition, int] | None = None) -> None:
         """Commits ``offsets`` (by default what is finished) and waits for it."""
-        notes: dict[Partition, str] = {}
         if offsets is None:
             with self._lock:
                 offsets, notes = self._to_commit()
+        else:
+            notes = self._notes(offsets, {})
         if not offsets:
             return
         finished = threading.Event()

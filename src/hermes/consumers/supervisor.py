@@ -125,7 +125,12 @@ class ConsumersSupervisor:
             offloaded=OffloadedMessages(
                 credentials=_kafka_user(self._connection), budget=BodyBudget(s.consumer_offloaded_bytes)
             ),
-            parking=ParkingLot(self._connection, s.node_id, s.consumer_commit_interval),
+            parking=ParkingLot(
+                self._connection,
+                s.node_id,
+                s.consumer_commit_interval,
+                grouped=self._clustered or s.consumer_reading != "shared",
+            ),
             dead_letters=DeadLetters(self._connection),
         )
         assert self._context.parking is not None

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from hermes.broker.admin import ATTEMPTS_NOTE, SHARED_READER, BrokerAdmin
+from hermes.broker.admin import NOTE_START, SHARED_READER, BrokerAdmin
 from hermes.config import Settings
 from hermes.domain.names import TopicName
 from hermes.domain.subscription import Subscription
@@ -232,7 +232,7 @@ def consumer_groups(admin: BrokerAdmin, subscription: Subscription, cluster: str
         by_node: dict[str, list[int]] = {}
         for p, (_, metadata) in sorted(committed.items()):
             if metadata.startswith(SHARED_READER):
-                node = metadata.removeprefix(SHARED_READER).split(ATTEMPTS_NOTE, 1)[0]
+                node = metadata.removeprefix(SHARED_READER).split(NOTE_START, 1)[0]
                 by_node.setdefault(node, []).append(p)
         members = [
             {"consumerId": node, "clientId": "hermes-shared-reader", "host": node, "partitions": partitions(numbers)}

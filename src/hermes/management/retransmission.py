@@ -7,7 +7,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from hermes.broker.admin import BrokerAdmin
+from hermes.broker.admin import RETRANSMISSION_NOTE, BrokerAdmin
 from hermes.domain.subscription import Subscription, SubscriptionState
 from hermes.errors import HermesError, OffsetsNotMovable, ValidationError
 from hermes.metadata.documents import RETRANSMISSION
@@ -68,8 +68,9 @@ def retransmit(
         return summary
     if subscription.state is SubscriptionState.PENDING:
         raise OffsetsNotMovable("Cannot retransmit messages for subscription in PENDING state")
-    try:
-        admin.commit_offsets(subscription.consumer_group_id, topic, offsets)
+    requested_at = int(time.time() * 1000)
+    try:  # noting the request applied (consumers/retransmission.py)
+        admin.commit_offsets(subscription.consumer_group_id, topic, offsets, f"{RETRANSMISSION_NOTE}{requested_at}")
     except HermesError:
         if subscription.state is SubscriptionState.SUSPENDED:
             raise
@@ -78,7 +79,7 @@ def retransmit(
         subscription.qualified_name.qualified,
         {
             "offsets": {str(p): o for p, o in offsets.items()},
-            "requestedAt": int(time.time() * 1000),
+            "requestedAt": requested_at,
             "retransmissionDate": moment.isoformat(),
         },
     )
