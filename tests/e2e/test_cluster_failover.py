@@ -6,20 +6,20 @@ rate over any 5-second window, and each failover finishes within docs/cluster.md
 
 from __future__ import annotations
 
-import itertools
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 
 from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
 from tests.support.cluster import FAILOVER_BOUND, Cluster, assigned, coordinator, nodes
 from tests.support.hermes import HermesClient, unique
+from tests.support.publisher import Publisher
 from tests.support.subscriber import SubscriberServer
 from tests.support.waiting import wait_until
 
@@ -28,43 +28,6 @@ pytestmark = pytest.mark.e2e
 RATE = 8  # messages/s of the rate-limited subscription, below the publishing rate: its limit is what holds
 PUBLISH_RATE = 12
 INFLIGHT_WINDOW = 100  # the consumers' window when a subscription sets no inflightSize
-
-
-class Publisher:
-    """Publishes at a steady rate, round robin over the live frontends, and remembers what was accepted."""
-
-    def __init__(self, frontends: list[str], topic: str) -> None:
-        self.frontends = frontends
-        self.topic = topic
-        self.accepted: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> Publisher:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=5) as http:
-            for n in itertools.count():
-                if self._stop.wait(1 / PUBLISH_RATE):
-                    return
-                for frontend in (self.frontends[n % 2], self.frontends[(n + 1) % 2]):
-                    try:
-                        response = http.post(
-                            f"{frontend}/topics/{self.topic}",
-                            content=f'{{"n": {n}}}',
-                            headers={"Content-Type": "application/json"},
-                        )
-                    except httpx.HTTPError:
-                        continue  # that frontend is down: the other one
-                    if response.status_code in (201, 202):
-                        self.accepted.append(response.headers["Hermes-Message-Id"])
-                        break
 
 
 @pytest.fixture
@@ -107,7 +70,7 @@ def run(cluster: Cluster, subscriber: SubscriberServer, client: HermesClient, ot
     wanted = {f"{topic}${limited}": 2, f"{topic}${free}": 2, f"{topic}${single}": 1}
     wait_until(lambda: {s: len(n) for s, n in assigned(other).items()} == wanted, timeout=60)
 
-    publisher = Publisher([f1.frontend_url, f2.frontend_url], topic).start()
+    publisher = Publisher([f1.frontend_url, f2.frontend_url], topic, PUBLISH_RATE, timeout=5).start()
     failovers: list[float] = []
     try:
         time.sleep(2)  # a steady load before the first kill
@@ -142,6 +105,8 @@ def run(cluster: Cluster, subscriber: SubscriberServer, client: HermesClient, ot
         publisher.stop()
     cluster.restart("f1")  # its journal is replayed: what it accepted and had not handed to Kafka goes now
 
+    assert publisher.failures == []
+    assert len(publisher.uncertain) <= 1, publisher.uncertain  # the request f1 was killed in, if any
     accepted = set(publisher.accepted)
     assert len(accepted) > 50
     paths = {name: f"/{name}" for name in (limited, free, single)}
@@ -153,6 +118,11 @@ def run(cluster: Cluster, subscriber: SubscriberServer, client: HermesClient, ot
     wait_until(everything_delivered, timeout=90)
     assert all(took < FAILOVER_BOUND for took in failovers), failovers
     for path in paths.values():
+        ids_of: dict[int, set[str | None]] = {}
+        for r in subscriber.received:
+            if r.path == path:
+                ids_of.setdefault(orjson.loads(r.body)["n"], set()).add(r.message_id)
+        assert all(len(ids) == 1 for ids in ids_of.values()), "a message was published twice"
         counts = Counter(r.message_id for r in subscriber.received if r.path == path)
         duplicates = sum(c - 1 for c in counts.values())
         assert duplicates <= 3 * INFLIGHT_WINDOW, (path, duplicates)  # three consumer nodes were killed at most

@@ -6,8 +6,6 @@ planned stop hands its subscriptions over without repeating a delivery."""
 
 from __future__ import annotations
 
-import itertools
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -21,6 +19,7 @@ from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
 from tests.support.cluster import Cluster, assigned, nodes
 from tests.support.hermes import HermesClient, unique
+from tests.support.publisher import Publisher
 from tests.support.subscriber import SubscriberServer
 from tests.support.waiting import wait_until
 
@@ -28,54 +27,6 @@ pytestmark = pytest.mark.e2e
 
 PUBLISH_RATE = 20  # messages/s
 SHUTDOWN_WAIT = 1.0  # --frontend-shutdown-wait: /status/ready answers 503 this long before the port closes
-
-
-class Publisher:
-    """Publishes at a steady rate, alternating the first frontend it tries; the other one only on a refused
-    connection. Anything else that is not a 201 or 202 (a 5xx, a connection cut after sending) is a failure."""
-
-    def __init__(self, frontends: list[str], topic: str) -> None:
-        self.frontends = frontends
-        self.topic = topic
-        self.accepted: list[str] = []
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> Publisher:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=10) as http:
-            for n in itertools.count():
-                if self._stop.wait(1 / PUBLISH_RATE):
-                    return
-                self._publish(http, n)
-
-    def _publish(self, http: httpx.Client, n: int) -> None:
-        for frontend in (self.frontends[n % 2], self.frontends[(n + 1) % 2]):
-            try:
-                response = http.post(
-                    f"{frontend}/topics/{self.topic}",
-                    content=f'{{"n": {n}}}',
-                    headers={"Content-Type": "application/json"},
-                )
-            except httpx.ConnectError:
-                continue  # refused before anything was sent: the other frontend
-            except httpx.HTTPError as exc:
-                self.failures.append(f"{n} at {frontend}: {exc!r}")
-                return
-            if response.status_code in (201, 202):
-                self.accepted.append(response.headers["Hermes-Message-Id"])
-            else:
-                self.failures.append(f"{n} at {frontend}: {response.status_code} {response.text}")
-            return
-        self.failures.append(f"{n}: refused by every frontend")
 
 
 @pytest.fixture
@@ -110,7 +61,7 @@ def test_a_rolling_restart_under_load_refuses_and_loses_nothing(cluster: Cluster
 
         wait_until(settled, timeout=60)
         frontends = [f1.frontend_url, f2.frontend_url]
-        publisher = Publisher(frontends, topic).start()
+        publisher = Publisher(frontends, topic, PUBLISH_RATE).start()
         try:
             time.sleep(1)  # a steady load before the first stop
             cluster.processes["m1"].stop()  # nothing on the messages' path

@@ -27,14 +27,21 @@ def hermes_overrides() -> dict[str, Any]:
 
 
 @pytest.fixture
-def subscriber() -> Iterator[SubscriberServer]:
-    server = SubscriberServer(lambda _n, _r: Reply(200, delay=0.05)).start()  # 100 messages/s at most
+def joined() -> threading.Event:
+    return threading.Event()
+
+
+@pytest.fixture
+def subscriber(joined: threading.Event) -> Iterator[SubscriberServer]:
+    """100 messages/s at most (5 in flight), 10/s from the 20th until the joiner came: on a loaded machine the
+    rebalance took longer than the whole backlog's delivery, and the joiner had nothing left to read."""
+    server = SubscriberServer(lambda n, _r: Reply(200, delay=0.05 if n < 20 or joined.is_set() else 0.5)).start()
     yield server
     server.stop()
 
 
 def test_a_member_joining_the_group_takes_partitions_over_without_repeating_deliveries(
-    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer, joined: threading.Event
 ) -> None:
     """Another consumers node joining a busy subscription's group: only the partitions it takes are revoked, their
     deliveries under way finish before the handover commit, so the joiner reads none of them again; once it
@@ -56,6 +63,7 @@ def test_a_member_joining_the_group_takes_partitions_over_without_repeating_deli
         assert not set(read) & set(delivered), "the joiner read messages the first node had delivered"
         assert max(delivered.values()) == 1, "the first node delivered a message twice"
     finally:
+        joined.set()
         joiner.close()
     wait_until(lambda: set(published) <= {r.message_id for r in subscriber.received}, timeout=30, interval=0.2)
     # taken back from the hand-over's commit, without what its read-ahead held of it before
