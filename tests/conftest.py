@@ -24,9 +24,11 @@ from tests.support.waiting import wait_until
 __all__ = ["wait_until"]  # the tests import it from here
 
 # Descriptors a test module may leave open in the suite's process (a module's own servers and clients close theirs
-# at its end; the session's shared ones are not counted). Leaked ones add up over the suite's modules: pyspark's
-# callback server cannot select() a descriptor above 1,024.
+# at its end; the session's shared ones are not counted): more is reported at the end of the run. Leaked ones add up
+# over the suite's modules, and pyspark's callback server cannot select() a descriptor above 1,024: the run fails
+# when the process holds more than DESCRIPTORS_AT_MOST at the end of a module.
 DESCRIPTORS_A_MODULE_MAY_LEAVE = 10
+DESCRIPTORS_AT_MOST = 512
 # The session's SparkSession opens py4j connections as threads call it (both ways: to the JVM's gateway, and the
 # JVM's to the callback server of foreachBatch), kept in py4j's pools: 21 sockets after the tier's first module.
 DESCRIPTORS_A_SPARK_MODULE_MAY_LEAVE = 40
@@ -42,8 +44,9 @@ def _descriptors() -> dict[str, str]:
 
 
 class _DescriptorGuard:
-    """Fails the session when a test module leaves descriptors open in the suite's process: counted before its
-    first test and after its last one's teardown (when pytest has dropped that test's fixture values)."""
+    """Reports the test modules that leave descriptors open in the suite's process, counted before a module's first
+    test and after its last one's teardown (when pytest has dropped that test's fixture values), and fails the
+    session when they add up to more than DESCRIPTORS_AT_MOST."""
 
     def __init__(self) -> None:
         self.module = ""
@@ -51,6 +54,7 @@ class _DescriptorGuard:
         self.session_descriptors = 0  # opened by session-scoped fixtures' set-up: theirs to keep to the end
         self.session_before = 0
         self.leaks: list[str] = []
+        self.too_many: list[str] = []
 
     def starting(self, module: str) -> None:
         if module != self.module:
@@ -64,6 +68,8 @@ class _DescriptorGuard:
         if leaked > (DESCRIPTORS_A_SPARK_MODULE_MAY_LEAVE if spark else DESCRIPTORS_A_MODULE_MAY_LEAVE):
             kinds = Counter(what.split(":")[0] for fd, what in after.items() if self.before.get(fd) != what)
             self.leaks.append(f"{module} left {leaked} descriptors open: {dict(kinds)}")
+        if len(after) > DESCRIPTORS_AT_MOST:
+            self.too_many.append(f"{len(after)} descriptors open after {module}")
         self.module = ""
 
 
@@ -97,11 +103,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     for leak in _guard.leaks:
-        terminalreporter.write_line(f"DESCRIPTOR LEAK {leak}", red=True, bold=True)
+        terminalreporter.write_line(f"DESCRIPTOR LEAK {leak}", yellow=True)
+    for too_many in _guard.too_many:
+        terminalreporter.write_line(f"TOO MANY DESCRIPTORS: {too_many}", red=True, bold=True)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if _guard.leaks and session.exitstatus == pytest.ExitCode.OK:
+    if _guard.too_many and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
