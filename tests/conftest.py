@@ -154,6 +154,15 @@ def subscriber() -> Iterator[SubscriberServer]:
     server.stop()
 
 
+@pytest.fixture
+def servers() -> Iterator[list[SubscriberServer]]:
+    """Subscriber servers a test starts as it goes (each appended once started), stopped at its end."""
+    started: list[SubscriberServer] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
 @pytest.fixture(scope="module")
 def hermes_overrides() -> dict[str, Any]:
     """Settings a test module changes for its in-process Hermes: a module overrides this fixture."""

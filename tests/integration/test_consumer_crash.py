@@ -73,22 +73,28 @@ def split(tmp_path: Path, kafka: EmbeddedBroker) -> Iterator[SplitHermes]:
     running.stop()
 
 
+def publishing(client: HermesClient, topic: str, count: int) -> tuple[threading.Thread, list[str]]:
+    """Publishes ``count`` messages in a thread of their own, started; the list fills with their ids as they go."""
+    published: list[str] = []
+
+    def publish() -> None:
+        for i in range(count):
+            response = client.publish(topic, f'{{"n": {i}}}')
+            assert response.status_code in (201, 202)
+            published.append(response.headers["Hermes-Message-Id"])
+
+    publisher = threading.Thread(target=publish)
+    publisher.start()
+    return publisher, published
+
+
 def test_a_killed_consumers_process_loses_nothing(split: SplitHermes) -> None:
     consumers = split.consumers()
     client, subscriber = split.client, split.subscriber
     subscriber.script = lambda _n, _r: Reply(200, delay=0.005)  # keeps messages in flight
     topic = client.create_topic()
     client.create_subscription(topic, subscriber.url, subscriptionPolicy={"inflightSize": 20})
-    published: list[str] = []
-
-    def publish(count: int) -> None:
-        for i in range(count):
-            response = client.publish(topic, f'{{"n": {i}}}')
-            assert response.status_code in (201, 202)
-            published.append(response.headers["Hermes-Message-Id"])
-
-    publisher = threading.Thread(target=publish, args=(400,))
-    publisher.start()
+    publisher, published = publishing(client, topic, 400)
     subscriber.wait_for(100, timeout=30)
     consumers.stop(signal.SIGKILL)  # mid-stream, with messages in flight and offsets uncommitted
     publisher.join(60)
@@ -235,16 +241,7 @@ def test_parked_messages_survive_a_killed_consumers_process(split: SplitHermes, 
     topic = client.create_topic()
     policy = {"messageTtl": 120, "requestTimeout": 10_000, "inflightSize": 5, "retryParking": {"thresholdMs": 500}}
     client.create_subscription(topic, subscriber.url, subscriptionPolicy=policy)
-    published: list[str] = []
-
-    def publish(count: int) -> None:
-        for i in range(count):
-            response = client.publish(topic, f'{{"n": {i}}}')
-            assert response.status_code in (201, 202)
-            published.append(response.headers["Hermes-Message-Id"])
-
-    publisher = threading.Thread(target=publish, args=(200,))
-    publisher.start()
+    publisher, published = publishing(client, topic, 200)
     wait_until(lambda: len(failed) >= 50, timeout=60, interval=0.05)
     consumers.stop(signal.SIGKILL)  # parked ones wait in the retry topic, others are being parked
     publisher.join(60)

@@ -37,14 +37,6 @@ def hermes(kafka: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory) -> I
     running.stop()
 
 
-@pytest.fixture
-def servers() -> Iterator[list[SubscriberServer]]:
-    started: list[SubscriberServer] = []
-    yield started
-    for server in started:
-        server.stop()
-
-
 def serve(servers: list[SubscriberServer], delay: float) -> SubscriberServer:
     server = SubscriberServer(lambda _n, _r: Reply(200, delay=delay)).start()
     servers.append(server)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -17,14 +16,6 @@ from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import Received, Reply, SubscriberServer, always
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def servers() -> Iterator[list[SubscriberServer]]:
-    started: list[SubscriberServer] = []
-    yield started
-    for server in started:
-        server.stop()
 
 
 def serve(servers: list[SubscriberServer], script: Any) -> SubscriberServer:
