@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
-import os
 import statistics
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -30,7 +27,7 @@ import aiohttp
 from hermes.bench.delivery import BODY, delivered
 from hermes.bench.failing import FailingEndpoint
 from hermes.bench.load import Sent, Sink, open_loop
-from hermes.bench.system import Management, System, run_alone, warm_up
+from hermes.bench.system import Management, System, print_pairs_alone, run_alone, warm_up
 
 TARGET = 0.10  # beside / alone may exceed 1 by this much (p50, p90) or fall short of it (rate)
 RATE = 160.0  # messages per second: 400 a 2.5 s phase, so that a phase's p50 varies by ~3 %, not ~6 %
@@ -220,8 +217,4 @@ async def _alone(pairs: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    began = [round(x, 2) for x in os.getloadavg()]
-    result = asyncio.run(_alone(int(sys.argv[1]) if len(sys.argv) > 1 else PAIRS))
-    print(json.dumps(result, indent=2))
-    print(f"\nLoad average: {began} at the start, {[round(x, 2) for x in os.getloadavg()]} at the end.")
-    print("\n".join(markdown(result)))
+    print_pairs_alone(_alone, PAIRS, markdown)

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
-import os
 import statistics
-import sys
 from typing import Any
 
 import aiohttp
@@ -25,7 +22,7 @@ import aiohttp
 from hermes.bench.delivery import BODY, delivered
 from hermes.bench.failing import FailingEndpoint
 from hermes.bench.load import Sent, Sink, open_loop
-from hermes.bench.system import Management, System, run_alone, warm_up
+from hermes.bench.system import Management, System, print_pairs_alone, run_alone, warm_up
 
 TARGET = 0.90  # beside / alone, deliveries per second of the healthy subscription
 RATE = 300.0  # messages per second
@@ -132,8 +129,4 @@ async def _alone(pairs: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    began = [round(x, 2) for x in os.getloadavg()]
-    result = asyncio.run(_alone(int(sys.argv[1]) if len(sys.argv) > 1 else PAIRS))
-    print(json.dumps(result, indent=2))
-    print(f"\nLoad average: {began} at the start, {[round(x, 2) for x in os.getloadavg()]} at the end.")
-    print("\n".join(markdown(result)))
+    print_pairs_alone(_alone, PAIRS, markdown)

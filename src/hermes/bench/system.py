@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import socket
@@ -12,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -268,3 +269,17 @@ async def run_alone(scenario: Callable[[System, Sink, Management], Awaitable[_T]
                 return await scenario(system, sink, Management(session, system.management))
         finally:
             await sink.stop()
+
+
+def print_pairs_alone(
+    run: Callable[[int], Coroutine[Any, Any, dict[str, Any]]],
+    pairs: int,
+    markdown: Callable[[dict[str, Any]], list[str]],
+) -> None:
+    """A scenario of pairs of phases run alone (``python -m hermes.bench.<module> [PAIRS]``): its JSON, the load
+    average at its start and end, and its Markdown."""
+    began = [round(x, 2) for x in os.getloadavg()]
+    result = asyncio.run(run(int(sys.argv[1]) if len(sys.argv) > 1 else pairs))
+    print(json.dumps(result, indent=2))
+    print(f"\nLoad average: {began} at the start, {[round(x, 2) for x in os.getloadavg()]} at the end.")
+    print("\n".join(markdown(result)))
