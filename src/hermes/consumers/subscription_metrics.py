@@ -46,6 +46,17 @@ _UNPARKED = Counter("hermes_consumers_unparked", "Parked messages taken back for
 _PARKED_NOW = Gauge("hermes_consumers_parked_now", "Messages in the retry topic not finished yet", _LABELS)
 # Counters of retryParking (our extension): in a snapshot once counted, so Hermes' metrics shape is unchanged
 PARKING_COUNTERS = ("parked", "unparked")
+# The Prometheus counter of each counted name with one of its own (the others are outcomes of responses)
+_COUNTERS = {
+    "delivered": _DELIVERED,
+    "discarded": _DISCARDED,
+    "filtered": _FILTERED,
+    RETRIES_STOPPED: _RETRIES_STOPPED,
+    "parked": _PARKED,
+    "unparked": _UNPARKED,
+    "deadLettered": _DEAD_LETTERED,
+    "redriven": _REDRIVEN,
+}
 
 # Health looks at the last attempts rather than the last second: a failing subscription is slowed down to one
 # attempt a second, then a minute, and must not look healthy in the seconds between its attempts.
@@ -91,24 +102,11 @@ class SubscriptionMetrics:
         child = self._children.get(name)
         if child is None:  # looking a child up by labels costs more than the increment: once per name
             labels = self._labels()
-            if name == "delivered":
-                child = _DELIVERED.labels(**labels)
-            elif name == "discarded":
-                child = _DISCARDED.labels(**labels)
-            elif name == "filtered":
-                child = _FILTERED.labels(**labels)
+            counter = _COUNTERS.get(name)
+            if counter is not None:
+                child = counter.labels(**labels)
             elif name in _RULE_ACTION_BY_COUNTER:
                 child = _RULE_ACTIONS.labels(**labels, action=_RULE_ACTION_BY_COUNTER[name])
-            elif name == RETRIES_STOPPED:
-                child = _RETRIES_STOPPED.labels(**labels)
-            elif name == "parked":
-                child = _PARKED.labels(**labels)
-            elif name == "unparked":
-                child = _UNPARKED.labels(**labels)
-            elif name == "deadLettered":
-                child = _DEAD_LETTERED.labels(**labels)
-            elif name == "redriven":
-                child = _REDRIVEN.labels(**labels)
             else:
                 child = _RESPONSES.labels(**labels, outcome=name)
             self._children[name] = child
