@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -64,3 +66,22 @@ def test_a_port_held_by_a_connection_to_itself_is_waited_out_and_a_listener_is_r
         with pytest.raises(StartupError, match=f"port 127.0.0.1:{port} is not available"):
             wait_until_port_free("127.0.0.1", port, "embedded Kafka broker", timeout=30)
         assert time.monotonic() - started < 5
+
+
+def test_the_offsets_of_a_group_never_seen_are_asked_of_a_broker_just_started_without_a_crash(tmp_path: Path) -> None:
+    # librdkafka 2.16's admin OffsetFetch crashed the process when the group's coordinator was not ready yet (see
+    # BrokerAdmin._group_exists): asked in a process of its own, so that a crash fails this test, not the session
+    broker = EmbeddedBroker(tmp_path)
+    broker.start()
+    try:
+        script = (
+            "from hermes.broker.admin import BrokerAdmin\n"
+            "from hermes.broker.connection import KafkaConnection\n"
+            f"admin = BrokerAdmin(KafkaConnection({broker.bootstrap_servers!r}, ()))\n"
+            "admin.create_topic('fresh', partitions=2)\n"
+            "print(admin.committed('never-seen', 'fresh'))\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120)
+        assert (done.returncode, done.stdout.strip()) == (0, "{}"), done.stderr[-2000:]
+    finally:
+        broker.stop()

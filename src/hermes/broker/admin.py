@@ -8,7 +8,14 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
@@ -268,7 +275,7 @@ class BrokerAdmin:
         """The group's committed offset and its metadata (``set_group_offsets``' committer) of each partition of
         the topic that has one."""
         partitions = [TopicPartition(topic, p) for p in self.partitions(topic)]
-        if not partitions:
+        if not partitions or not self._group_exists(group_id):
             return {}
         request = [ConsumerGroupTopicPartitions(group_id, partitions)]
         try:
@@ -277,6 +284,25 @@ class BrokerAdmin:
         except (KafkaException, TimeoutError) as exc:
             raise self._group_request_failed(exc, f"reading the committed offsets of {group_id}") from exc
         return {tp.partition: (tp.offset, tp.metadata or "") for tp in result.topic_partitions if tp.offset >= 0}
+
+    def _group_exists(self, group_id: str) -> bool:
+        """Whether the group has a coordinator's record (offsets or members), asked until its coordinator answers.
+        An OffsetFetch through the admin client that meets a coordinator not ready yet (a broker just started, a
+        coordinator moved) crashes librdkafka 2.16 (NULL group in rd_kafka_handle_OffsetFetch:
+        confluentinc/librdkafka#5040); a group description meets the same as an error, and once it is answered,
+        the group's coordinator is ready for the OffsetFetch."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            futures = self._group_client().describe_consumer_groups([group_id], request_timeout=self._timeout)
+            try:
+                found = futures[group_id].result(timeout=self._timeout)
+            except (KafkaException, TimeoutError) as exc:
+                err = exc.args[0] if isinstance(exc, KafkaException) else None
+                if isinstance(err, KafkaError) and err.code() in _COORDINATOR_NOT_READY and time.monotonic() < deadline:
+                    time.sleep(_COORDINATOR_WAIT)
+                    continue
+                raise self._group_request_failed(exc, f"finding the coordinator of {group_id}") from exc
+            return bool(found.state != ConsumerGroupState.DEAD)
 
     def commit_offsets(self, group_id: str, topic: str, offsets: Mapping[int, int], metadata: str = "") -> None:
         """Sets a group's committed offsets from outside the group (e.g. a new or suspended subscription), each
@@ -394,6 +420,14 @@ class GroupDescription:
 # While no broker answers, group requests wait this long between metadata requests asking whether one does.
 _PROBE_INTERVAL = 2.0
 _PROBE_TIMEOUT = 0.5
+
+# A group's coordinator being found, loading its share of the offsets topic, or just moved: asked again after a moment
+_COORDINATOR_NOT_READY = (
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+)
+_COORDINATOR_WAIT = 0.1
 
 _NO_LEADER_YET = (
     KafkaError.NOT_LEADER_FOR_PARTITION,
