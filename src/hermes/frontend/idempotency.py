@@ -183,7 +183,8 @@ class IdempotencyKeys:
 
     def _admit(self, topic: Topic, key: str, digest: int, answer: Answer) -> Answer | None:
         """None when ``answer`` is taken care of; else the answer to publish with, which records the key."""
-        name = f"{topic.qualified_name}/{key}"
+        qualified = topic.qualified_name  # a property that formats it
+        name = f"{qualified}/{key}"
         named = _name_digest(name)
         known = self._index.get(named)
         if known is not None and _until(known) > time.time() * 1000:
@@ -198,18 +199,18 @@ class IdempotencyKeys:
             self._waiting.setdefault(named, []).append(answer)
             return None
         self._twins[named] = digest
-        return _First(self, topic, name, named, digest, answer)
+        return _First(self, qualified, topic.idempotency_window.seconds * 1000, name, named, digest, answer)
 
-    def _answered(self, topic: Topic, name: str, named: int, digest: int, outcome: PublishResult | Exception) -> None:
-        """The first publish of ``name`` (its digest ``named``) is answered: recorded when it was accepted; repeats
-        that came meanwhile get its answer (an error too: they may try again)."""
+    def _answered(self, first: _First, outcome: PublishResult | Exception) -> None:
+        """A key's first publish is answered: recorded when it was accepted; repeats that came meanwhile get its
+        answer (an error too: they may try again)."""
+        named, name, digest = first.named, first.name, first.digest
         del self._twins[named]
         if isinstance(outcome, PublishResult):
-            until = int(time.time() * 1000) + topic.idempotency_window.seconds * 1000
+            until = int(time.time() * 1000) + first.window_ms
             message_id = outcome.message_id
-            bits = _uuid_bits(message_id)
-            if bits is not None:  # always, with this frontend's ids
-                self._remember(named, _packed(bits, digest, until, outcome.acknowledged), topic.qualified_name, until)
+            bits = int(message_id.replace("-", ""), 16)  # this frontend's ids are UUIDs as new_message_id makes them
+            self._remember(named, _packed(bits, digest, until, outcome.acknowledged), first.topic, until)
             if not self._outbox:  # produced with the others answered meanwhile (this may run inside the
                 self._flushing = asyncio.get_running_loop().call_later(_FLUSH_DELAY, self._flush)  # producer's poll)
             self._outbox.append((name, digest, 201 if outcome.acknowledged else 202, message_id, until))
@@ -351,18 +352,21 @@ Produce = Callable[[Answer], None]
 class _First:
     """The answer of a key's first publish: records the key when the publish was accepted."""
 
-    __slots__ = ("_answer", "_digest", "_keys", "_name", "_named", "_topic")
+    __slots__ = ("_answer", "_keys", "digest", "name", "named", "topic", "window_ms")
 
-    def __init__(self, keys: IdempotencyKeys, topic: Topic, name: str, named: int, digest: int, answer: Answer) -> None:
+    def __init__(
+        self, keys: IdempotencyKeys, topic: str, window_ms: int, name: str, named: int, digest: int, answer: Answer
+    ) -> None:
         self._keys = keys
-        self._topic = topic
-        self._name = name
-        self._named = named
-        self._digest = digest
+        self.topic = topic  # its qualified name
+        self.window_ms = window_ms
+        self.name = name  # <topic>/<key>
+        self.named = named  # its digest
+        self.digest = digest  # the body's
         self._answer = answer
 
     def __call__(self, outcome: PublishResult | Exception) -> None:
-        self._keys._answered(self._topic, self._name, self._named, self._digest, outcome)
+        self._keys._answered(self, outcome)
         self._answer(outcome)
 
 
