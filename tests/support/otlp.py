@@ -33,6 +33,8 @@ class ExportedSpan:
     links: tuple[str, ...]  # the linked spans' ids
     service: str  # the resource's service.name
     role: str  # the resource's hermes.role
+    trace_state: str = ""
+    status_message: str = ""
 
 
 class OtlpReceiver:
@@ -84,6 +86,8 @@ class OtlpReceiver:
                                 tuple(link.span_id.hex() for link in span.links),
                                 resource["service.name"],
                                 resource["hermes.role"],
+                                span.trace_state,
+                                span.status.message,
                             )
                         )
         return spans

@@ -71,7 +71,7 @@ ONLY_IN = {
     "pyspark": ("pipeline/",),
     "httpx": ("client/",),  # the client's HTTP library; the broker speaks aiohttp (http/)
     # the otel extra: imported only when tracing is on (and by its benchmark's OTLP receiver)
-    "opentelemetry": ("telemetry/spans.py", "bench/publish_overhead.py"),
+    "opentelemetry": ("telemetry/spans.py", "telemetry/publish_spans.py", "bench/publish_overhead.py"),
 }
 # The domain is pure: none of these.
 IO_MODULES = {"asyncio", "aiohttp", "socket", "ssl", "subprocess", "threading", "signal", "sqlite3", "pathlib"}

@@ -1,4 +1,5 @@
-"""The publish path's cheap parts: waiting for acks with shared timers, message ids, request metrics."""
+"""The publish path's cheap parts: waiting for acks with shared timers, message ids, request metrics, a record's trace
+context."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from hermes.domain.message import (
 )
 from hermes.frontend.acks import AckTimeouts
 from hermes.frontend.publish_metrics import PublishRequests
+from hermes.frontend.publishing import Publisher, PublishTimeouts
 
 pytestmark = pytest.mark.unit
 
@@ -90,3 +92,14 @@ def test_kafka_headers_read_back_as_written() -> None:
     assert parse_kafka_headers(kafka_headers("id-2", 5)) == ("id-2", 5, None, {}, None)
     unreadable = [(KAFKA_PUBLISH_TIMESTAMP, b"yesterday"), (KAFKA_MESSAGE_ID, b"\xff\n"), ("other", None)]
     assert parse_kafka_headers(unreadable) == (None, None, None, {}, None), "another producer's: ignored"
+
+
+def test_a_records_trace_context_is_passed_on_only_when_valid_even_from_the_allow_list() -> None:
+    allowed = frozenset({"Traceparent", "tracestate", "X-Tenant"})
+    publisher = Publisher(None, PublishTimeouts(), propagated_headers=allowed)  # type: ignore[arg-type]
+    valid = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    record = publisher._record_headers("id", None, {"traceparent": valid, "tracestate": "a=b", "x-tenant": "t1"})
+    propagated = [(name, value) for name, value in record if name.startswith("h-")]
+    assert sorted(propagated) == [("h-X-Tenant", b"t1"), ("h-traceparent", valid.encode()), ("h-tracestate", b"a=b")]
+    invalid = publisher._record_headers("id", None, {"traceparent": "00-cut-short", "tracestate": "a=b"})
+    assert [name for name, _ in invalid if name.startswith("h-")] == []

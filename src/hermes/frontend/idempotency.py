@@ -14,9 +14,8 @@ waits for the first's answer. Two frontends that get the same key before the fir
 
 from __future__ import annotations
 
+import array
 import asyncio
-import hashlib
-import heapq
 import logging
 import threading
 import time
@@ -25,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
+import xxhash
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
@@ -56,44 +56,69 @@ _FOLLOW: dict[str, Any] = {"fetch.min.bytes": 1_000_000}
 _KEYS_PER_RECORD = 1000
 
 
-# A key's first publish as its record in hermes.idempotency holds it: ``<topic>/<key>``, the body's digest, the
-# status (201, 202), its message id, the end of its window (epoch milliseconds).
+# A key's first publish as its record in hermes.idempotency holds it: ``<topic>/<key>``, the body's digest (16 hex
+# digits), the status (201, 202), its message id, the end of its window (epoch milliseconds).
 _Entry = tuple[str, str, int, str, int]
-_DIGEST_LENGTH = 32
-# The index holds an entry in one string: the end of its window (13 digits), the status, the digest, the length of
-# the message id (3 digits), the message id, then ``<topic>/<key>``. The same string is the expiry heap's item (its
-# order is the windows' ends'). With a tuple per key the index was a container the garbage collector tracks: each
-# of its collections walked the hundreds of thousands of keys of the window, 5-6 µs of CPU per keyed publish; and
-# each object kept per key slows every allocation of the process a little (two objects now, four before).
-_UNTIL, _STATUS, _DIGEST = slice(0, 13), slice(13, 16), slice(16, 16 + _DIGEST_LENGTH)
-_ID_LENGTH = slice(16 + _DIGEST_LENGTH, 19 + _DIGEST_LENGTH)
-_MESSAGE_ID = 19 + _DIGEST_LENGTH
+# The digests are xxHash's XXH3, not a cryptographic hash: the body's only tells a repeat from another message
+# under the same key, which a publisher's own mistake would make, and SHA-256 cost 1 µs of a 1 KB body (XXH3:
+# 0.1). Its 64 bits, in 16 hex digits: a record's entry of 32 (the SHA-256 of an older version) is ignored, and an
+# older version ignores these, so that none is compared with the other's digest.
+_DIGEST_LENGTH = 16
 _NEVER = 10**13  # in 2286: an end of window of 14 digits is no record of this code's
-_LONGEST_ID = 999
+# The index maps the 128-bit XXH3 of ``<topic>/<key>`` (that two of a million keys share one: a chance of 10^-27)
+# to its first publish packed in one int: the message id's 128 bits (a UUID, as every Hermes
+# frontend makes them), the body's digest, the end of the window, and 1 when it was answered 201. Ints only: the
+# dict is no container the garbage collector walks, and a key costs about 150 bytes (its strings and a tuple took
+# 450).
+_UNTIL_BITS = 44  # milliseconds until the year 2527
+_UNTIL_MASK = (1 << _UNTIL_BITS) - 1
+_DIGEST_SHIFT = _UNTIL_BITS + 1
+_ID_SHIFT = _DIGEST_SHIFT + 64
+_DIGEST_MASK = (1 << 64) - 1
 
 
-def _packed(entry: _Entry) -> str:
-    return f"{entry[4]:013d}{entry[2]}{entry[1]}{len(entry[3]):03d}{entry[3]}{entry[0]}"
+def _name_digest(name: str) -> int:
+    return xxhash.xxh3_128_intdigest(name.encode())
 
 
-def _message_id(packed: str) -> str:
-    return packed[_MESSAGE_ID : _MESSAGE_ID + int(packed[_ID_LENGTH])]
+def _packed(message_id: int, digest: int, until: int, acknowledged: bool) -> int:
+    return (message_id << _ID_SHIFT) | (digest << _DIGEST_SHIFT) | (until << 1) | acknowledged
 
 
-def _name(packed: str) -> str:
-    return packed[_MESSAGE_ID + int(packed[_ID_LENGTH]) :]
+def _until(packed: int) -> int:
+    return (packed >> 1) & _UNTIL_MASK
 
 
-def _digest(body: bytes) -> str:
-    """SHA-256 (the CPU's SHA instructions make it the cheapest of hashlib's here), its first 16 bytes in hex."""
-    return hashlib.sha256(body).hexdigest()[:_DIGEST_LENGTH]
+def _uuid_bits(message_id: str) -> int | None:
+    """A message id's 128 bits; None when it is not a UUID in its canonical form (no entry of this code's)."""
+    try:
+        bits = int(message_id.replace("-", ""), 16)
+    except ValueError:
+        return None
+    return bits if len(message_id) == 36 and _uuid_text(bits) == message_id else None
 
 
-def _spooled_digest(body: SpooledBody) -> str:
-    digest = hashlib.sha256()
+def _uuid_text(bits: int) -> str:
+    h = f"{bits:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _spooled_digest(body: SpooledBody) -> int:
+    digest = xxhash.xxh3_64()
     for chunk in body.chunks():
         digest.update(chunk)
-    return digest.hexdigest()[:_DIGEST_LENGTH]
+    return digest.intdigest()
+
+
+class _Expiries:
+    """One topic's keys in the order their windows end (the order they are answered, but for a change of the
+    topic's window: a key is then forgotten a little late, never early), as 64-bit numbers in one array."""
+
+    __slots__ = ("head", "items")
+
+    def __init__(self) -> None:
+        self.items = array.array("Q")  # the end of the window, the key's digest's high and low 64 bits, ...
+        self.head = 0
 
 
 class IdempotencyKeys:
@@ -103,11 +128,11 @@ class IdempotencyKeys:
         self._producer = producer
         self._connection = connection
         self._admin = admin
-        self._index: dict[str, str] = {}  # <topic>/<key>: its entry packed
-        self._expiry: list[str] = []  # a heap of the index's entries, to forget keys whose window is over
-        self._twins: dict[str, str] = {}  # first publishes in flight here: their digests
-        self._waiting: dict[str, list[Answer]] = {}  # repeats of those, waiting for their answer
-        self._outbox: list[_Entry] = []  # keys answered, not written yet
+        self._index: dict[int, int] = {}  # the digest of <topic>/<key>: its first publish packed
+        self._expiries: dict[str, _Expiries] = {}  # by topic, to forget keys whose window is over
+        self._twins: dict[int, int] = {}  # first publishes in flight here: their bodies' digests
+        self._waiting: dict[int, list[Answer]] = {}  # repeats of those, waiting for their answer
+        self._outbox: list[tuple[str, int, int, str, int]] = []  # keys answered, not written yet (digests as ints)
         self._flushing: asyncio.TimerHandle | None = None
         self._writer = uuid.uuid4().hex.encode()  # its records' Kafka key: the follower skips them
         self._tasks: set[asyncio.Task[None]] = set()  # digests of spooled bodies
@@ -119,7 +144,7 @@ class IdempotencyKeys:
 
     def __contains__(self, name: object) -> bool:
         """Whether ``<topic>/<key>`` is known here (and its window maybe over)."""
-        return name in self._index
+        return isinstance(name, str) and _name_digest(name) in self._index
 
     # --- the publish path ---
 
@@ -141,7 +166,7 @@ class IdempotencyKeys:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
-        admitted = self._admit(topic, key, _digest(body), answer)
+        admitted = self._admit(topic, key, xxhash.xxh3_64_intdigest(body), answer)
         if admitted is not None:
             _produce(produce, admitted)
 
@@ -156,56 +181,75 @@ class IdempotencyKeys:
         if admitted is not None:
             _produce(produce, admitted)
 
-    def _admit(self, topic: Topic, key: str, digest: str, answer: Answer) -> Answer | None:
+    def _admit(self, topic: Topic, key: str, digest: int, answer: Answer) -> Answer | None:
         """None when ``answer`` is taken care of; else the answer to publish with, which records the key."""
-        name = f"{topic.qualified_name}/{key}"
-        known = self._index.get(name)
-        if known is not None and int(known[_UNTIL]) > time.time() * 1000:
-            if known[_DIGEST] != digest:
+        qualified = topic.qualified_name  # a property that formats it
+        name = f"{qualified}/{key}"
+        named = _name_digest(name)
+        known = self._index.get(named)
+        if known is not None and _until(known) > time.time() * 1000:
+            if (known >> _DIGEST_SHIFT) & _DIGEST_MASK != digest:
                 raise _reused(topic, key)
-            answer(PublishResult(_message_id(known), known[_STATUS] == "201", replayed=True))
+            answer(PublishResult(_uuid_text(known >> _ID_SHIFT), known & 1 == 1, replayed=True))
             return None
-        twin = self._twins.get(name)
+        twin = self._twins.get(named)
         if twin is not None:
             if twin != digest:
                 raise _reused(topic, key)
-            self._waiting.setdefault(name, []).append(answer)
+            self._waiting.setdefault(named, []).append(answer)
             return None
-        self._twins[name] = digest
-        return _First(self, name, digest, topic.idempotency_window.seconds * 1000, answer)
+        self._twins[named] = digest
+        return _First(self, qualified, topic.idempotency_window.seconds * 1000, name, named, digest, answer)
 
-    def _answered(self, name: str, entry: _Entry | None, outcome: PublishResult | Exception) -> None:
-        """The first publish of ``name`` is answered (``entry``: it was accepted); repeats that came meanwhile
-        get its answer (an error too: they may try again)."""
-        del self._twins[name]
-        if entry is not None:
-            self._remember(entry)
+    def _answered(self, first: _First, outcome: PublishResult | Exception) -> None:
+        """A key's first publish is answered: recorded when it was accepted; repeats that came meanwhile get its
+        answer (an error too: they may try again)."""
+        named, name, digest = first.named, first.name, first.digest
+        del self._twins[named]
+        if isinstance(outcome, PublishResult):
+            until = int(time.time() * 1000) + first.window_ms
+            message_id = outcome.message_id
+            bits = int(message_id.replace("-", ""), 16)  # this frontend's ids are UUIDs as new_message_id makes them
+            self._remember(named, _packed(bits, digest, until, outcome.acknowledged), first.topic, until)
             if not self._outbox:  # produced with the others answered meanwhile (this may run inside the
                 self._flushing = asyncio.get_running_loop().call_later(_FLUSH_DELAY, self._flush)  # producer's poll)
-            self._outbox.append(entry)
-        waiting = self._waiting.pop(name, None) if self._waiting else None
+            self._outbox.append((name, digest, 201 if outcome.acknowledged else 202, message_id, until))
+        waiting = self._waiting.pop(named, None) if self._waiting else None
         if waiting:
             repeat = outcome._replace(replayed=True) if isinstance(outcome, PublishResult) else outcome
             for answer in waiting:
                 answer(repeat)
 
-    def _remember(self, entry: _Entry) -> None:
-        self._index[entry[0]] = packed = _packed(entry)
-        heapq.heappush(self._expiry, packed)
+    def _remember(self, named: int, packed: int, topic: str, until: int) -> None:
+        self._index[named] = packed
+        expiries = self._expiries.get(topic)
+        if expiries is None:
+            expiries = self._expiries[topic] = _Expiries()
+        expiries.items.extend((until, named >> 64, named & _DIGEST_MASK))
 
     def _forget_expired(self) -> None:
-        expiry, index, now = self._expiry, self._index, time.time() * 1000
-        while expiry and int(expiry[0][_UNTIL]) <= now:
-            gone = _name(heapq.heappop(expiry))
-            current = index.get(gone)
-            if current is not None and int(current[_UNTIL]) <= now:
-                del index[gone]
+        index, now = self._index, time.time() * 1000
+        for topic, expiries in list(self._expiries.items()):
+            items, head = expiries.items, expiries.head
+            while head < len(items) and items[head] <= now:
+                named = items[head + 1] << 64 | items[head + 2]
+                current = index.get(named)
+                if current is not None and _until(current) <= now:  # not answered again since
+                    del index[named]
+                head += 3
+            if head == len(items):
+                del self._expiries[topic]
+            elif head > 3 * 4096 and 2 * head > len(items):  # the forgotten part is cut off now and then
+                del items[:head]
+                head = 0
+            expiries.head = head
 
     def _flush(self) -> None:
         self._flushing = None
         keys, self._outbox = self._outbox, []
         for start in range(0, len(keys), _KEYS_PER_RECORD):
-            value = orjson.dumps(keys[start : start + _KEYS_PER_RECORD])
+            entries = [(n, f"{d:016x}", s, m, u) for n, d, s, m, u in keys[start : start + _KEYS_PER_RECORD]]
+            value = orjson.dumps(entries)
             self._producer.produce(IDEMPOTENCY.name, value, _written, key=self._writer, ack=Ack.LEADER)
         self._forget_expired()
 
@@ -282,18 +326,23 @@ class IdempotencyKeys:
         for record in records:
             try:
                 keys = orjson.loads(record)
-                entries = [(str(n), str(d), int(s), str(m), int(u)) for n, d, s, m, u in keys]
+                entries: list[_Entry] = [(str(n), str(d), int(s), str(m), int(u)) for n, d, s, m, u in keys]
             except (ValueError, TypeError):
                 log.debug("idempotency: a record of %s that holds no keys is ignored", IDEMPOTENCY.name)
                 continue
-            for entry in entries:
+            for name, digest, status, message_id, until in entries:
                 if (
-                    now < entry[4] < _NEVER
-                    and entry[2] in (201, 202)
-                    and len(entry[1]) == _DIGEST_LENGTH
-                    and len(entry[3]) <= _LONGEST_ID
+                    now < until < _NEVER
+                    and status in (201, 202)
+                    and len(digest) == _DIGEST_LENGTH
+                    and (bits := _uuid_bits(message_id)) is not None
                 ):
-                    self._remember(entry)
+                    try:
+                        digested = int(digest, 16)
+                    except ValueError:
+                        continue
+                    topic = name.partition("/")[0]
+                    self._remember(_name_digest(name), _packed(bits, digested, until, status == 201), topic, until)
         self._forget_expired()
 
 
@@ -303,21 +352,21 @@ Produce = Callable[[Answer], None]
 class _First:
     """The answer of a key's first publish: records the key when the publish was accepted."""
 
-    __slots__ = ("_answer", "_digest", "_keys", "_name", "_window_ms")
+    __slots__ = ("_answer", "_keys", "digest", "name", "named", "topic", "window_ms")
 
-    def __init__(self, keys: IdempotencyKeys, name: str, digest: str, window_ms: int, answer: Answer) -> None:
+    def __init__(
+        self, keys: IdempotencyKeys, topic: str, window_ms: int, name: str, named: int, digest: int, answer: Answer
+    ) -> None:
         self._keys = keys
-        self._name = name
-        self._digest = digest
-        self._window_ms = window_ms
+        self.topic = topic  # its qualified name
+        self.window_ms = window_ms
+        self.name = name  # <topic>/<key>
+        self.named = named  # its digest
+        self.digest = digest  # the body's
         self._answer = answer
 
     def __call__(self, outcome: PublishResult | Exception) -> None:
-        entry = None
-        if isinstance(outcome, PublishResult):
-            status = 201 if outcome.acknowledged else 202
-            entry = (self._name, self._digest, status, outcome.message_id, int(time.time() * 1000) + self._window_ms)
-        self._keys._answered(self._name, entry, outcome)
+        self._keys._answered(self, outcome)
         self._answer(outcome)
 
 

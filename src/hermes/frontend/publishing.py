@@ -23,6 +23,7 @@ from hermes.broker.topics import KAFKA_MAX_BODY, kafka_body_limit
 from hermes.domain.avro import avro_json_to_avro, check_avro, json_to_avro, schema_version
 from hermes.domain.cloudevents import CloudEvent
 from hermes.domain.message import (
+    KAFKA_PROPAGATED_PREFIX,
     PARTITION_KEY_HEADER,
     SCHEMA_ID_HEADER,
     SCHEMA_VERSION_HEADER,
@@ -51,6 +52,8 @@ _RESEND_DELAY = 5.0
 _SCHEMA_VERSION = SCHEMA_VERSION_HEADER.lower()
 _SCHEMA_ID = SCHEMA_ID_HEADER.lower()
 _PARTITION_KEY = PARTITION_KEY_HEADER.lower()
+_TRACEPARENT_RECORD = KAFKA_PROPAGATED_PREFIX + TRACEPARENT
+_TRACESTATE_RECORD = KAFKA_PROPAGATED_PREFIX + TRACESTATE
 
 
 class Format(Enum):
@@ -119,7 +122,9 @@ class Publisher:
         self._timeouts = {ack: AckTimeouts(timeouts.for_ack(ack)) for ack in (Ack.LEADER, Ack.ALL)}
         self._schemas = schemas
         self._tracker = tracker
-        self._propagated = {h.lower(): h for h in propagated_headers}  # as configured: the Kafka header's name
+        # as configured: the Kafka header's name; the trace context goes with every message, validated
+        trace_context = (TRACEPARENT, TRACESTATE)
+        self._propagated = {h.lower(): h for h in propagated_headers if h.lower() not in trace_context}
         self._avro_tasks: set[asyncio.Task[None]] = set()  # and those storing large messages
 
     def publish(
@@ -241,11 +246,20 @@ class Publisher:
     def _record_headers(
         self, message_id: str, schema_version: int | None, headers: Mapping[str, str]
     ) -> list[tuple[str, bytes]]:
-        propagated = {name: v for lower, name in self._propagated.items() if (v := headers.get(lower)) is not None}
-        if (traceparent := headers.get(TRACEPARENT)) is not None:
-            # with tracing on, it is the publish span's, written by Tracing.publish: not validated again
-            _trace_context(traceparent, headers.get(TRACESTATE), propagated, self._tracing is not None)
-        return kafka_headers(message_id, int(time.time() * 1000), schema_version, propagated)
+        propagated = None
+        if self._propagated:
+            propagated = {name: v for lower, name in self._propagated.items() if (v := headers.get(lower)) is not None}
+        record = kafka_headers(message_id, int(time.time() * 1000), schema_version, propagated)
+        # The publisher's W3C trace context goes with the message when it is valid (a tracestate with its
+        # traceparent only), as the spec says: to every delivery attempt. With tracing on, the traceparent is the
+        # publish span's, written by Tracing.publish: not validated again.
+        traceparent = headers.get(TRACEPARENT)
+        if traceparent is not None and (self._tracing is not None or valid_traceparent(traceparent)):
+            record.append((_TRACEPARENT_RECORD, traceparent.encode()))
+            tracestate = headers.get(TRACESTATE)
+            if tracestate is not None and valid_tracestate(tracestate):
+                record.append((_TRACESTATE_RECORD, tracestate.encode()))
+        return record
 
     def _produce(
         self,
@@ -305,15 +319,6 @@ class Publisher:
 def _key(headers: Mapping[str, str]) -> bytes | None:
     partition_key = headers.get(_PARTITION_KEY)
     return partition_key.encode() if partition_key else None
-
-
-def _trace_context(traceparent: str, tracestate: str | None, propagated: dict[str, str], ours: bool = False) -> None:
-    """The publisher's W3C trace context goes with the message when it is valid (a tracestate with its
-    traceparent only), as the spec says: to every delivery attempt. ``ours``: the traceparent is this frontend's."""
-    if ours or valid_traceparent(traceparent):
-        propagated[TRACEPARENT] = traceparent
-        if tracestate is not None and valid_tracestate(tracestate):
-            propagated[TRACESTATE] = tracestate
 
 
 def _check_json(topic: Topic, body: bytes, content_type: str) -> None:

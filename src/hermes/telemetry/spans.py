@@ -1,5 +1,5 @@
-"""The spans of publishes, the broker's acks, deliveries and their attempts, exported by the OpenTelemetry SDK
-over OTLP/HTTP, configured by its standard ``OTEL_*`` environment variables (endpoint, headers, sampler,
+"""The spans of publishes, the broker's acks, deliveries and their attempts, exported by the OpenTelemetry SDK's
+exporter over OTLP/HTTP, configured by its standard ``OTEL_*`` environment variables (endpoint, headers, sampler,
 batching). Each role that traces has its own ``Tracing``."""
 
 from __future__ import annotations
@@ -8,19 +8,21 @@ import contextlib
 import functools
 import os
 import random
+import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping, Sequence
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, Decision, ParentBased, Sampler, TraceIdRatioBased
-from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from hermes.domain.trace_context import TRACEPARENT
+from hermes.domain.trace_context import TRACEPARENT, TRACESTATE, valid_traceparent
+from hermes.telemetry.publish_spans import SpanBatches
 
 # Span attributes: OpenTelemetry's semantic conventions where they have a name, Hermes' otherwise.
 TOPIC = "messaging.destination.name"
@@ -34,27 +36,37 @@ DELIVERY_STATUS = "hermes.delivery.status"  # DELIVERED or DISCARDED
 REASON = "hermes.reason"
 
 _W3C = TraceContextTextMapPropagator()
-# The flags of a trace dropped at its start: not sampled, its trace id random (W3C Trace Context level 2)
-_RANDOM_UNSAMPLED = f"{TraceFlags.RANDOM_TRACE_ID:02x}"
-_LOW_64_BITS = (1 << 64) - 1  # the part of a trace id the ratio sampler decides by
+# The flags of a trace started here: its trace id random (W3C Trace Context level 2), sampled or not
+_RANDOM_UNSAMPLED, _RANDOM_SAMPLED = "02", "03"
+_NO_ID = "0" * 16  # an all-zero span id (or half of a trace id) is invalid
+# above any 16 hex digits: a bound of 2^64 (every trace sampled)
+_ABOVE_ALL = "g"
 
 
 class Tracing:
-    """One role's tracer provider and its batch span processor; ``close`` exports what is left."""
+    """One role's tracing: the frontend's spans (``publish``, ``ack``) recorded lean and exported in batches by
+    ``publish_spans.SpanBatches``; the consumers' by the SDK's tracer and its batch span processor. ``close``
+    exports what is left."""
 
     def __init__(self, role: str) -> None:
         resource = _Resource(
             Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME", "hermes"), "hermes.role": role})
         )
-        self._ids = _ChosenTraceIds()
         # its sampler: OTEL_TRACES_SAMPLER, default parent-based always on
-        self._provider = TracerProvider(resource=resource, id_generator=self._ids)
+        self._provider = TracerProvider(resource=resource)
         self._sampler = self._provider.sampler
         self._new_trace_bound = _new_trace_bound(self._sampler)
-        self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self._follows_parent = _follows_parent(self._sampler)
+        if role == "frontend":
+            self._spans: SpanBatches | None = SpanBatches(resource)
+        else:
+            self._spans = None
+            self._provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
         self._tracer = self._provider.get_tracer("hermes")
 
     def close(self) -> None:
+        if self._spans is not None:
+            self._spans.close()
         self._provider.shutdown()
 
     # --- the frontend ---
@@ -62,41 +74,113 @@ class Tracing:
     def publish(
         self, topic: str, message_id: str, headers: MutableMapping[str, str]
     ) -> Callable[[int, bool], None] | None:
-        """Starts a publish's span, in the publisher's trace if ``headers`` (the request's) carry one, else in a
-        new one; its traceparent replaces theirs, so the message carries it to its deliveries (their tracestate
-        goes unchanged). Returns what ends it, with the response's status and whether the topic is known (a
-        stranger's made-up name does not stay the span's name); None when the sampler dropped it."""
-        attributes = None
-        if TRACEPARENT in headers:
-            parent = _W3C.extract(headers)
-        else:  # a new trace: sampled as the SDK would, and when dropped, without making a span nor its attributes
-            parent, trace_id = None, random.getrandbits(128) or self._ids.generate_trace_id()
-            if self._new_trace_bound is not None:  # the usual samplers: a comparison, not a call into the SDK
-                sampled = trace_id & _LOW_64_BITS < self._new_trace_bound
+        """Starts a publish's span, in the publisher's trace if ``headers`` (the request's) carry a valid
+        traceparent, else in a new one; its traceparent replaces theirs, so the message carries it to its
+        deliveries (their tracestate goes unchanged). Returns what ends it, with the response's status and whether
+        the topic is known (a stranger's made-up name does not stay the span's name); None when the sampler
+        dropped it. An unsampled publish costs its random ids and its traceparent, nothing else."""
+        parent = headers.get(TRACEPARENT)
+        if parent is not None and valid_traceparent(parent):
+            trace_id, parent_id = parent[3:35], parent[36:52]
+            flags = int(parent[53:55], 16)
+            sampled = self._child_sampled(topic, message_id, trace_id, flags & 1 == 1, headers)
+            span_id = _span_id()
+            headers[TRACEPARENT] = f"00-{trace_id}-{span_id}-{flags & ~1 | sampled:02x}"
+            state = headers.get(TRACESTATE, "")
+        else:
+            if parent is not None:  # the spec: a tracestate is not read without its valid traceparent
+                headers.pop(TRACESTATE, None)
+            ids = random.randbytes(24).hex()
+            trace_id, span_id, parent_id, state = ids[:32], ids[32:], "", ""
+            if self._new_trace_bound is not None:  # the usual samplers: hex digits compared, no call into the SDK
+                sampled = ids[16:32] < self._new_trace_bound
             else:
-                attributes = {TOPIC: topic, MESSAGE_ID: message_id}
-                result = self._sampler.should_sample(None, trace_id, "publish", SpanKind.SERVER, attributes)
-                sampled = result.decision is not Decision.DROP
-            if not sampled:
-                span_id = random.getrandbits(64) or self._ids.generate_span_id()
-                headers[TRACEPARENT] = f"00-{trace_id:032x}-{span_id:016x}-{_RANDOM_UNSAMPLED}"
-                return None
-            self._ids.chosen = trace_id  # the span the SDK makes now is in the trace just sampled
-        attributes = attributes or {TOPIC: topic, MESSAGE_ID: message_id}
-        span = self._tracer.start_span(f"publish {topic}", parent, SpanKind.SERVER, attributes)
-        context = span.get_span_context()
-        headers[TRACEPARENT] = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
-        return functools.partial(_published, span) if span.is_recording() else None
+                sampled = self._sdk_sampled(None, topic, message_id, trace_id)
+            if trace_id[16:] == _NO_ID or span_id == _NO_ID:  # one in 2^64: drawn again
+                return self.publish(topic, message_id, headers)
+            headers[TRACEPARENT] = f"00-{trace_id}-{span_id}-{_RANDOM_SAMPLED if sampled else _RANDOM_UNSAMPLED}"
+        if not sampled:
+            return None
+        return functools.partial(
+            self._published, topic, message_id, trace_id, span_id, parent_id, state, time.time_ns()
+        )
 
     def ack(self, topic: str, headers: Mapping[str, str]) -> Callable[[Exception | None], None] | None:
         """Starts the span of the broker's ack of a message being produced, in its publish's trace (``headers``:
-        the request's, with the publish span's context). Returns what ends it, with the broker's error if any;
+        the request's, with the publish span's traceparent). Returns what ends it, with the broker's error if any;
         None when the publish was not sampled (nor is its ack, then)."""
         traceparent = headers.get(TRACEPARENT)
-        if traceparent is not None and not int(traceparent[53:55], 16) & 1:  # the sampled flag
+        if traceparent is None or not int(traceparent[53:55], 16) & 1:  # the sampled flag
             return None
-        span = self._tracer.start_span(f"ack {topic}", _W3C.extract(headers), SpanKind.PRODUCER, {TOPIC: topic})
-        return functools.partial(_acked, span)
+        return functools.partial(
+            self._acked, topic, traceparent[3:35], traceparent[36:52], headers.get(TRACESTATE, ""), time.time_ns()
+        )
+
+    def _published(
+        self,
+        topic: str,
+        message_id: str,
+        trace_id: str,
+        span_id: str,
+        parent_id: str,
+        state: str,
+        start: int,
+        status: int,
+        known: bool,
+    ) -> None:
+        assert self._spans is not None
+        attributes: dict[str, str | int] = {TOPIC: topic, MESSAGE_ID: message_id, HTTP_STATUS: status}
+        self._spans.add(
+            (
+                f"publish {topic}" if known else "publish",
+                SpanKind.SERVER,
+                trace_id,
+                span_id,
+                parent_id,
+                True,
+                state,
+                start,
+                time.time_ns(),
+                attributes,
+                "" if status >= 500 else None,
+            )
+        )
+
+    def _acked(
+        self, topic: str, trace_id: str, parent_id: str, state: str, start: int, error: Exception | None
+    ) -> None:
+        assert self._spans is not None
+        self._spans.add(
+            (
+                f"ack {topic}",
+                SpanKind.PRODUCER,
+                trace_id,
+                _span_id(),
+                parent_id,
+                False,
+                state,
+                start,
+                time.time_ns(),
+                {TOPIC: topic},
+                None if error is None else str(error),
+            )
+        )
+
+    def _child_sampled(
+        self, topic: str, message_id: str, trace_id: str, parent_sampled: bool, headers: Mapping[str, str]
+    ) -> bool:
+        """Whether a publish in the publisher's trace is recorded: as the parent was, under the usual parent-based
+        samplers; by the trace id under a ratio that ignores parents; else as the SDK's sampler decides."""
+        if self._follows_parent:
+            return parent_sampled
+        if self._new_trace_bound is not None:
+            return trace_id[16:] < self._new_trace_bound
+        return self._sdk_sampled(_W3C.extract(headers), topic, message_id, trace_id)
+
+    def _sdk_sampled(self, parent: Context | None, topic: str, message_id: str, trace_id: str) -> bool:
+        attributes = {TOPIC: topic, MESSAGE_ID: message_id}
+        result = self._sampler.should_sample(parent, int(trace_id, 16), "publish", SpanKind.SERVER, attributes)
+        return result.decision is not Decision.DROP
 
     # --- the consumers ---
 
@@ -147,15 +231,30 @@ class Tracing:
             span.set_status(StatusCode.ERROR)
 
 
-def _new_trace_bound(sampler: Sampler) -> int | None:
-    """The bound under which the low 64 bits of a new trace's id have the trace sampled, for the samplers that
-    decide by the trace id alone (``OTEL_TRACES_SAMPLER`` ratio, on or off, parent-based or not); None for others."""
+def _new_trace_bound(sampler: Sampler) -> str | None:
+    """The bound (16 hex digits) under which the low 64 bits of a new trace's id have the trace sampled, for the
+    samplers that decide by the trace id alone (``OTEL_TRACES_SAMPLER`` ratio, on or off, parent-based or not);
+    None for others. Hex digits of one length compare as the numbers they write."""
     root = sampler._root if isinstance(sampler, ParentBased) else sampler  # the SDK has no accessor
     if isinstance(root, TraceIdRatioBased):
-        return root.bound
+        return _ABOVE_ALL if root.bound >= 1 << 64 else f"{root.bound:016x}"
     if root is ALWAYS_ON or root is ALWAYS_OFF:
-        return 1 << 64 if root is ALWAYS_ON else 0
+        return _ABOVE_ALL if root is ALWAYS_ON else ""
     return None
+
+
+def _follows_parent(sampler: Sampler) -> bool:
+    """Whether ``sampler`` samples a child of a remote parent as the parent was (parent-based, the default)."""
+    return (
+        isinstance(sampler, ParentBased)
+        and sampler._remote_parent_sampled is ALWAYS_ON
+        and sampler._remote_parent_not_sampled is ALWAYS_OFF
+    )
+
+
+def _span_id() -> str:
+    span_id = random.randbytes(8).hex()
+    return span_id if span_id != _NO_ID else _span_id()
 
 
 class _Resource(Resource):
@@ -168,32 +267,6 @@ class _Resource(Resource):
 
     def __hash__(self) -> int:
         return self._hash
-
-
-class _ChosenTraceIds(RandomIdGenerator):
-    """The SDK's random ids, but the next trace id is the one a publish was just sampled with."""
-
-    def __init__(self) -> None:
-        self.chosen = 0
-
-    def generate_trace_id(self) -> int:
-        chosen, self.chosen = self.chosen, 0
-        return chosen or super().generate_trace_id()
-
-
-def _published(span: Span, status: int, known: bool) -> None:
-    if not known:
-        span.update_name("publish")
-    span.set_attribute(HTTP_STATUS, status)
-    if status >= 500:
-        span.set_status(StatusCode.ERROR)
-    span.end()
-
-
-def _acked(span: Span, error: Exception | None) -> None:
-    if error is not None:
-        span.set_status(Status(StatusCode.ERROR, str(error)))
-    span.end()
 
 
 def _span_context(headers: Mapping[str, str]) -> trace.SpanContext | None:
