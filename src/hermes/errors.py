@@ -7,6 +7,8 @@ knowing its class. ``retriable`` tells callers whether trying again later can su
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class HermesError(Exception):
     code = "INTERNAL_ERROR"
@@ -54,6 +56,23 @@ class OffsetsNotMovable(ValidationError):
     """A retransmission asked of a subscription no consumer has run yet (PENDING), as Hermes refuses it."""
 
     code = "MOVING_SUBSCRIPTION_OFFSETS_VALIDATION_ERROR"
+
+
+class StoredEntityInvalid(ValidationError):
+    """A stored topic or subscription that fails today's validation (stored by an older version before a rule was
+    added, or edited in the store by hand). No role serves it; the management API shows ``stored`` (its JSON as
+    stored) and a PUT that makes it valid replaces it. ``entity``: e.g. ``subscription g.t$s``, ``name``: its own name
+    (``s``); ``problem``: what validation says, naming the field."""
+
+    code = "STORED_ENTITY_INVALID"
+
+    def __init__(self, entity: str, name: str, stored: dict[str, Any], problem: ValidationError) -> None:
+        super().__init__(f"{entity} as stored is invalid ({problem.message}): correct it with a PUT")
+        self.field = problem.field
+        self.entity = entity
+        self.name = name
+        self.stored = stored
+        self.problem = problem
 
 
 class NotFoundError(HermesError):
