@@ -1,5 +1,6 @@
-"""A subscription: creating one, its page (settings, state, health, live metrics, last undelivered message,
-retransmission, a message's trace, the topic's offline retransmission tasks), editing and deleting it."""
+"""A subscription: creating one, its page (settings, state, health, live metrics and circuit breaker, last
+undelivered message, retransmission, a message's trace, the topic's offline retransmission tasks), editing and
+deleting it."""
 
 from __future__ import annotations
 
@@ -59,19 +60,23 @@ async def _page(request: web.Request, error: ApiRefused | None = None, **shown: 
         undelivered=undelivered,
         tasks=tasks,
         error=error,
-        metrics=await _metrics_view(request),
+        metrics=await _metrics_view(request, breaker="circuitBreaker" in subscription),
         **{"trace": None, "trace_id": "", "retransmitted": None, **shown},
     )
 
 
-async def _metrics_view(request: web.Request) -> dict[str, Any]:
+async def _metrics_view(request: web.Request, breaker: bool) -> dict[str, Any]:
+    """Metrics, health, charts, and the circuit breaker's state when the subscription has one (``breaker``)."""
     client = api(request)
     topic, name = _names(request)
     base = f"/topics/{topic}/subscriptions/{name}"
-    metrics, health = await asyncio.gather(client.get(f"{base}/metrics"), client.get(f"{base}/health"))
+    calls = [client.get(f"{base}/metrics"), client.get(f"{base}/health")]
+    if breaker:
+        calls.append(client.get(f"{base}/circuit-breaker"))
+    metrics, health, *state = await asyncio.gather(*calls)
     history = console(request).history.add(f"{topic}${name}", metrics)
     charts = [markup(svg(history, title, names)) for title, names in CHARTS]
-    return {"metrics": metrics, "health": health, "charts": charts}
+    return {"metrics": metrics, "health": health, "charts": charts, "breaker": state[0] if state else None}
 
 
 @routes.get(_S)
@@ -81,8 +86,9 @@ async def subscription_page(request: web.Request) -> web.Response:
 
 @routes.get(_S + "/metrics")
 async def metrics_fragment(request: web.Request) -> web.Response:
-    """The metrics panel alone: the page's htmx asks for it every two seconds."""
-    return render(request, "metrics.html", metrics=await _metrics_view(request))
+    """The metrics panel alone: the page's htmx asks for it every two seconds (``?breaker`` with a circuit
+    breaker)."""
+    return render(request, "metrics.html", metrics=await _metrics_view(request, "breaker" in request.query))
 
 
 @routes.post(_S)
