@@ -6,6 +6,7 @@ docs/console.md are taken here, so that they show the console as it is."""
 from __future__ import annotations
 
 import base64
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import orjson
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
@@ -29,6 +31,7 @@ from selenium.webdriver.support.wait import WebDriverWait
 
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.domain.trace import TraceEvent
+from hermes.metadata.factory import sqlite_path
 from hermes.pipeline.traces import TRACES, tracking_root
 from hermes.runtime import Role
 from hermes.security.passwords import hash_password
@@ -294,6 +297,36 @@ def test_the_console_sets_what_happens_when_the_subscriber_fails_and_redrives_it
     press(browser, browser.find_element(By.CSS_SELECTOR, "#edit-subscription button"))
     assert api.get(path).json()["subscriptionPolicy"]["retryParking"] == {"thresholdMs": 2000}
     api.close()
+
+
+def test_a_subscription_stored_before_a_rule_refused_it_is_shown_and_its_form_corrects_it(
+    browser: WebDriver, hermes: InProcessHermes
+) -> None:
+    group = unique("older")
+    topic = f"{group}.t"
+    owner = {"source": "Plaintext", "id": "team-old"}
+    with httpx.Client(base_url=hermes.management_url) as api:
+        assert api.post("/groups", json={"groupName": group}).status_code == 201
+        assert api.post("/topics", json={"name": topic, "description": "d", "owner": owner}).status_code == 201
+        body = {"name": "old", "endpoint": "http://127.0.0.1:9/", "owner": owner, "state": "SUSPENDED"}
+        assert api.post(f"/topics/{topic}/subscriptions", json=body).status_code == 201
+        db = sqlite3.connect(sqlite_path(hermes.hermes.settings))  # as an older version stored it
+        try:
+            (stored,) = db.execute("SELECT body FROM subscriptions WHERE topic = ?", (topic,)).fetchone()
+            data = orjson.loads(stored)
+            data["subscriptionPolicy"].update(ordering="KEY", retryParking={"thresholdMs": 1000})
+            db.execute("UPDATE subscriptions SET body = ? WHERE topic = ?", (orjson.dumps(data), topic))
+            db.commit()
+        finally:
+            db.close()
+        browser.get(f"{hermes.management_url}/ui/topics/{topic}/subscriptions/old")
+        assert text(browser, "#error").startswith("400 STORED_ENTITY_INVALID: subscriptionPolicy.retryParking:")
+        assert not browser.find_elements(By.ID, "metrics")
+        browser.find_element(By.CSS_SELECTOR, "#edit-subscription [name=parkingThresholdMs]").clear()
+        press(browser, browser.find_element(By.CSS_SELECTOR, "#edit-subscription button"))
+        assert text(browser, "#notice") == "Subscription saved"
+        corrected = api.get(f"/topics/{topic}/subscriptions/old").json()
+        assert "invalid" not in corrected and "retryParking" not in corrected["subscriptionPolicy"]
 
 
 def test_the_console_asks_to_sign_in_and_the_api_refuses_what_a_user_may_not_do(

@@ -39,6 +39,20 @@ async def create_subscription(request: web.Request) -> web.Response:
     raise redirect(f"{PREFIX}/topics/{topic}/subscriptions/{segment(name)}", f"Subscription {name} created")
 
 
+# what the page shows of a subscription, for one stored without it (its JSON as stored, which fails validation)
+_SHOWN_WHEN_MISSING = {
+    "state": "",
+    "endpoint": "",
+    "description": "",
+    "owner": {"id": ""},
+    "contentType": "JSON",
+    "deliveryType": "SERIAL",
+    "mode": "ANYCAST",
+    "trackingMode": "trackingOff",
+    "subscriptionPolicy": {},
+}
+
+
 async def _page(request: web.Request, error: ApiRefused | None = None, **shown: Any) -> web.Response:
     client = api(request)
     topic, name = _names(request)
@@ -48,7 +62,15 @@ async def _page(request: web.Request, error: ApiRefused | None = None, **shown: 
         client.get(f"/roles{base}"), client.get(f"/offline-retransmission/topics/{topic}/tasks")
     )
     owner = "subscriptionOwner" in roles or "admin" in roles
-    undelivered = await client.get_or_none(f"{base}/undelivered/last") if owner else None
+    if (invalid := subscription.get("invalid")) is not None:  # stored before a rule refused it: the form corrects it
+        subscription = {**_SHOWN_WHEN_MISSING, **subscription}
+        error = error or ApiRefused(
+            400, "STORED_ENTITY_INVALID", f"{invalid['message']} (as stored: save to correct it)"
+        )
+        shown = {**shown, "metrics": None}
+    undelivered = await client.get_or_none(f"{base}/undelivered/last") if owner and invalid is None else None
+    if "metrics" not in shown:
+        shown["metrics"] = await _metrics_view(request, breaker="circuitBreaker" in subscription)
     return render(
         request,
         "subscription.html",
@@ -60,7 +82,6 @@ async def _page(request: web.Request, error: ApiRefused | None = None, **shown: 
         undelivered=undelivered,
         tasks=tasks,
         error=error,
-        metrics=await _metrics_view(request, breaker="circuitBreaker" in subscription),
         **{"trace": None, "trace_id": "", "retransmitted": None, **shown},
     )
 
