@@ -299,7 +299,7 @@ def test_the_console_sets_what_happens_when_the_subscriber_fails_and_redrives_it
     api.close()
 
 
-def test_a_subscription_stored_before_a_rule_refused_it_is_shown_and_its_form_corrects_it(
+def test_a_topic_and_subscription_stored_before_a_rule_refused_them_are_shown_and_their_forms_correct_them(
     browser: WebDriver, hermes: InProcessHermes
 ) -> None:
     group = unique("older")
@@ -316,10 +316,20 @@ def test_a_subscription_stored_before_a_rule_refused_it_is_shown_and_its_form_co
             data = orjson.loads(stored)
             data["subscriptionPolicy"].update(ordering="KEY", retryParking={"thresholdMs": 1000})
             db.execute("UPDATE subscriptions SET body = ? WHERE topic = ?", (orjson.dumps(data), topic))
+            (stored,) = db.execute("SELECT body FROM topics WHERE name = ?", (topic,)).fetchone()
+            db.execute(
+                "UPDATE topics SET body = ? WHERE name = ?",
+                (orjson.dumps({**orjson.loads(stored), "maxMessageSize": 1}), topic),
+            )
             db.commit()
         finally:
             db.close()
-        browser.get(f"{hermes.management_url}/ui/topics/{topic}/subscriptions/old")
+        browser.get(f"{hermes.management_url}/ui/topics/{topic}")
+        assert text(browser, "#error").startswith("400 STORED_ENTITY_INVALID: maxMessageSize:")
+        assert text(browser, "#subscriptions .badge") == "INVALID"
+        submit(browser, "edit-topic", maxMessageSize="10240")
+        assert text(browser, "#notice") == "Topic saved" and "invalid" not in api.get(f"/topics/{topic}").json()
+        press(browser, browser.find_element(By.LINK_TEXT, "old"))
         assert text(browser, "#error").startswith("400 STORED_ENTITY_INVALID: subscriptionPolicy.retryParking:")
         assert not browser.find_elements(By.ID, "metrics")
         browser.find_element(By.CSS_SELECTOR, "#edit-subscription [name=parkingThresholdMs]").clear()

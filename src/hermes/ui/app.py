@@ -128,6 +128,15 @@ def render(request: web.Request, template: str, status: int = 200, **context: An
     return web.Response(text=text, status=status, content_type="text/html", headers=PAGE_HEADERS)
 
 
+def stored_invalid(shown: dict[str, Any]) -> ApiRefused | None:
+    """Why a topic or subscription the API answered as stored (``invalid``) fails validation: shown above its
+    settings form, which corrects it."""
+    invalid = shown.get("invalid")
+    if invalid is None:
+        return None
+    return ApiRefused(400, "STORED_ENTITY_INVALID", f"{invalid['message']} (as stored: save to correct it)")
+
+
 def markup(html: str) -> Markup:
     """HTML the console made itself (charts), not from the API's data."""
     return Markup(html)

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from hermes.errors import ApiRefused
 from hermes.ui import PREFIX
-from hermes.ui.app import api, console, markup, redirect, render, segment
+from hermes.ui.app import api, console, markup, redirect, render, segment, stored_invalid
 from hermes.ui.charts import CHARTS, svg
 from hermes.ui.forms import subscription_body, text
 from hermes.ui.topics import topic_view
@@ -62,11 +62,8 @@ async def _page(request: web.Request, error: ApiRefused | None = None, **shown: 
         client.get(f"/roles{base}"), client.get(f"/offline-retransmission/topics/{topic}/tasks")
     )
     owner = "subscriptionOwner" in roles or "admin" in roles
-    if (invalid := subscription.get("invalid")) is not None:  # stored before a rule refused it: the form corrects it
-        subscription = {**_SHOWN_WHEN_MISSING, **subscription}
-        error = error or ApiRefused(
-            400, "STORED_ENTITY_INVALID", f"{invalid['message']} (as stored: save to correct it)"
-        )
+    if (invalid := stored_invalid(subscription)) is not None:  # stored before a rule refused it: the form corrects it
+        subscription, error = {**_SHOWN_WHEN_MISSING, **subscription}, error or invalid
         shown = {**shown, "metrics": None}
     undelivered = await client.get_or_none(f"{base}/undelivered/last") if owner and invalid is None else None
     if "metrics" not in shown:
