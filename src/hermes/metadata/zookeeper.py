@@ -371,9 +371,9 @@ class ZookeeperMetadataRepository(MetadataRepository):
     @reaching_zookeeper
     def reseal_secrets(self) -> int:
         paths = [
-            (self._subscription_path(topic.name, name), self._secrets.reseal_subscription)
-            for topic in self.list_topics()
-            for name in self._children(self._topic_path(topic.name))
+            (self._subscription_path(topic, name), self._secrets.reseal_subscription)
+            for topic in self._topic_names()  # also the subscriptions of a topic that fails validation
+            for name in self._children(self._topic_path(topic))
         ]
         paths += [
             (self._provider_path(name), self._secrets.reseal_provider)
