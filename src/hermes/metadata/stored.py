@@ -71,11 +71,11 @@ class StoredReader:
             stored = unseal(loaded)
             return parse(stored)
         except ValidationError as problem:
-            invalid = StoredEntityInvalid(entity, name, {**stored, **identity}, problem)
+            invalid = StoredEntityInvalid.of(entity, name, {**stored, **identity}, problem)
         except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a field of a type no reader expects
             # the exception's text could quote a stored secret: only its kind is named
             unreadable = ValidationError(f"cannot be read ({type(exc).__name__})")
-            invalid = StoredEntityInvalid(entity, name, {**stored, **identity}, unreadable)
+            invalid = StoredEntityInvalid.of(entity, name, {**stored, **identity}, unreadable)
         self._warn(invalid, body)
         raise invalid
 

@@ -29,4 +29,4 @@ def stored_subscription_to_json(invalid: StoredEntityInvalid) -> Json:
 
 
 def _problem(invalid: StoredEntityInvalid) -> Json:
-    return {"field": invalid.field, "message": invalid.problem.message}
+    return {"field": invalid.field, "message": invalid.reason}
