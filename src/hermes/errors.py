@@ -7,6 +7,8 @@ knowing its class. ``retriable`` tells callers whether trying again later can su
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class HermesError(Exception):
     code = "INTERNAL_ERROR"
@@ -54,6 +56,28 @@ class OffsetsNotMovable(ValidationError):
     """A retransmission asked of a subscription no consumer has run yet (PENDING), as Hermes refuses it."""
 
     code = "MOVING_SUBSCRIPTION_OFFSETS_VALIDATION_ERROR"
+
+
+class StoredEntityInvalid(ValidationError):
+    """A stored topic or subscription that fails today's validation (stored by an older version before a rule was
+    added, or edited in the store by hand). No role serves it; the management API shows ``stored`` (its JSON as
+    stored) and a PUT that makes it valid replaces it. Made by ``of``: ``entity``, e.g. ``subscription g.t$s``;
+    ``name``, its own (``s``); ``reason``, what validation says, naming the field. The client reads back the
+    message only."""
+
+    code = "STORED_ENTITY_INVALID"
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message, field)
+        self.entity = self.name = self.reason = ""
+        self.stored: dict[str, Any] = {}
+
+    @classmethod
+    def of(cls, entity: str, name: str, stored: dict[str, Any], problem: ValidationError) -> StoredEntityInvalid:
+        invalid = cls(f"{entity} as stored is invalid ({problem.message}): correct it with a PUT")
+        invalid.field, invalid.entity, invalid.name = problem.field, entity, name
+        invalid.stored, invalid.reason = stored, problem.message
+        return invalid
 
 
 class NotFoundError(HermesError):

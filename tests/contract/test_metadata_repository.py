@@ -30,6 +30,7 @@ from hermes.errors import (
     MetadataUnreachable,
     OAuthProviderNotFound,
     SchemaNotFound,
+    StoredEntityInvalid,
     SubscriptionAlreadyExists,
     SubscriptionNotFound,
     TopicAlreadyExists,
@@ -428,3 +429,92 @@ def test_a_process_without_the_key_is_told_what_to_do(open_repository: Factory, 
     key_file(tmp_path).unlink()
     with pytest.raises(MetadataUnavailable, match="has no key: copy the key file"):
         open_repository().get_subscription(TOPIC, "s1")
+
+
+def _store_by_hand(repo: MetadataRepository, body: bytes, subscription: str | None = None) -> None:
+    """A body written in the store behind Hermes' back (an older version's, or a hand edit): of the subscription,
+    or of TOPIC."""
+    if isinstance(repo, SqliteMetadataRepository):
+        db = sqlite3.connect(repo._path)
+        try:
+            if subscription is None:
+                db.execute("UPDATE topics SET body = ? WHERE name = ?", (body, TOPIC.qualified))
+            else:
+                db.execute("UPDATE subscriptions SET body = ? WHERE name = ?", (body, subscription))
+            db.commit()
+        finally:
+            db.close()
+        return
+    assert isinstance(repo, ZookeeperMetadataRepository)
+    path = repo._topic_path(TOPIC) if subscription is None else repo._subscription_path(TOPIC, subscription)
+    repo._client.set(path, body)
+
+
+def _parked_in_key_order(subscription: Subscription) -> bytes:
+    """Retry parking with ordering KEY, which validation refuses since parking came."""
+    data = api_json.subscription_to_json(subscription, mask_secrets=False)
+    data["subscriptionPolicy"].update(ordering="KEY", retryParking={"thresholdMs": 1000})
+    return orjson.dumps(data)
+
+
+def test_a_stored_subscription_that_fails_validation_is_listed_apart_until_a_repair(
+    open_repository: Factory, caplog: pytest.LogCaptureFixture
+) -> None:
+    writer = open_repository()
+    _topic(writer)
+    good = writer.create_subscription(_subscription("s1"))
+    bad = writer.create_subscription(_subscription("s2"))
+    _store_by_hand(writer, _parked_in_key_order(bad), "s2")
+    reader = open_repository()  # another process, which reads it as stored
+    caplog.set_level("WARNING", logger="hermes.metadata.stored")
+
+    assert reader.list_subscriptions() == [good] and reader.list_subscriptions(TOPIC) == [good]
+    stored = reader.stored_subscriptions(TOPIC)
+    assert stored[0] == good and isinstance(stored[1], StoredEntityInvalid)
+    assert stored[1].name == "s2" and stored[1].field == "subscriptionPolicy.retryParking"
+    assert stored[1].stored["endpoint"] == "http://user:secret@service/", "read unsealed, to be repaired"
+    with pytest.raises(StoredEntityInvalid, match=r"subscriptionPolicy\.retryParking"):
+        reader.get_subscription(TOPIC, "s2")
+    cache = MetadataCache(reader)
+
+    async def load() -> None:
+        await cache.start()
+        await cache.stop()
+
+    asyncio.run(load())
+    assert list(cache.subscriptions) == [(TOPIC.qualified, "s1")]
+    warnings = [r.getMessage() for r in caplog.records if "com.example.orders$s2" in r.getMessage()]
+    assert len(warnings) == 1, "one warning per stored content, however often it is read"
+    assert "subscriptionPolicy.retryParking" in warnings[0] and "secret" not in warnings[0]
+
+    with pytest.raises(StoredEntityInvalid):  # a change of a subscription it cannot read
+        reader.update_subscription(TOPIC, "s2", lambda s: dataclasses.replace(s, description="x"))
+
+    def repair(data: dict[str, object]) -> Subscription:
+        policy = {**data["subscriptionPolicy"], "ordering": "NONE"}  # type: ignore[dict-item]
+        return api_json.subscription_from_json({**data, "subscriptionPolicy": policy}, TOPIC)
+
+    repaired = reader.update_subscription(TOPIC, "s2", lambda s: s, repair)
+    assert reader.get_subscription(TOPIC, "s2") == repaired
+    assert repaired.endpoint.credentials == ("user", "secret") and repaired.serial_policy.retry_parking is not None
+    assert [s.name for s in writer.list_subscriptions(TOPIC)] == ["s1", "s2"]
+
+
+def test_a_stored_topic_that_fails_validation_is_listed_apart_and_its_subscriptions_served(
+    repo: MetadataRepository,
+) -> None:
+    topic = _topic(repo)
+    subscription = repo.create_subscription(_subscription())
+    data = api_json.topic_to_json(topic)
+    _store_by_hand(repo, orjson.dumps({**data, "maxMessageSize": 1}))
+    assert repo.list_topics() == [] and repo.list_subscriptions() == [subscription]
+    (invalid,) = repo.stored_topics()
+    assert isinstance(invalid, StoredEntityInvalid) and (invalid.name, invalid.field) == (
+        TOPIC.qualified,
+        "maxMessageSize",
+    )
+    _store_by_hand(repo, b"{not json")
+    with pytest.raises(StoredEntityInvalid, match=r"cannot be read \(JSONDecodeError\)"):
+        repo.get_topic(TOPIC)
+    repaired = repo.update_topic(TOPIC, lambda t: t, lambda stored: api_json.topic_from_json({**data, **stored}))
+    assert repo.list_topics() == [repaired] and repaired.max_message_size == topic.max_message_size

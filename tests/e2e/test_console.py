@@ -6,6 +6,8 @@ docs/console.md are taken here, so that they show the console as it is."""
 from __future__ import annotations
 
 import base64
+import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
@@ -13,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import orjson
 import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
@@ -28,12 +31,13 @@ from selenium.webdriver.support.wait import WebDriverWait
 
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.domain.trace import TraceEvent
+from hermes.metadata.factory import sqlite_path
 from hermes.pipeline.traces import TRACES, tracking_root
 from hermes.runtime import Role
 from hermes.security.passwords import hash_password
 from hermes.security.users import ADMIN, User, UserStore
 from tests.support.hermes import InProcessHermes, hermes_settings, unique
-from tests.support.subscriber import SubscriberServer
+from tests.support.subscriber import Reply, SubscriberServer
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -223,6 +227,116 @@ def test_the_console_deletes_only_after_confirmation(browser: WebDriver, hermes:
     assert text(browser, "#notice") == f"Topic {group}.gone deleted"
     assert httpx.get(f"{hermes.management_url}/topics/{group}.gone").status_code == 404
     shot(browser, "topics")
+
+
+def test_the_console_sets_what_happens_when_the_subscriber_fails_and_redrives_its_dead_letters(
+    browser: WebDriver, hermes: InProcessHermes, servers: list[SubscriberServer]
+) -> None:
+    fixed = threading.Event()
+    subscriber = SubscriberServer(lambda _i, _r: Reply(200 if fixed.is_set() else 400)).start()
+    servers.append(subscriber)
+    api = httpx.Client(base_url=hermes.management_url)
+    group = unique("failing")
+    topic = f"{group}.payments"
+    owner = {"source": "Plaintext", "id": "team-pay"}
+    assert api.post("/groups", json={"groupName": group}).status_code == 201
+    assert api.post("/topics", json={"name": topic, "description": "d", "owner": owner}).status_code == 201
+    ui = hermes.management_url + "/ui"
+    browser.get(f"{ui}/topics/{topic}")
+
+    def field(form: str, name: str, index: int = 0) -> WebElement:
+        return browser.find_elements(By.CSS_SELECTOR, f"#{form} [name='{name}']")[index]
+
+    for name, value in {"name": "ledger", "endpoint": subscriber.url, "owner": "team-pay", "ruleStatus": "409"}.items():
+        field("create-subscription", name).send_keys(value)
+    Select(field("create-subscription", "ruleAction")).select_by_visible_text("RETRY_AFTER")
+    field("create-subscription", "ruleDelay").send_keys("100")
+    Select(field("create-subscription", "backoffJitter")).select_by_visible_text("FULL")
+    for box in ("stopRetryHeaderAllowed", "deadLetters", "circuitBreaker"):
+        field("create-subscription", box).click()
+    field("create-subscription", "breaker.consecutiveFailures").send_keys("50")
+    press(browser, browser.find_element(By.CSS_SELECTOR, "#create-subscription button"))
+    path = f"/topics/{topic}/subscriptions/ledger"
+    created = api.get(path).json()
+    policy = created["subscriptionPolicy"]
+    assert policy["statusRules"] == [{"status": "409", "action": "RETRY_AFTER", "delay": 100}]
+    assert (policy["backoffJitter"], policy["stopRetryHeaderAllowed"], "retryParking" in policy) == (
+        "FULL",
+        True,
+        False,
+    )
+    assert created["deadLetters"] == {"enabled": True} and created["circuitBreaker"]["consecutiveFailures"] == 50
+
+    field("edit-subscription", "ruleStatus").clear()  # the rule goes
+    press(browser, browser.find_element(By.CSS_SELECTOR, "#edit-subscription button"))
+    assert "statusRules" not in api.get(path).json()["subscriptionPolicy"]
+    wait_until(lambda: text(browser, "#circuit-breaker") == "CLOSED", timeout=20)  # the panel refreshes itself
+
+    hermes.consumer(topic, "ledger")
+    assert httpx.post(f"{hermes.frontend_url}/topics/{topic}", json={"payment": 7}).status_code in (201, 202)
+    subscriber.wait_for(1)  # refused with a 400: a dead letter
+    press(browser, browser.find_element(By.ID, "dead-letters-link"))
+    wait_until(lambda: browser.refresh() or texts(browser, "#dead-letters a"), timeout=20)
+    press(browser, browser.find_element(By.CSS_SELECTOR, "#dead-letters a"))
+    assert text(browser, "#dead-letter-body") == '{"payment":7}'
+    fixed.set()
+    press(browser, browser.find_element(By.CSS_SELECTOR, "#redrive-one button"))
+    assert text(browser, "#notice").startswith("Redrive ") and text(browser, "#notice").endswith(" started")
+    assert subscriber.wait_for(2)[1].body == b'{"payment":7}'
+    wait_until(lambda: text(browser, "#redrive-jobs .redrive-status") == "DONE", timeout=20)  # refreshed (htmx)
+    assert text(browser, "#redrive-jobs .redriven") == "1"
+    shot(browser, "dead-letters")
+    press(browser, browser.find_element(By.ID, "purge-dead-letters"))
+    press(browser, browser.find_element(By.ID, "confirm-delete"))
+    assert text(browser, "#notice") == "1 dead letters purged"
+    assert texts(browser, "#dead-letters td") == ["none"]
+
+    browser.get(ui + path)  # parking, set while suspended: its reader of the retry topic never starts here
+    press(browser, browser.find_element(By.ID, "suspend"))
+    field("edit-subscription", "parkingThresholdMs").send_keys("2000")
+    press(browser, browser.find_element(By.CSS_SELECTOR, "#edit-subscription button"))
+    assert api.get(path).json()["subscriptionPolicy"]["retryParking"] == {"thresholdMs": 2000}
+    api.close()
+
+
+def test_a_topic_and_subscription_stored_before_a_rule_refused_them_are_shown_and_their_forms_correct_them(
+    browser: WebDriver, hermes: InProcessHermes
+) -> None:
+    group = unique("older")
+    topic = f"{group}.t"
+    owner = {"source": "Plaintext", "id": "team-old"}
+    with httpx.Client(base_url=hermes.management_url) as api:
+        assert api.post("/groups", json={"groupName": group}).status_code == 201
+        assert api.post("/topics", json={"name": topic, "description": "d", "owner": owner}).status_code == 201
+        body = {"name": "old", "endpoint": "http://127.0.0.1:9/", "owner": owner, "state": "SUSPENDED"}
+        assert api.post(f"/topics/{topic}/subscriptions", json=body).status_code == 201
+        db = sqlite3.connect(sqlite_path(hermes.hermes.settings))  # as an older version stored it
+        try:
+            (stored,) = db.execute("SELECT body FROM subscriptions WHERE topic = ?", (topic,)).fetchone()
+            data = orjson.loads(stored)
+            data["subscriptionPolicy"].update(ordering="KEY", retryParking={"thresholdMs": 1000})
+            db.execute("UPDATE subscriptions SET body = ? WHERE topic = ?", (orjson.dumps(data), topic))
+            (stored,) = db.execute("SELECT body FROM topics WHERE name = ?", (topic,)).fetchone()
+            db.execute(
+                "UPDATE topics SET body = ? WHERE name = ?",
+                (orjson.dumps({**orjson.loads(stored), "maxMessageSize": 1}), topic),
+            )
+            db.commit()
+        finally:
+            db.close()
+        browser.get(f"{hermes.management_url}/ui/topics/{topic}")
+        assert text(browser, "#error").startswith("400 STORED_ENTITY_INVALID: maxMessageSize:")
+        assert text(browser, "#subscriptions .badge") == "INVALID"
+        submit(browser, "edit-topic", maxMessageSize="10240")
+        assert text(browser, "#notice") == "Topic saved" and "invalid" not in api.get(f"/topics/{topic}").json()
+        press(browser, browser.find_element(By.LINK_TEXT, "old"))
+        assert text(browser, "#error").startswith("400 STORED_ENTITY_INVALID: subscriptionPolicy.retryParking:")
+        assert not browser.find_elements(By.ID, "metrics")
+        browser.find_element(By.CSS_SELECTOR, "#edit-subscription [name=parkingThresholdMs]").clear()
+        press(browser, browser.find_element(By.CSS_SELECTOR, "#edit-subscription button"))
+        assert text(browser, "#notice") == "Subscription saved"
+        corrected = api.get(f"/topics/{topic}/subscriptions/old").json()
+        assert "invalid" not in corrected and "retryParking" not in corrected["subscriptionPolicy"]
 
 
 def test_the_console_asks_to_sign_in_and_the_api_refuses_what_a_user_may_not_do(

@@ -54,6 +54,8 @@ def test_a_message_waiting_for_a_long_retry_is_parked_and_its_partition_moves_on
         client.publish(topic, f'{{"n": {n}}}')
     subscriber.wait_for(4, timeout=30)  # the later messages overtook the parked one
     wait_until(lambda: consumer.metrics.totals.get("parked") == 1, timeout=5)  # once Kafka acknowledged it
+    metrics = f"/topics/{topic}/subscriptions/{name}/metrics"
+    wait_until(lambda: client.management.get(metrics).json()["parkedNow"] == 1, timeout=5)  # while it waits
     admin = BrokerAdmin(hermes.hermes.connection)
     # the partition's committed offset is past the parked message before its retry
     wait_until(lambda: sum(admin.committed_offsets(f"hermes_{topic}_{name}", topic).values()) == 4, timeout=10)
@@ -68,6 +70,7 @@ def test_a_message_waiting_for_a_long_retry_is_parked_and_its_partition_moves_on
     group = f"hermes-parked_{topic}_{name}"
     wait_until(lambda: sum(admin.committed_offsets(group, retry_topic).values()) == 1, timeout=10)
     assert len(subscriber.received) == 5
+    wait_until(lambda: client.management.get(metrics).json()["parkedNow"] == 0, timeout=5)
     client.management.delete(f"/topics/{topic}/subscriptions/{name}")
     wait_until(lambda: not admin.topic_exists(retry_topic), timeout=10)
 
@@ -83,6 +86,7 @@ def test_without_parking_a_long_retry_waits_in_memory_as_in_hermes(
     requests = subscriber.wait_for(2, timeout=30)
     assert requests[1].headers[RETRY_COUNT_HEADER] == "1"
     assert "parked" not in consumer.metrics.totals
+    assert "parkedNow" not in client.management.get(f"/topics/{topic}/subscriptions/{name}/metrics").json()
     assert not BrokerAdmin(hermes.hermes.connection).topic_exists(f"{topic}..{name}..parked")
 
 

@@ -98,3 +98,13 @@ class EndpointAddress:
 
     def __str__(self) -> str:
         return self.masked
+
+
+def masked_endpoint(raw: str) -> str:
+    """``EndpointAddress.masked`` of any text, a valid endpoint or not (one stored before a rule refused it)."""
+    if "://" in raw:
+        try:
+            return EndpointAddress(raw).masked
+        except ValueError:  # a bad port
+            pass
+    return re.sub(r"[^/@]*@", f"{MASK}@", raw, count=1)

@@ -11,7 +11,17 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from hermes.domain.names import TopicName
-from hermes.errors import Forbidden, FormattingError, HermesError, PayloadTooLarge, TooManyFailedLogins, Unauthorized
+from hermes.domain.subscription import Subscription
+from hermes.domain.topic import Topic
+from hermes.errors import (
+    Forbidden,
+    FormattingError,
+    HermesError,
+    PayloadTooLarge,
+    StoredEntityInvalid,
+    TooManyFailedLogins,
+    Unauthorized,
+)
 from hermes.http.server import json_response, read_json
 from hermes.management.context import SERVICE
 from hermes.security.authenticator import ANONYMOUS, OPEN, Principal, challenge
@@ -150,15 +160,19 @@ async def _allowed(request: web.Request, rule: Rule, caller: Principal) -> bool:
     topic = await _topic(request)
     if topic is None:  # let the handler answer 400 or 404
         return True
-    if rule is Rule.SUBSCRIBER:
-        return caller.owns(_owner_id(body)) and (not topic.subscribing_restricted or caller.owns(topic.owner.id))
-    if rule is Rule.TOPIC_OWNER:
-        owner = topic.owner.id
+    if isinstance(topic, StoredEntityInvalid):  # its owner as stored, who may correct it
+        topic_owner, restricted = _owner_id(topic.stored), topic.stored.get("subscribingRestricted") is not False
     else:
-        subscription = await _subscription(request, topic.name)
+        topic_owner, restricted = topic.owner.id, topic.subscribing_restricted
+    if rule is Rule.SUBSCRIBER:
+        return caller.owns(_owner_id(body)) and (not restricted or caller.owns(topic_owner))
+    if rule is Rule.TOPIC_OWNER:
+        owner = topic_owner
+    else:
+        subscription = await _subscription(request, TopicName.parse(request.match_info["topic"]))
         if subscription is None:
             return True
-        owner = subscription.owner.id
+        owner = subscription.owner.id if isinstance(subscription, Subscription) else _owner_id(subscription.stored)
     # a change of owner must hand the thing to owner ids the caller also holds
     return caller.owns(owner) and ("owner" not in body or caller.owns(_owner_id(body)))
 
@@ -178,17 +192,21 @@ def _owner_id(body: dict[str, Any]) -> str:
     return str(owner.get("id", "")) if isinstance(owner, dict) else ""
 
 
-async def _topic(request: web.Request) -> Any:
+async def _topic(request: web.Request) -> Topic | StoredEntityInvalid | None:
     try:
         name = TopicName.parse(request.match_info["topic"], "topicName")
         return await request.app[SERVICE].topic(name)
+    except StoredEntityInvalid as invalid:
+        return invalid
     except (HermesError, KeyError):
         return None
 
 
-async def _subscription(request: web.Request, topic: TopicName) -> Any:
+async def _subscription(request: web.Request, topic: TopicName) -> Subscription | StoredEntityInvalid | None:
     name = request.match_info.get("subscription", "")
     try:
         return await request.app[SERVICE].subscription(topic, name)
+    except StoredEntityInvalid as invalid:
+        return invalid
     except HermesError:
         return None

@@ -56,6 +56,7 @@ def subscription_metrics(
         "delivered": totals["delivered"],
         "discarded": totals["discarded"],
         "inflight": sum(int(s.get("inflight", 0)) for s in fresh),
+        "parkedNow": sum(int(s.get("parkedNow", 0)) for s in fresh),
         "timeouts": per_second("timeouts"),
         "otherErrors": per_second("otherErrors"),
         "codes2xx": per_second("codes2xx"),
@@ -88,7 +89,8 @@ UNAVAILABLE = "unavailable"
 
 def hermes_subscription_metrics(metrics: dict[str, Any], subscription: Subscription) -> dict[str, Any]:
     """Hermes' ``SubscriptionMetrics`` (decimal strings, ``lag`` a string, ``volume`` bytes: not measured, 0),
-    plus our ``inflight``, ``maxRate``, lifetime ``totals`` and the ``nodes`` serving it."""
+    plus our ``inflight``, ``maxRate``, lifetime ``totals``, the ``nodes`` serving it and, with retryParking,
+    ``parkedNow``."""
     failed = sum(metrics[name] for name in ATTEMPT_OUTCOMES if name != "codes2xx")
     return {
         "delivered": metrics["delivered"],
@@ -105,6 +107,7 @@ def hermes_subscription_metrics(metrics: dict[str, Any], subscription: Subscript
         "maxRate": metrics["maxRate"],
         "totals": metrics["totals"],
         "nodes": metrics["nodes"],
+        **({"parkedNow": metrics["parkedNow"]} if subscription.serial_policy.retry_parking is not None else {}),
     }
 
 

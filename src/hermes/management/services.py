@@ -20,12 +20,13 @@ from hermes.broker.topics import INTERNAL_TOPICS, KafkaTopics
 from hermes.config import Settings
 from hermes.domain import api_json, signing
 from hermes.domain.dead_letter import DeadLetter, dead_letter_topic, is_dead_letter_topic
+from hermes.domain.endpoint import masked_endpoint
 from hermes.domain.message import Message
 from hermes.domain.names import SubscriptionName, TopicName
 from hermes.domain.oauth import OAuthProvider
 from hermes.domain.redrive import Redrive
 from hermes.domain.retransmission_task import RetransmissionTask
-from hermes.domain.subscription import Subscription, SubscriptionState, retry_topic
+from hermes.domain.subscription import DeliveryType, Subscription, SubscriptionState, retry_topic
 from hermes.domain.subscription_events import SUBSCRIPTION_EVENTS, subscription_events_topic
 from hermes.domain.topic import ContentType, Group, Topic
 from hermes.domain.trace import TRACKING_TOPIC
@@ -37,6 +38,7 @@ from hermes.errors import (
     InternalTopicProtected,
     SchemaNotFound,
     ServiceUnavailable,
+    StoredEntityInvalid,
     SubscriptionAlreadyExists,
     SubscriptionNotFound,
     TopicAlreadyExists,
@@ -87,6 +89,35 @@ def _check_inflight_size(subscription: Subscription, allowed: int | None = None)
         raise ValidationError("only admins may set or change it", "subscriptionPolicy.inflightSize")
 
 
+def _merged_subscription(base: Json, patch: Json, topic: TopicName, name: str) -> Json:
+    """``patch`` over ``base``, a subscription's JSON (secrets unmasked), as Hermes' PUT changes the fields sent."""
+    base, edit = dict(base), dict(patch)
+    endpoint = base.get("endpoint")
+    if isinstance(endpoint, str) and edit.get("endpoint") == masked_endpoint(endpoint):
+        del edit["endpoint"]  # the masked endpoint sent back unchanged keeps the stored credentials
+    oauth, stored_oauth = edit.get("oAuthPolicy"), base.get("oAuthPolicy")
+    if isinstance(oauth, dict) and oauth.get("password") == api_json.SECRET_MASK and isinstance(stored_oauth, dict):
+        edit["oAuthPolicy"] = {**oauth, "password": stored_oauth.get("password")}  # likewise the password
+    secrets, stored_secrets = edit.get("signingSecrets"), base.get("signingSecrets")
+    if isinstance(secrets, list) and api_json.SECRET_MASK in secrets:  # masks keep stored secrets, in order
+        stored = iter(stored_secrets if isinstance(stored_secrets, list) else [])
+        edit["signingSecrets"] = [next(stored, s) if s == api_json.SECRET_MASK else s for s in secrets]
+    if "signingSecrets" in edit:
+        base.pop("previousSigningSecretExpiresAt", None)  # secrets the owner sets sign until the owner says
+    if edit.get("state") == SubscriptionState.PENDING:
+        del edit["state"]  # as Hermes: only consumers make a subscription leave PENDING, nobody enters it
+    if "trackingEnabled" in edit and "trackingMode" not in edit:
+        base.pop("trackingMode", None)  # the older shape decides tracking
+    if "supportTeam" in edit and "owner" not in edit:
+        base.pop("owner", None)
+    merged = {**base, **edit, "name": name, "topicName": topic.qualified}
+    policy, stored_policy = edit.get("subscriptionPolicy"), base.get("subscriptionPolicy")
+    delivery = base.get("deliveryType", DeliveryType.SERIAL.value)
+    if isinstance(policy, dict) and isinstance(stored_policy, dict) and edit.get("deliveryType", delivery) == delivery:
+        merged["subscriptionPolicy"] = {**stored_policy, **policy}
+    return merged
+
+
 class ManagementService:
     def __init__(
         self, settings: Settings, repository: MetadataRepository, admin: BrokerAdmin, kafka_topics: KafkaTopics
@@ -125,6 +156,10 @@ class ManagementService:
     async def topics(self, group: str | None = None) -> list[Topic]:
         return await self._read(self._repository.list_topics, group)
 
+    async def stored_topics(self, group: str | None = None) -> list[Topic | StoredEntityInvalid]:
+        """``topics``, and those that fail validation."""
+        return await self._read(self._repository.stored_topics, group)
+
     async def topic(self, name: TopicName) -> Topic:
         return await self._read(self._repository.get_topic, name)
 
@@ -146,9 +181,12 @@ class ManagementService:
         await self._run(self._repository.get_group, topic.name.group)
         try:
             await self._run(self._repository.get_topic, topic.name)
-            raise TopicAlreadyExists(f"Topic {topic.qualified_name} already exists")
         except TopicNotFound:
             pass
+        except StoredEntityInvalid:
+            raise TopicAlreadyExists(f"Topic {topic.qualified_name} already exists (as stored, invalid)") from None
+        else:
+            raise TopicAlreadyExists(f"Topic {topic.qualified_name} already exists")
         await self._run(self._kafka_topics.create, topic)
         return await self._run(self._repository.create_topic, topic)
 
@@ -161,16 +199,32 @@ class ManagementService:
             await self.create_topic(topic)
 
     async def update_topic(self, name: TopicName, patch: dict[str, Any]) -> Topic:
-        def change(current: Topic) -> Topic:
-            merged = {**api_json.topic_to_json(current), **patch, "name": name.qualified}
-            updated = api_json.topic_from_json(merged)
-            if updated.content_type is not current.content_type:
-                raise ValidationError("cannot be changed on an existing topic", "contentType")
-            if updated.cloud_events is not current.cloud_events:  # its publishers and subscribers would not know
-                raise ValidationError("cannot be changed on an existing topic", "cloudEvents")
-            return updated
+        """Changes the fields ``patch`` names; of a stored topic that fails validation (``StoredEntityInvalid``),
+        over what is stored, and the result must pass."""
 
-        updated = await self._run(self._repository.update_topic, name, change)
+        def from_base(base: Json) -> Topic:
+            topic = api_json.topic_from_json({**base, **patch, "name": name.qualified})
+            # what its publishers and subscribers rely on is kept (unless what is stored is no value of it)
+            content_type = base.get("contentType", ContentType.JSON.value)
+            if content_type in {c.value for c in ContentType} and topic.content_type.value != content_type:
+                raise ValidationError("cannot be changed on an existing topic", "contentType")
+            cloud_events = base.get("cloudEvents", False)
+            if isinstance(cloud_events, bool) and topic.cloud_events is not cloud_events:
+                raise ValidationError("cannot be changed on an existing topic", "cloudEvents")
+            return topic
+
+        repaired = False
+
+        def repair(stored: Json) -> Topic:
+            nonlocal repaired
+            repaired = True
+            return from_base(stored)
+
+        updated = await self._run(
+            self._repository.update_topic, name, lambda current: from_base(api_json.topic_to_json(current)), repair
+        )
+        if repaired:  # the reconciliation left its Kafka topic alone while it was invalid: created if missing
+            await self._run(self._kafka_topics.reconcile, [updated])
         await self._run(self._kafka_topics.update, updated)
         return updated
 
@@ -193,6 +247,12 @@ class ManagementService:
         if topic is not None:
             await self._read(self._repository.get_topic, topic)
         return await self._read(self._repository.list_subscriptions, topic)
+
+    async def stored_subscriptions(self, topic: TopicName) -> list[Subscription | StoredEntityInvalid]:
+        """The topic's subscriptions, and those that fail validation (of a topic that may fail it too)."""
+        with contextlib.suppress(StoredEntityInvalid):
+            await self._read(self._repository.get_topic, topic)
+        return await self._read(self._repository.stored_subscriptions, topic)
 
     async def subscription(self, topic: TopicName, name: str) -> Subscription:
         return await self._read(self._repository.get_subscription, topic, name)
@@ -224,6 +284,10 @@ class ManagementService:
             await self._run(self._repository.get_subscription, subscription.topic_name, subscription.name)
         except SubscriptionNotFound:
             pass
+        except StoredEntityInvalid:
+            raise SubscriptionAlreadyExists(
+                f"Subscription {subscription.qualified_name} already exists (as stored, invalid)"
+            ) from None
         else:
             raise SubscriptionAlreadyExists(f"Subscription {subscription.qualified_name} already exists")
         # Only messages published from now on are delivered: pin the group at the current end offsets
@@ -260,41 +324,21 @@ class ManagementService:
     async def update_subscription(
         self, topic: TopicName, name: str, patch: dict[str, Any], *, inflight_size_changes: bool = True
     ) -> Subscription:
-        """Changes the fields ``patch`` names. As Hermes, only admins (``inflight_size_changes``) may change a
-        SERIAL subscription's ``inflightSize``."""
+        """Changes the fields ``patch`` names; of a stored subscription that fails validation
+        (``StoredEntityInvalid``), over what is stored, and the result must pass. As Hermes, only admins
+        (``inflight_size_changes``) may change a SERIAL subscription's ``inflightSize``."""
+
+        def from_base(base: Json) -> Subscription:
+            subscription = api_json.subscription_from_json(_merged_subscription(base, patch, topic, name), topic)
+            if not inflight_size_changes:
+                policy = base.get("subscriptionPolicy")
+                _check_inflight_size(subscription, policy.get("inflightSize") if isinstance(policy, dict) else None)
+            return subscription
 
         def change(current: Subscription) -> Subscription:
-            base = api_json.subscription_to_json(current, mask_secrets=False)
-            edit = dict(patch)
-            if edit.get("endpoint") == current.endpoint.masked:
-                del edit["endpoint"]  # the masked endpoint sent back unchanged keeps the stored credentials
-            oauth = edit.get("oAuthPolicy")
-            if isinstance(oauth, dict) and oauth.get("password") == api_json.SECRET_MASK and current.oauth_policy:
-                edit["oAuthPolicy"] = {**oauth, "password": current.oauth_policy.password}  # likewise the password
-            secrets = edit.get("signingSecrets")
-            if isinstance(secrets, list) and api_json.SECRET_MASK in secrets:  # masks keep stored secrets, in order
-                stored = iter(current.signing_secrets)
-                edit["signingSecrets"] = [next(stored, s) if s == api_json.SECRET_MASK else s for s in secrets]
-            if "signingSecrets" in edit:
-                base.pop("previousSigningSecretExpiresAt", None)  # secrets the owner sets sign until the owner says
-            if edit.get("state") == SubscriptionState.PENDING:
-                del edit["state"]  # as Hermes: only consumers make a subscription leave PENDING, nobody enters it
-            if "trackingEnabled" in edit and "trackingMode" not in edit:
-                del base["trackingMode"]  # the older shape decides tracking
-            if "supportTeam" in edit and "owner" not in edit:
-                del base["owner"]
-            merged = {**base, **edit, "name": name, "topicName": topic.qualified}
-            policy = edit.get("subscriptionPolicy")
-            if isinstance(policy, dict) and edit.get("deliveryType", current.delivery_type.value) == (
-                current.delivery_type.value
-            ):
-                merged["subscriptionPolicy"] = {**base["subscriptionPolicy"], **policy}
-            updated = api_json.subscription_from_json(merged, topic)
-            if not inflight_size_changes:
-                _check_inflight_size(updated, current.serial_policy.inflight_size)
-            return updated
+            return from_base(api_json.subscription_to_json(current, mask_secrets=False))
 
-        return await self._run(self._repository.update_subscription, topic, name, change)
+        return await self._run(self._repository.update_subscription, topic, name, change, from_base)
 
     async def generate_signing_secret(self, topic: TopicName, name: str) -> tuple[str, int]:
         """A new secret that signs from now on, and the epoch millis until which the current one still signs
@@ -382,9 +426,14 @@ class ManagementService:
         """Kafka topics no Hermes topic accounts for, apart from Kafka's own (``__consumer_offsets``) and
         Hermes' (``INTERNAL_TOPICS``, dead-letter topics)."""
 
-        def find() -> list[str]:
-            known = {t.qualified_name for t in self._repository.list_topics()}
-            known |= {s.retry_topic for s in self._repository.list_subscriptions(None)}
+        def find() -> list[str]:  # those of stored topics and subscriptions that fail validation are Hermes' too
+            known = {t.qualified_name if isinstance(t, Topic) else t.name for t in self._repository.stored_topics()}
+            known |= {
+                s.retry_topic
+                if isinstance(s, Subscription)
+                else retry_topic(TopicName.parse(s.stored["topicName"]), s.name)
+                for s in self._repository.stored_subscriptions(None)
+            }
             names = self._admin.topic_names() - known
             return sorted(
                 n for n in names if not n.startswith("_") and n not in INTERNAL_TOPICS and not is_dead_letter_topic(n)

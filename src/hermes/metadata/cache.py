@@ -15,7 +15,7 @@ from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
 from hermes.domain.subscription import Subscription
 from hermes.domain.topic import Topic
-from hermes.errors import NotFoundError
+from hermes.errors import NotFoundError, StoredEntityInvalid
 from hermes.metadata.repository import (
     ChangeAction,
     ChangeKind,
@@ -148,10 +148,10 @@ class MetadataCache:
 
 
 async def _read(read: Callable[..., T], *key: Any) -> T | None:
-    """What the store holds now; None when it is gone."""
+    """What the store holds now; None when it is gone, or fails validation (served by nobody: ``stored.py``)."""
     try:
         return await asyncio.to_thread(read, *key)
-    except NotFoundError:
+    except (NotFoundError, StoredEntityInvalid):
         return None
 
 
@@ -159,7 +159,7 @@ async def _read_when_reachable(read: Callable[..., T], *key: Any) -> T | None:
     """``_read``, waiting for an unreachable store: a change is applied once it is back, before any later one."""
     try:
         return await until_reachable(read, *key)
-    except NotFoundError:
+    except (NotFoundError, StoredEntityInvalid):
         return None
 
 

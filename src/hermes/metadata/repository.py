@@ -24,9 +24,10 @@ from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
 from hermes.domain.subscription import Subscription
 from hermes.domain.topic import Group, Topic
-from hermes.errors import MetadataUnreachable
+from hermes.errors import MetadataUnreachable, StoredEntityInvalid
 
 T = TypeVar("T")
+
 _UNREACHABLE_RETRY = 0.5  # seconds between calls while the store is unreachable
 
 
@@ -56,6 +57,7 @@ class MetadataChange:
 
 
 Listener = Callable[[MetadataChange], None]
+Repair = Callable[[dict[str, Any]], T]
 Unwatch = Callable[[], None]
 
 
@@ -99,14 +101,23 @@ class MetadataRepository(ABC):
         """Stamps createdAt/modifiedAt. Raises GroupNotFound, TopicAlreadyExists."""
 
     @abstractmethod
-    def get_topic(self, name: TopicName) -> Topic: ...
+    def get_topic(self, name: TopicName) -> Topic:
+        """Raises TopicNotFound, or StoredEntityInvalid for one that fails today's validation (``stored.py``)."""
 
     @abstractmethod
-    def list_topics(self, group: str | None = None) -> list[Topic]: ...
+    def stored_topics(self, group: str | None = None) -> list[Topic | StoredEntityInvalid]:
+        """Every stored topic, by name: those that fail today's validation as StoredEntityInvalid."""
+
+    def list_topics(self, group: str | None = None) -> list[Topic]:
+        """The topics Hermes serves: ``stored_topics`` but those that fail validation."""
+        return [t for t in self.stored_topics(group) if isinstance(t, Topic)]
 
     @abstractmethod
-    def update_topic(self, name: TopicName, change: Callable[[Topic], Topic]) -> Topic:
-        """Applies ``change`` to the current topic atomically (retrying on concurrent updates)."""
+    def update_topic(
+        self, name: TopicName, change: Callable[[Topic], Topic], repair: Repair[Topic] | None = None
+    ) -> Topic:
+        """Applies ``change`` to the current topic atomically (retrying on concurrent updates); a stored one that
+        fails validation is replaced by ``repair(its stored JSON)``, or raises StoredEntityInvalid."""
 
     @abstractmethod
     def delete_topic(self, name: TopicName) -> None:
@@ -130,16 +141,27 @@ class MetadataRepository(ABC):
         """Raises TopicNotFound, SubscriptionAlreadyExists."""
 
     @abstractmethod
-    def get_subscription(self, topic: TopicName, name: str) -> Subscription: ...
+    def get_subscription(self, topic: TopicName, name: str) -> Subscription:
+        """Raises SubscriptionNotFound, or StoredEntityInvalid for one that fails today's validation."""
 
     @abstractmethod
-    def list_subscriptions(self, topic: TopicName | None = None) -> list[Subscription]: ...
+    def stored_subscriptions(self, topic: TopicName | None = None) -> list[Subscription | StoredEntityInvalid]:
+        """Every stored subscription, by topic and name: those that fail validation as StoredEntityInvalid."""
+
+    def list_subscriptions(self, topic: TopicName | None = None) -> list[Subscription]:
+        """The subscriptions Hermes serves: ``stored_subscriptions`` but those that fail validation."""
+        return [s for s in self.stored_subscriptions(topic) if isinstance(s, Subscription)]
 
     @abstractmethod
     def update_subscription(
-        self, topic: TopicName, name: str, change: Callable[[Subscription], Subscription]
+        self,
+        topic: TopicName,
+        name: str,
+        change: Callable[[Subscription], Subscription],
+        repair: Repair[Subscription] | None = None,
     ) -> Subscription:
-        """Applies ``change`` atomically: two concurrent updates never lose one another."""
+        """Applies ``change`` atomically: two concurrent updates never lose one another. A stored one that fails
+        validation is replaced by ``repair(its stored JSON, secrets unsealed)``, or raises StoredEntityInvalid."""
 
     @abstractmethod
     def delete_subscription(self, topic: TopicName, name: str) -> None: ...

@@ -32,6 +32,7 @@ from hermes.errors import (
     OAuthProviderAlreadyExists,
     OAuthProviderNotFound,
     SchemaNotFound,
+    StoredEntityInvalid,
     SubscriptionAlreadyExists,
     SubscriptionNotFound,
     TopicAlreadyExists,
@@ -44,12 +45,14 @@ from hermes.metadata.repository import (
     ChangeKind,
     Listener,
     MetadataRepository,
+    Repair,
     Unwatch,
     now_ms,
     subscription_key,
 )
 from hermes.metadata.secrets import StoredSecrets
 from hermes.metadata.sqlite_changes import SqliteChangeLog, record
+from hermes.metadata.stored import StoredReader, or_invalid
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -73,6 +76,7 @@ class SqliteMetadataRepository(MetadataRepository):
     def __init__(self, path: Path, secrets: StoredSecrets, poll_interval: float = 0.2) -> None:
         self._path = path
         self._secrets = secrets
+        self._stored = StoredReader(secrets.unseal_subscription)
         self._changes = SqliteChangeLog(self._connect, poll_interval)
         try:
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -190,22 +194,30 @@ class SqliteMetadataRepository(MetadataRepository):
         rows = self._read("SELECT body FROM topics WHERE name = ?", (name.qualified,))
         if not rows:
             raise self._topic_not_found(name)
-        return api_json.topic_from_json(orjson.loads(rows[0][0]))
+        return self._stored.topic(name.qualified, rows[0][0])
 
-    def list_topics(self, group: str | None = None) -> list[Topic]:
+    def stored_topics(self, group: str | None = None) -> list[Topic | StoredEntityInvalid]:
         if group is None:
-            rows = self._read("SELECT body FROM topics ORDER BY name")
+            rows = self._read("SELECT name, body FROM topics ORDER BY name")
         else:
-            rows = self._read("SELECT body FROM topics WHERE grp = ? ORDER BY name", (group,))
-        return [api_json.topic_from_json(orjson.loads(r[0])) for r in rows]
+            rows = self._read("SELECT name, body FROM topics WHERE grp = ? ORDER BY name", (group,))
+        return [or_invalid(self._stored.topic, name, body) for name, body in rows]
 
-    def update_topic(self, name: TopicName, change: Callable[[Topic], Topic]) -> Topic:
+    def update_topic(
+        self, name: TopicName, change: Callable[[Topic], Topic], repair: Repair[Topic] | None = None
+    ) -> Topic:
         with self._tx() as db:
             body = self._one(
                 db, "SELECT body FROM topics WHERE name = ?", (name.qualified,), self._topic_not_found(name)
             )
-            current = api_json.topic_from_json(orjson.loads(body))
-            updated = _replace(change(current), name=name, created_at=current.created_at, modified_at=now_ms())
+            try:
+                current = self._stored.topic(name.qualified, body)
+            except StoredEntityInvalid as invalid:
+                if repair is None:
+                    raise
+                updated = _replace(repair(invalid.stored), name=name, modified_at=now_ms())
+            else:
+                updated = _replace(change(current), name=name, created_at=current.created_at, modified_at=now_ms())
             db.execute(
                 "UPDATE topics SET body = ? WHERE name = ?",
                 (orjson.dumps(api_json.topic_to_json(updated)), name.qualified),
@@ -257,10 +269,6 @@ class SqliteMetadataRepository(MetadataRepository):
     def _subscription_not_found(topic: TopicName, name: str) -> SubscriptionNotFound:
         return SubscriptionNotFound(f"Subscription {topic.qualified}${name} not found")
 
-    def _load_subscription(self, body: bytes) -> Subscription:
-        data = self._secrets.unseal_subscription(orjson.loads(body))
-        return api_json.subscription_from_json(data, TopicName.parse(data["topicName"]))
-
     def _dump_subscription(self, subscription: Subscription) -> bytes:
         return orjson.dumps(
             self._secrets.seal_subscription(api_json.subscription_to_json(subscription, mask_secrets=False))
@@ -292,17 +300,23 @@ class SqliteMetadataRepository(MetadataRepository):
         rows = self._read("SELECT body FROM subscriptions WHERE topic = ? AND name = ?", (topic.qualified, name))
         if not rows:
             raise self._subscription_not_found(topic, name)
-        return self._load_subscription(rows[0][0])
+        return self._stored.subscription(topic, name, rows[0][0])
 
-    def list_subscriptions(self, topic: TopicName | None = None) -> list[Subscription]:
+    def stored_subscriptions(self, topic: TopicName | None = None) -> list[Subscription | StoredEntityInvalid]:
         if topic is None:
-            rows = self._read("SELECT body FROM subscriptions ORDER BY topic, name")
+            rows = self._read("SELECT topic, name, body FROM subscriptions ORDER BY topic, name")
         else:
-            rows = self._read("SELECT body FROM subscriptions WHERE topic = ? ORDER BY name", (topic.qualified,))
-        return [self._load_subscription(r[0]) for r in rows]
+            rows = self._read(
+                "SELECT topic, name, body FROM subscriptions WHERE topic = ? ORDER BY name", (topic.qualified,)
+            )
+        return [or_invalid(self._stored.subscription, TopicName.parse(t), name, body) for t, name, body in rows]
 
     def update_subscription(
-        self, topic: TopicName, name: str, change: Callable[[Subscription], Subscription]
+        self,
+        topic: TopicName,
+        name: str,
+        change: Callable[[Subscription], Subscription],
+        repair: Repair[Subscription] | None = None,
     ) -> Subscription:
         with self._tx() as db:
             body = self._one(
@@ -311,10 +325,16 @@ class SqliteMetadataRepository(MetadataRepository):
                 (topic.qualified, name),
                 self._subscription_not_found(topic, name),
             )
-            current = self._load_subscription(body)
-            updated = _replace(
-                change(current), topic_name=topic, name=name, created_at=current.created_at, modified_at=now_ms()
-            )
+            try:
+                current = self._stored.subscription(topic, name, body)
+            except StoredEntityInvalid as invalid:
+                if repair is None:
+                    raise
+                updated = _replace(repair(invalid.stored), topic_name=topic, name=name, modified_at=now_ms())
+            else:
+                updated = _replace(
+                    change(current), topic_name=topic, name=name, created_at=current.created_at, modified_at=now_ms()
+                )
             db.execute(
                 "UPDATE subscriptions SET body = ? WHERE topic = ? AND name = ?",
                 (self._dump_subscription(updated), topic.qualified, name),

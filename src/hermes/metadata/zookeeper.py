@@ -41,6 +41,7 @@ from hermes.errors import (
     OAuthProviderAlreadyExists,
     OAuthProviderNotFound,
     SchemaNotFound,
+    StoredEntityInvalid,
     SubscriptionAlreadyExists,
     SubscriptionNotFound,
     TopicAlreadyExists,
@@ -53,11 +54,13 @@ from hermes.metadata.repository import (
     ChangeKind,
     Listener,
     MetadataRepository,
+    Repair,
     Unwatch,
     now_ms,
     subscription_key,
 )
 from hermes.metadata.secrets import StoredSecrets
+from hermes.metadata.stored import StoredReader, or_invalid
 from hermes.metadata.zookeeper_changes import ZookeeperChangeLog
 from hermes.metadata.zookeeper_session import ZookeeperSession, reaching_zookeeper
 
@@ -71,6 +74,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
     ) -> None:
         self._root = root.rstrip("/") or "/hermes"
         self._secrets = secrets
+        self._stored = StoredReader(secrets.unseal_subscription)
         self.session = ZookeeperSession(connect, session_timeout, start_timeout=max(session_timeout, 10.0))
         self._client = self.session.client
         for part in ("groups", "schemas", "oauth-providers", "documents", "changes"):
@@ -101,17 +105,26 @@ class ZookeeperMetadataRepository(MetadataRepository):
     def _update(
         self,
         path: str,
-        load: Callable[[Any], T],
+        load: Callable[[bytes], T],
         dump: Callable[[T], bytes],
         change: Callable[[T], T],
         entry: tuple[ChangeKind, ChangeAction, str],
+        repair: Callable[[StoredEntityInvalid], T] | None = None,
     ) -> T:
+        """``repair``: what replaces a stored entity that fails validation (StoredEntityInvalid without it)."""
         while True:
-            data, version = self._read_json(path)
-            updated = change(load(data))
+            data, stat = self._client.get(path)
+            try:
+                current = load(data)
+            except StoredEntityInvalid as invalid:
+                if repair is None:
+                    raise
+                updated = repair(invalid)
+            else:
+                updated = change(current)
             try:
                 body = dump(updated)
-                self._commit(functools.partial(_set_data, path=path, body=body, version=version), entry)
+                self._commit(functools.partial(_set_data, path=path, body=body, version=stat.version), entry)
             except BadVersionError:
                 continue  # somebody else updated it first: apply our change to their version
             return updated
@@ -170,34 +183,46 @@ class ZookeeperMetadataRepository(MetadataRepository):
     @reaching_zookeeper
     def get_topic(self, name: TopicName) -> Topic:
         try:
-            data, _ = self._read_json(self._topic_path(name))
+            data, _ = self._client.get(self._topic_path(name))
         except NoNodeError:
             raise TopicNotFound(f"Topic {name.qualified} not found") from None
-        return api_json.topic_from_json(data)
+        return self._stored.topic(name.qualified, data)
 
     @reaching_zookeeper
-    def list_topics(self, group: str | None = None) -> list[Topic]:
-        groups = [group] if group is not None else [g.name for g in self.list_groups()]
-        topics = []
-        for g in groups:
+    def stored_topics(self, group: str | None = None) -> list[Topic | StoredEntityInvalid]:
+        topics: list[Topic | StoredEntityInvalid] = []
+        for name in self._topic_names(group):
+            with contextlib.suppress(TopicNotFound):
+                topics.append(or_invalid(self.get_topic, name))
+        return topics
+
+    def _topic_names(self, group: str | None = None) -> list[TopicName]:
+        """The topics' nodes, by qualified name, whether what they hold is valid or not."""
+        names = []
+        for g in [group] if group is not None else [g.name for g in self.list_groups()]:
             with contextlib.suppress(NoNodeError):
-                for name in sorted(self._client.get_children(self._path("groups", g))):
-                    with contextlib.suppress(NoNodeError):
-                        topics.append(self.get_topic(TopicName(g, name)))
-        return sorted(topics, key=lambda t: t.qualified_name)
+                names += [TopicName(g, name) for name in self._client.get_children(self._path("groups", g))]
+        return sorted(names, key=lambda name: name.qualified)
 
     @reaching_zookeeper
-    def update_topic(self, name: TopicName, change: Callable[[Topic], Topic]) -> Topic:
+    def update_topic(
+        self, name: TopicName, change: Callable[[Topic], Topic], repair: Repair[Topic] | None = None
+    ) -> Topic:
         def apply(current: Topic) -> Topic:
             return dataclasses.replace(change(current), name=name, created_at=current.created_at, modified_at=now_ms())
+
+        def replace(invalid: StoredEntityInvalid) -> Topic:
+            assert repair is not None
+            return dataclasses.replace(repair(invalid.stored), name=name, modified_at=now_ms())
 
         try:
             return self._update(
                 self._topic_path(name),
-                api_json.topic_from_json,
+                functools.partial(self._stored.topic, name.qualified),
                 lambda t: orjson.dumps(api_json.topic_to_json(t)),
                 apply,
                 (ChangeKind.TOPIC, ChangeAction.UPDATED, name.qualified),
+                replace if repair is not None else None,
             )
         except NoNodeError:
             raise TopicNotFound(f"Topic {name.qualified} not found") from None
@@ -258,10 +283,6 @@ class ZookeeperMetadataRepository(MetadataRepository):
     def _dump_subscription(self, sub: Subscription) -> bytes:
         return orjson.dumps(self._secrets.seal_subscription(api_json.subscription_to_json(sub, mask_secrets=False)))
 
-    def _load_subscription(self, data: Any) -> Subscription:
-        data = self._secrets.unseal_subscription(data)
-        return api_json.subscription_from_json(data, TopicName.parse(data["topicName"]))
-
     @reaching_zookeeper
     def create_subscription(self, subscription: Subscription) -> Subscription:
         now = now_ms()
@@ -281,38 +302,47 @@ class ZookeeperMetadataRepository(MetadataRepository):
     @reaching_zookeeper
     def get_subscription(self, topic: TopicName, name: str) -> Subscription:
         try:
-            data, _ = self._read_json(self._subscription_path(topic, name))
+            data, _ = self._client.get(self._subscription_path(topic, name))
         except NoNodeError:
             raise SubscriptionNotFound(f"Subscription {topic.qualified}${name} not found") from None
-        return self._load_subscription(data)
+        return self._stored.subscription(topic, name, data)
 
     @reaching_zookeeper
-    def list_subscriptions(self, topic: TopicName | None = None) -> list[Subscription]:
-        topics = [topic] if topic is not None else [t.name for t in self.list_topics()]
-        subs = []
+    def stored_subscriptions(self, topic: TopicName | None = None) -> list[Subscription | StoredEntityInvalid]:
+        topics = [topic] if topic is not None else self._topic_names()
+        subs: list[Subscription | StoredEntityInvalid] = []
         for t in topics:
             with contextlib.suppress(NoNodeError):
                 for name in sorted(self._client.get_children(self._topic_path(t))):
                     with contextlib.suppress(SubscriptionNotFound):
-                        subs.append(self.get_subscription(t, name))
+                        subs.append(or_invalid(self.get_subscription, t, name))
         return subs
 
     @reaching_zookeeper
     def update_subscription(
-        self, topic: TopicName, name: str, change: Callable[[Subscription], Subscription]
+        self,
+        topic: TopicName,
+        name: str,
+        change: Callable[[Subscription], Subscription],
+        repair: Repair[Subscription] | None = None,
     ) -> Subscription:
         def apply(current: Subscription) -> Subscription:
             return dataclasses.replace(
                 change(current), topic_name=topic, name=name, created_at=current.created_at, modified_at=now_ms()
             )
 
+        def replace(invalid: StoredEntityInvalid) -> Subscription:
+            assert repair is not None
+            return dataclasses.replace(repair(invalid.stored), topic_name=topic, name=name, modified_at=now_ms())
+
         try:
             return self._update(
                 self._subscription_path(topic, name),
-                self._load_subscription,
+                functools.partial(self._stored.subscription, topic, name),
                 self._dump_subscription,
                 apply,
                 (ChangeKind.SUBSCRIPTION, ChangeAction.UPDATED, subscription_key(topic, name)),
+                replace if repair is not None else None,
             )
         except NoNodeError:
             raise SubscriptionNotFound(f"Subscription {topic.qualified}${name} not found") from None
@@ -341,9 +371,9 @@ class ZookeeperMetadataRepository(MetadataRepository):
     @reaching_zookeeper
     def reseal_secrets(self) -> int:
         paths = [
-            (self._subscription_path(topic.name, name), self._secrets.reseal_subscription)
-            for topic in self.list_topics()
-            for name in self._children(self._topic_path(topic.name))
+            (self._subscription_path(topic, name), self._secrets.reseal_subscription)
+            for topic in self._topic_names()  # also the subscriptions of a topic that fails validation
+            for name in self._children(self._topic_path(topic))
         ]
         paths += [
             (self._provider_path(name), self._secrets.reseal_provider)
@@ -403,7 +433,7 @@ class ZookeeperMetadataRepository(MetadataRepository):
         try:
             return self._update(
                 self._provider_path(name),
-                self._load_provider,
+                lambda body: self._load_provider(orjson.loads(body)),
                 self._dump_provider,
                 lambda p: dataclasses.replace(change(p), name=name),
                 (ChangeKind.OAUTH_PROVIDER, ChangeAction.UPDATED, name),

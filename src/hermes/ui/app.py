@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -21,6 +22,7 @@ from hermes.errors import ApiRefused
 from hermes.ui import PREFIX
 from hermes.ui.api import Api, Upstream
 from hermes.ui.charts import MetricsHistory
+from hermes.ui.forms import BREAKER_FIELDS, RULE_ACTIONS
 from hermes.ui.sessions import COOKIE, Sessions
 
 log = logging.getLogger(__name__)
@@ -41,11 +43,21 @@ class Console:
         )
         self.templates.globals["ui"] = PREFIX
         self.templates.globals["units"] = ("SECONDS", "MINUTES", "HOURS", "DAYS")  # a topic's retentionUnit
+        self.templates.globals["rule_actions"] = RULE_ACTIONS
+        self.templates.globals["breaker_fields"] = BREAKER_FIELDS
         self.templates.filters["q"] = lambda value: quote(str(value), safe="")
+        self.templates.filters["when"] = when
         self.client: aiohttp.ClientSession | None = None
 
 
 CONSOLE = web.AppKey("console", Console)
+
+
+def when(millis: Any) -> str:
+    """Epoch millis as an ISO-8601 time in UTC (what is not a number, as it is)."""
+    if not isinstance(millis, int):
+        return str(millis)
+    return datetime.fromtimestamp(millis / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def js_dir() -> Path:
@@ -54,12 +66,12 @@ def js_dir() -> Path:
 
 
 def create_app(upstream: Upstream) -> web.Application:
-    from hermes.ui import login, operations, subscriptions, topics
+    from hermes.ui import dead_letters, login, operations, subscriptions, topics
 
     app = web.Application(middlewares=[_refusals])
     app[CONSOLE] = Console(upstream)
     app.cleanup_ctx.append(_client)
-    for module in (login, topics, subscriptions, operations):
+    for module in (login, topics, subscriptions, dead_letters, operations):
         app.router.add_routes(module.routes)
     app.router.add_get("/static/" + HTMX, _htmx)
     if not (js_dir() / HTMX).is_file():
@@ -114,6 +126,15 @@ def render(request: web.Request, template: str, status: int = 200, **context: An
     context.setdefault("error", None)
     text = page.render(user=user(request), notice=request.query.get("done"), **context)
     return web.Response(text=text, status=status, content_type="text/html", headers=PAGE_HEADERS)
+
+
+def stored_invalid(shown: dict[str, Any]) -> ApiRefused | None:
+    """Why a topic or subscription the API answered as stored (``invalid``) fails validation: shown above its
+    settings form, which corrects it."""
+    invalid = shown.get("invalid")
+    if invalid is None:
+        return None
+    return ApiRefused(400, "STORED_ENTITY_INVALID", f"{invalid['message']} (as stored: save to correct it)")
 
 
 def markup(html: str) -> Markup:

@@ -1,5 +1,6 @@
-"""A subscription: creating one, its page (settings, state, health, live metrics, last undelivered message,
-retransmission, a message's trace, the topic's offline retransmission tasks), editing and deleting it."""
+"""A subscription: creating one, its page (settings, state, health, live metrics and circuit breaker, last
+undelivered message, retransmission, a message's trace, the topic's offline retransmission tasks), editing and
+deleting it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from aiohttp import web
 
 from hermes.errors import ApiRefused
 from hermes.ui import PREFIX
-from hermes.ui.app import api, console, markup, redirect, render, segment
+from hermes.ui.app import api, console, markup, redirect, render, segment, stored_invalid
 from hermes.ui.charts import CHARTS, svg
 from hermes.ui.forms import subscription_body, text
 from hermes.ui.topics import topic_view
@@ -38,6 +39,20 @@ async def create_subscription(request: web.Request) -> web.Response:
     raise redirect(f"{PREFIX}/topics/{topic}/subscriptions/{segment(name)}", f"Subscription {name} created")
 
 
+# what the page shows of a subscription, for one stored without it (its JSON as stored, which fails validation)
+_SHOWN_WHEN_MISSING = {
+    "state": "",
+    "endpoint": "",
+    "description": "",
+    "owner": {"id": ""},
+    "contentType": "JSON",
+    "deliveryType": "SERIAL",
+    "mode": "ANYCAST",
+    "trackingMode": "trackingOff",
+    "subscriptionPolicy": {},
+}
+
+
 async def _page(request: web.Request, error: ApiRefused | None = None, **shown: Any) -> web.Response:
     client = api(request)
     topic, name = _names(request)
@@ -47,7 +62,12 @@ async def _page(request: web.Request, error: ApiRefused | None = None, **shown: 
         client.get(f"/roles{base}"), client.get(f"/offline-retransmission/topics/{topic}/tasks")
     )
     owner = "subscriptionOwner" in roles or "admin" in roles
-    undelivered = await client.get_or_none(f"{base}/undelivered/last") if owner else None
+    if (invalid := stored_invalid(subscription)) is not None:  # stored before a rule refused it: the form corrects it
+        subscription, error = {**_SHOWN_WHEN_MISSING, **subscription}, error or invalid
+        shown = {**shown, "metrics": None}
+    undelivered = await client.get_or_none(f"{base}/undelivered/last") if owner and invalid is None else None
+    if "metrics" not in shown:
+        shown["metrics"] = await _metrics_view(request, breaker="circuitBreaker" in subscription)
     return render(
         request,
         "subscription.html",
@@ -59,19 +79,22 @@ async def _page(request: web.Request, error: ApiRefused | None = None, **shown: 
         undelivered=undelivered,
         tasks=tasks,
         error=error,
-        metrics=await _metrics_view(request),
         **{"trace": None, "trace_id": "", "retransmitted": None, **shown},
     )
 
 
-async def _metrics_view(request: web.Request) -> dict[str, Any]:
+async def _metrics_view(request: web.Request, breaker: bool) -> dict[str, Any]:
+    """Metrics, health, charts, and the circuit breaker's state when the subscription has one (``breaker``)."""
     client = api(request)
     topic, name = _names(request)
     base = f"/topics/{topic}/subscriptions/{name}"
-    metrics, health = await asyncio.gather(client.get(f"{base}/metrics"), client.get(f"{base}/health"))
+    calls = [client.get(f"{base}/metrics"), client.get(f"{base}/health")]
+    if breaker:
+        calls.append(client.get(f"{base}/circuit-breaker"))
+    metrics, health, *state = await asyncio.gather(*calls)
     history = console(request).history.add(f"{topic}${name}", metrics)
     charts = [markup(svg(history, title, names)) for title, names in CHARTS]
-    return {"metrics": metrics, "health": health, "charts": charts}
+    return {"metrics": metrics, "health": health, "charts": charts, "breaker": state[0] if state else None}
 
 
 @routes.get(_S)
@@ -81,8 +104,9 @@ async def subscription_page(request: web.Request) -> web.Response:
 
 @routes.get(_S + "/metrics")
 async def metrics_fragment(request: web.Request) -> web.Response:
-    """The metrics panel alone: the page's htmx asks for it every two seconds."""
-    return render(request, "metrics.html", metrics=await _metrics_view(request))
+    """The metrics panel alone: the page's htmx asks for it every two seconds (``?breaker`` with a circuit
+    breaker)."""
+    return render(request, "metrics.html", metrics=await _metrics_view(request, "breaker" in request.query))
 
 
 @routes.post(_S)

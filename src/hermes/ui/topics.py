@@ -10,7 +10,8 @@ from aiohttp import web
 
 from hermes.errors import ApiRefused
 from hermes.ui import PREFIX
-from hermes.ui.app import api, redirect, render, segment
+from hermes.ui.api import Api
+from hermes.ui.app import api, redirect, render, segment, stored_invalid
 from hermes.ui.forms import text, topic_body
 
 routes = web.RouteTableDef()
@@ -74,27 +75,55 @@ async def create_topic(request: web.Request) -> web.Response:
     raise redirect(f"{PREFIX}/topics/{segment(name)}", f"Topic {name} created")
 
 
+# what the page shows of a topic, for one stored without it (its JSON as stored, which fails validation)
+_SHOWN_WHEN_MISSING = {
+    "description": "",
+    "owner": {"id": ""},
+    "contentType": "JSON",
+    "ack": "LEADER",
+    "retentionTime": {"duration": "", "retentionUnit": "DAYS"},
+    "maxMessageSize": "",
+    "trackingEnabled": False,
+    "offlineStorage": {"enabled": False, "retentionTime": {"duration": "", "infinite": False}},
+}
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _health(client: Api, path: str, subscription: dict[str, Any]) -> dict[str, Any]:
+    """The subscription's health; one stored that fails validation has none: INVALID, and why."""
+    if (invalid := subscription.get("invalid")) is not None:
+        return {"status": "INVALID", "problems": [{"description": invalid["message"]}]}
+    health: dict[str, Any] = await client.get(f"{path}/health")
+    return health
+
+
 async def topic_view(
     request: web.Request, error: ApiRefused | None = None, published: str | None = None
 ) -> web.Response:
     client = api(request)
     name = segment(request.match_info["topic"])
     topic = await client.get(f"/topics/{name}")
+    if (invalid := stored_invalid(topic)) is not None:  # stored before a rule refused it: the form corrects it
+        topic, error = {**_SHOWN_WHEN_MISSING, **topic}, error or invalid
     roles, metrics, names, tasks = await asyncio.gather(
         client.get(f"/roles/topics/{name}"),
-        client.get(f"/topics/{name}/metrics"),
+        client.get(f"/topics/{name}/metrics") if invalid is None else _nothing(),
         client.get(f"/topics/{name}/subscriptions"),
         client.get(f"/offline-retransmission/topics/{name}/tasks"),
     )
-    healths = await asyncio.gather(*(client.get(f"/topics/{name}/subscriptions/{segment(s)}/health") for s in names))
-    states = await asyncio.gather(*(client.get(f"/topics/{name}/subscriptions/{segment(s)}") for s in names))
+    paths = [f"/topics/{name}/subscriptions/{segment(s)}" for s in names]
+    states = await asyncio.gather(*(client.get(path) for path in paths))
+    healths = await asyncio.gather(*(_health(client, path, d) for path, d in zip(paths, states, strict=True)))
     subscriptions = [
         {
             "name": s,
             "health": h["status"],
             "problems": h.get("problems", []),
-            "state": d["state"],
-            "endpoint": d["endpoint"],
+            "state": d.get("state", ""),
+            "endpoint": d.get("endpoint", ""),
         }
         for s, h, d in zip(names, healths, states, strict=True)
     ]

@@ -7,6 +7,7 @@ field; rendering with ``mask_secrets`` hides passwords and client secrets.
 
 from hermes.domain.api_json.fields import SECRET_MASK
 from hermes.domain.api_json.oauth_providers import oauth_provider_from_json, oauth_provider_to_json
+from hermes.domain.api_json.stored import stored_subscription_to_json, stored_topic_to_json
 from hermes.domain.api_json.subscriptions import filters_from_json, subscription_from_json, subscription_to_json
 from hermes.domain.api_json.topics import check_owner_named, topic_from_json, topic_to_json
 
@@ -16,6 +17,8 @@ __all__ = [
     "filters_from_json",
     "oauth_provider_from_json",
     "oauth_provider_to_json",
+    "stored_subscription_to_json",
+    "stored_topic_to_json",
     "subscription_from_json",
     "subscription_to_json",
     "topic_from_json",

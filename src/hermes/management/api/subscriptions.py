@@ -7,7 +7,7 @@ from aiohttp import web
 from hermes.domain import api_json
 from hermes.domain.api_json.fields import seconds
 from hermes.domain.subscription import Subscription, SubscriptionState
-from hermes.errors import ValidationError
+from hermes.errors import StoredEntityInvalid, ValidationError
 from hermes.http.server import json_response, read_json
 from hermes.management.access import principal
 from hermes.management.api.bodies import flag, ignored_fields_header, read_object
@@ -29,9 +29,11 @@ def request_schema(sub: Subscription) -> Schema:
 
 @routes.get("/topics/{topic}/subscriptions")
 async def list_subscriptions(request: web.Request) -> web.Response:
-    subs = await request.app[SERVICE].subscriptions(topic_name(request))
-    tracked = flag(request, "tracked")
-    return json_response([s.name for s in subs if s.tracking_enabled or not tracked])
+    """Also those stored that fail validation, but with ``tracked``: they deliver, and so track, nothing."""
+    subs = await request.app[SERVICE].stored_subscriptions(topic_name(request))
+    if flag(request, "tracked"):
+        return json_response([s.name for s in subs if isinstance(s, Subscription) and s.tracking_enabled])
+    return json_response([s.name for s in subs])
 
 
 @routes.post("/topics/{topic}/subscriptions")
@@ -49,7 +51,10 @@ async def create_subscription(request: web.Request) -> web.Response:
 
 @routes.get("/topics/{topic}/subscriptions/{subscription}")
 async def get_subscription(request: web.Request) -> web.Response:
-    sub = await request.app[SERVICE].subscription(topic_name(request), request.match_info["subscription"])
+    try:
+        sub = await request.app[SERVICE].subscription(topic_name(request), request.match_info["subscription"])
+    except StoredEntityInvalid as invalid:  # as stored, for its owner to correct with a PUT
+        return json_response(api_json.stored_subscription_to_json(invalid))
     return json_response(api_json.subscription_to_json(sub))
 
 

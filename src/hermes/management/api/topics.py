@@ -11,7 +11,7 @@ from hermes.domain import api_json
 from hermes.domain.avro import parse_schema, schema_version
 from hermes.domain.names import TopicName
 from hermes.domain.topic import ContentType, Topic
-from hermes.errors import OperationDisabled, ValidationError
+from hermes.errors import OperationDisabled, StoredEntityInvalid, ValidationError
 from hermes.http.server import json_response, read_json
 from hermes.management.api.bodies import flag, ignored_fields_header, read_object
 from hermes.management.context import SERVICE
@@ -28,9 +28,11 @@ def topic_name(request: web.Request) -> TopicName:
 
 @routes.get("/topics")
 async def list_topics(request: web.Request) -> web.Response:
-    topics = await request.app[SERVICE].topics(request.query.get("groupName") or None)
-    tracked = flag(request, "tracked")
-    return json_response([t.qualified_name for t in topics if t.tracking_enabled or not tracked])
+    """Also those stored that fail validation, but with ``tracked``: nobody publishes to them."""
+    topics = await request.app[SERVICE].stored_topics(request.query.get("groupName") or None)
+    if flag(request, "tracked"):
+        return json_response([t.qualified_name for t in topics if isinstance(t, Topic) and t.tracking_enabled])
+    return json_response([t.qualified_name if isinstance(t, Topic) else t.name for t in topics])
 
 
 async def topic_with_schema(service: ManagementService, topic: Topic) -> dict[str, Any]:
@@ -110,7 +112,11 @@ async def save_schema(request: web.Request) -> web.Response:
 @routes.get(_TOPIC)
 async def get_topic(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
-    return json_response(await topic_with_schema(service, await service.topic(topic_name(request))))
+    try:
+        topic = await service.topic(topic_name(request))
+    except StoredEntityInvalid as invalid:  # as stored, for its owner to correct with a PUT
+        return json_response(api_json.stored_topic_to_json(invalid))
+    return json_response(await topic_with_schema(service, topic))
 
 
 @routes.put(_TOPIC)
