@@ -11,8 +11,8 @@ import pytest
 
 from hermes.broker.admin import BrokerAdmin
 from tests.conftest import wait_until
-from tests.integration.test_management_api import conforms_to_openapi
 from tests.support.hermes import HermesClient, unique
+from tests.support.openapi import conforms_to_openapi
 
 pytestmark = pytest.mark.integration
 

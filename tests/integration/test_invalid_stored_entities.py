@@ -20,6 +20,7 @@ from hermes.domain.subscription import Subscription
 from hermes.domain.topic import Group, Topic
 from hermes.metadata.factory import open_repository, sqlite_path
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings, unique
+from tests.support.openapi import conforms_to_openapi
 from tests.support.subscriber import SubscriberServer
 from tests.support.waiting import wait_until
 
@@ -76,10 +77,14 @@ def test_hermes_starts_over_invalid_stored_entities_and_a_put_corrects_them(
         shown = api.get(f"/topics/{good.qualified}/subscriptions/parked")
         assert shown.status_code == 200 and shown.json()["invalid"]["field"] == "subscriptionPolicy.retryParking"
         assert shown.json()["subscriptionPolicy"]["ordering"] == "KEY" and "pw-of-parked" not in shown.text
+        conforms_to_openapi("/topics/{topic}/subscriptions/{subscription}", "get", shown)
         state = api.put(f"/topics/{good.qualified}/subscriptions/parked/state", json="SUSPENDED")
         assert state.status_code == 400 and state.json()["code"] == "STORED_ENTITY_INVALID"
+        conforms_to_openapi("/topics/{topic}/subscriptions/{subscription}/state", "put", state)
         assert api.get("/topics", params={"groupName": good.group}).json() == [bad.qualified, good.qualified]
-        assert api.get(f"/topics/{bad.qualified}").json()["invalid"]["field"] == "maxMessageSize"
+        shown = api.get(f"/topics/{bad.qualified}")
+        assert shown.json()["invalid"]["field"] == "maxMessageSize"
+        conforms_to_openapi("/topics/{topic}", "get", shown)
         assert client.publish(bad.qualified, "{}").status_code == 404
 
         fixed = api.put(

@@ -5,16 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hermes.broker.admin import BrokerAdmin
-from hermes.management import openapi
 from hermes.runtime import Role
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, unique
+from tests.support.openapi import OPENAPI, conforms_to_openapi
 
 pytestmark = pytest.mark.integration
 JSON = {"Content-Type": "application/json"}
@@ -280,19 +279,6 @@ def test_no_input_makes_the_api_fail(client: HermesClient, fuzz_topic: tuple[str
         "RETRANSMIT": "/topics/{topic}/subscriptions/{subscription}/retransmission",
     }.get(target, target)
     conforms_to_openapi(template, "put" if target in ("SUB", "STATE") else "post", response)
-
-
-OPENAPI = openapi.document()
-
-
-def conforms_to_openapi(template: str, method: str, response: Any) -> None:
-    """The response's status is documented for the operation and its body validates against its schema."""
-    documented = OPENAPI["paths"][template][method]["responses"]
-    assert str(response.status_code) in documented, (template, method, response.status_code)
-    content = documented[str(response.status_code)].get("content")
-    if content and response.content:
-        schema = {**content["application/json"]["schema"], "components": OPENAPI["components"]}
-        jsonschema.validate(response.json(), schema)
 
 
 def test_the_openapi_document_describes_every_route(hermes: Any, client: HermesClient) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from hermes.metadata.documents import OFFLINE_RETRANSMISSION_TASKS
-from tests.integration.test_management_api import conforms_to_openapi
 from tests.support.hermes import HermesClient, InProcessHermes
+from tests.support.openapi import conforms_to_openapi
 
 pytestmark = pytest.mark.integration
 

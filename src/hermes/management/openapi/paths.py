@@ -149,7 +149,7 @@ PATHS: dict[str, dict[str, Schema]] = {
         ),
     },
     _T: {
-        "get": _op("Get a topic, with the latest schema of an AVRO topic", body=ref("Topic")),
+        "get": _op("Get a topic, with the latest schema of an AVRO topic", body=ref("TopicAsStored")),
         "put": _op("Update the fields sent", body=ref("Topic"), request=ref("TopicPatch")),
         "delete": _op("Delete a topic without subscriptions", errors=_DELETE_ERRORS),
     },
@@ -169,7 +169,7 @@ PATHS: dict[str, dict[str, Schema]] = {
         "post": _op("Create a subscription", 201, ref("Subscription"), ref("Subscription")),
     },
     _S: {
-        "get": _op("Get a subscription", body=ref("Subscription")),
+        "get": _op("Get a subscription", body=ref("SubscriptionAsStored")),
         "put": _op("Update the fields sent", body=ref("Subscription"), request=ref("SubscriptionPatch")),
         "delete": _op("Delete a subscription"),
     },

@@ -226,7 +226,16 @@ def patch(schema: Schema) -> Schema:
 
 
 ENTITIES: dict[str, Schema] = {
-    "Error": obj({"message": STR, "code": STR}),
+    "Error": obj(
+        {
+            "message": STR,
+            "code": {
+                **STR,
+                "description": "what went wrong, e.g. VALIDATION_ERROR; STORED_ENTITY_INVALID: the topic or "
+                "subscription as stored fails today's validation (its GET shows why in invalid): correct it with a PUT",
+            },
+        }
+    ),
     "Group": obj({"groupName": GROUP_NAME}),
     "Topic": obj(
         {
