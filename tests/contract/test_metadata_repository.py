@@ -421,6 +421,36 @@ def test_a_rotated_key_reseals_and_the_old_one_can_go(open_repository: Factory, 
     assert open_repository().reseal_secrets() == 0
 
 
+def test_reseal_skips_a_stored_body_that_is_no_json_object_and_names_it(
+    repo: MetadataRepository, caplog: pytest.LogCaptureFixture
+) -> None:
+    subscription, provider = _with_secrets(repo)
+    _write_raw(  # in plain text: to be sealed
+        repo,
+        orjson.dumps(api_json.subscription_to_json(subscription, mask_secrets=False)),
+        orjson.dumps(api_json.oauth_provider_to_json(provider, mask_secrets=False)),
+    )
+    repo.create_subscription(_subscription("broken"))
+    _store_by_hand(repo, b"{not json", "broken")
+    repo.create_oauth_provider(OAuthProvider("listed", "http://auth/token", "client", CLIENT_SECRET))
+    if isinstance(repo, SqliteMetadataRepository):
+        db = sqlite3.connect(repo._path)
+        with contextlib.closing(db), db:
+            db.execute("UPDATE oauth_providers SET body = ? WHERE name = 'listed'", (b"[1, 2]",))
+    else:
+        assert isinstance(repo, ZookeeperMetadataRepository)
+        repo._client.set(repo._provider_path("listed"), b"[1, 2]")
+    caplog.set_level("WARNING", logger="hermes.metadata.secrets")
+    assert repo.reseal_secrets() == 2
+    raw = _raw(repo)
+    assert b"{not json" in raw and b"[1, 2]" in raw
+    assert not [secret for secret in SECRETS if secret.encode() in b"".join(raw)]
+    warned = [record.getMessage() for record in caplog.records]
+    assert [m for m in warned if f"subscription {TOPIC.qualified}$broken" in m and "no JSON object" in m]
+    assert [m for m in warned if "OAuth provider listed" in m and "no JSON object" in m]
+    assert repo.get_subscription(TOPIC, "s1") == subscription and repo.get_oauth_provider("auth") == provider
+
+
 def test_a_process_without_the_key_is_told_what_to_do(open_repository: Factory, tmp_path: Path) -> None:
     _with_secrets(open_repository())
     key_file(tmp_path).write_bytes(Fernet.generate_key() + b"\n")  # another machine's key

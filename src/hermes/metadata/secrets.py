@@ -8,6 +8,7 @@ versions still load, and are sealed by the next ``reseal`` (management runs one 
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
+import orjson
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from hermes.errors import MetadataUnavailable, UsageError
@@ -25,6 +27,7 @@ SEALED = "hermes-sealed:"  # before a Fernet token: the rest of the value is enc
 _RECHECK = 1.0  # seconds between looks at the key file's modification time
 
 Json = dict[str, Any]
+log = logging.getLogger(__name__)
 
 
 def key_file(data_dir: Path) -> Path:
@@ -181,12 +184,18 @@ class StoredSecrets:
     def unseal_provider(self, data: Json) -> Json:
         return {**data, "clientSecret": self.unseal(data["clientSecret"])}
 
-    def reseal_subscription(self, data: Json) -> Json | None:
-        """The JSON sealed with the current key; None when it already is."""
-        return self._reseal(data, self.unseal_subscription, self.seal_subscription, _subscription_secrets(data))
+    def reseal_subscription(self, what: str, body: bytes) -> bytes | None:
+        """The stored ``body`` sealed with the current key; None when it already is, or when it is no JSON object
+        (warned of, naming ``what``): no process can read a secret of it, so there is none to seal."""
+        if (data := _stored_object(what, body)) is None:
+            return None
+        secrets = _subscription_secrets(data)
+        return _dumped(self._reseal(data, self.unseal_subscription, self.seal_subscription, secrets))
 
-    def reseal_provider(self, data: Json) -> Json | None:
-        return self._reseal(data, self.unseal_provider, self.seal_provider, [data["clientSecret"]])
+    def reseal_provider(self, what: str, body: bytes) -> bytes | None:
+        if (data := _stored_object(what, body)) is None:
+            return None
+        return _dumped(self._reseal(data, self.unseal_provider, self.seal_provider, [data["clientSecret"]]))
 
     def _reseal(
         self, data: Json, unseal: Callable[[Json], Json], seal: Callable[[Json], Json], values: list[str]
@@ -194,6 +203,21 @@ class StoredSecrets:
         if all(self.sealed_with_current_key(value) for value in values):
             return None
         return seal(unseal(data))
+
+
+def _stored_object(what: str, body: bytes) -> Json | None:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        data = None
+    if isinstance(data, dict):
+        return data
+    log.warning("%s as stored is no JSON object: its secrets are not resealed; correct it or delete it", what)
+    return None
+
+
+def _dumped(data: Json | None) -> bytes | None:
+    return None if data is None else orjson.dumps(data)
 
 
 def _missing(keys: SecretKeys) -> NoReturn:

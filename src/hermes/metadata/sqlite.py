@@ -359,17 +359,14 @@ class SqliteMetadataRepository(MetadataRepository):
         with self._tx() as db:
             resealed = 0
             for topic, name, body in db.execute("SELECT topic, name, body FROM subscriptions").fetchall():
-                sealed = self._secrets.reseal_subscription(orjson.loads(body))
+                sealed = self._secrets.reseal_subscription(f"subscription {topic}${name}", body)
                 if sealed is not None:
-                    db.execute(
-                        "UPDATE subscriptions SET body = ? WHERE topic = ? AND name = ?",
-                        (orjson.dumps(sealed), topic, name),
-                    )
+                    db.execute("UPDATE subscriptions SET body = ? WHERE topic = ? AND name = ?", (sealed, topic, name))
                     resealed += 1
             for name, body in db.execute("SELECT name, body FROM oauth_providers").fetchall():
-                sealed = self._secrets.reseal_provider(orjson.loads(body))
+                sealed = self._secrets.reseal_provider(f"OAuth provider {name}", body)
                 if sealed is not None:
-                    db.execute("UPDATE oauth_providers SET body = ? WHERE name = ?", (orjson.dumps(sealed), name))
+                    db.execute("UPDATE oauth_providers SET body = ? WHERE name = ?", (sealed, name))
                     resealed += 1
         return resealed
 

@@ -371,22 +371,22 @@ class ZookeeperMetadataRepository(MetadataRepository):
     @reaching_zookeeper
     def reseal_secrets(self) -> int:
         paths = [
-            (self._subscription_path(topic, name), self._secrets.reseal_subscription)
+            (self._subscription_path(topic, name), f"subscription {topic}${name}", self._secrets.reseal_subscription)
             for topic in self._topic_names()  # also the subscriptions of a topic that fails validation
             for name in self._children(self._topic_path(topic))
         ]
         paths += [
-            (self._provider_path(name), self._secrets.reseal_provider)
+            (self._provider_path(name), f"OAuth provider {name}", self._secrets.reseal_provider)
             for name in self._children(self._path("oauth-providers"))
         ]
         resealed = 0
-        for path, reseal in paths:
+        for path, what, reseal in paths:
             while True:
                 try:
-                    data, version = self._read_json(path)
-                    sealed = reseal(data)
+                    body, stat = self._client.get(path)
+                    sealed = reseal(what, body)
                     if sealed is not None:
-                        self._client.set(path, orjson.dumps(sealed), version=version)
+                        self._client.set(path, sealed, version=stat.version)
                         resealed += 1
                 except NoNodeError:
                     pass  # deleted meanwhile
