@@ -59,8 +59,8 @@ _REPORTS_PER_TURN = 50
 _FREEZE_AFTER = 5.0
 # Objects allocated (less those freed) between young collections; Python's 700 made one every 7 ms at a thousand
 # subscriptions x 2 msg/s, so whatever a delivery kept for a few milliseconds survived two of them into the old
-# generation, and its growth set off a full collection every second (a fifth of the process's CPU, measured in
-# docs/benchmarks.md, "Consumers: the collector at a thousand subscriptions"). Ten times that: a tenth as many.
+# generation, and its growth set off a full collection every second (a fifth of the process's CPU: docs/benchmarks.md,
+# "The collector and the snapshots at a thousand subscriptions"). Ten times that: a tenth as many.
 _YOUNG_COLLECTION_EVERY = 7_000
 
 
