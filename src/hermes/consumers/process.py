@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from typing import Any
 
 from hermes.consumers.batch import BatchConsumer
@@ -60,8 +59,6 @@ class ConsumerProcess:
         self._retransmissions = RetransmissionRequests(context.repository, subscription.topic_name.qualified, self.name)
         self._suspending: asyncio.Task[None] | None = None  # the breaker's suspendAfter, under way
         self.redrives = Redrives(self.delivery, self.consumer.redeliver)
-        self._reported: dict[str, object] = {}  # the figures of the last snapshot written, and when
-        self._reported_at = 0.0
 
     @property
     def name(self) -> str:
@@ -132,13 +129,9 @@ class ConsumerProcess:
         self.delivery.failures.flush()
         self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value, self.receiver.lag)
         self._report_breaker()
-        snapshot = self.metrics.snapshot()
-        figures = {k: v for k, v in snapshot.items() if k != "updatedAt"}
-        now = time.monotonic()
-        if changed_only and figures == self._reported and now - self._reported_at < _UNCHANGED_REPORT_INTERVAL:
+        if changed_only and self.metrics.unchanged(_UNCHANGED_REPORT_INTERVAL):
             return None
-        self._reported, self._reported_at = figures, now
-        return snapshot
+        return self.metrics.snapshot()
 
     def _report_breaker(self) -> None:
         breaker = self.delivery.breaker

@@ -62,6 +62,14 @@ _COUNTERS = {
 # attempt a second, then a minute, and must not look healthy in the seconds between its attempts.
 RECENT_ATTEMPTS = 100
 RECENT_WINDOW_S = 300.0
+# A snapshot's per-second figure of each counter, and their values in a second with nothing counted
+_RATE_KEYS = {name: f"{name}PerSecond" for name in (*COUNTERS, *PARKING_COUNTERS)}
+_ZERO_RATES = {_RATE_KEYS[name]: 0.0 for name in COUNTERS}
+_MODES = {"NORMAL": 0, "SLOW": 1, "HEARTBEAT": 2}
+
+
+def _rate_key(name: str) -> str:
+    return _RATE_KEYS.get(name) or _RATE_KEYS.setdefault(name, f"{name}PerSecond")
 
 
 @dataclass
@@ -75,10 +83,16 @@ class SubscriptionMetrics:
     lag: int = 0
     breaker: dict[str, Any] | None = None  # the circuit breaker's state, when the subscription has one
     parked_now: int | None = None  # with parked messages only
-    _previous: dict[str, int] = field(default_factory=dict)
+    # Counted since the previous snapshot (its per-second figures), kept as counted rather than by copying the
+    # totals at each snapshot: a thousand subscriptions' snapshots every second were most of what they allocated
+    _interval: dict[str, int] = field(default_factory=dict)
     _previous_at: float = field(default_factory=time.monotonic)
+    _snapshot_at: float = 0.0
+    _snapshot_rates: bool = False  # the last snapshot had a per-second figure above zero
+    _snapshot_gauges: tuple[object, ...] = ()  # and these gauges
     _children: dict[str, Any] = field(default_factory=dict)  # Prometheus children by counter name
-    _recent: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=RECENT_ATTEMPTS))
+    _recent: deque[tuple[float, str]] = field(default_factory=deque)  # the last attempts: when, and their outcome
+    _recent_counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ATTEMPT_OUTCOMES, 0))
 
     @property
     def key(self) -> str:
@@ -95,10 +109,15 @@ class SubscriptionMetrics:
             for name in PARKING_COUNTERS:
                 if name in snapshot:
                     self.totals[name] = int(snapshot[name])
-        self._previous = dict(self.totals)
 
     def count(self, name: str, amount: int = 1) -> None:
+        """Counts in plain numbers; Prometheus has them with the next snapshot (its counters' ``inc``, a lock and
+        a few calls each, was a twentieth of a delivery's CPU)."""
         self.totals[name] = self.totals.get(name, 0) + amount
+        self._interval[name] = self._interval.get(name, 0) + amount
+
+    def _counter(self, name: str) -> Any:
+        """The Prometheus counter of a counted name, for this subscription."""
         child = self._children.get(name)
         if child is None:  # looking a child up by labels costs more than the increment: once per name
             labels = self._labels()
@@ -110,7 +129,7 @@ class SubscriptionMetrics:
             else:
                 child = _RESPONSES.labels(**labels, outcome=name)
             self._children[name] = child
-        child.inc(amount)
+        return child
 
     def response(self, status: int | None, timed_out: bool) -> None:
         if timed_out:
@@ -126,10 +145,21 @@ class SubscriptionMetrics:
         else:
             outcome = "otherErrors"
         self.count(outcome)
-        self._recent.append((time.monotonic(), outcome))
+        recent = self._recent
+        recent.append((time.monotonic(), outcome))
+        self._recent_counts[outcome] += 1
+        if len(recent) > RECENT_ATTEMPTS:
+            self._recent_counts[recent.popleft()[1]] -= 1
+
+    def _expire(self, now: float) -> bool:
+        """Forgets the recent attempts older than the window: whether there were some."""
+        recent, expired = self._recent, False
+        while recent and now - recent[0][0] > RECENT_WINDOW_S:
+            self._recent_counts[recent.popleft()[1]] -= 1
+            expired = True
+        return expired
 
     def gauges(self, inflight: int, rate: float, mode: str, lag: int) -> None:
-        self.inflight, self.rate, self.mode, self.lag = inflight, rate, mode, lag
         gauges = self._children.get("gauges")
         if gauges is None:  # looked up once: every subscription sets them every second
             labels = self._labels()
@@ -139,9 +169,12 @@ class SubscriptionMetrics:
                 _MODE.labels(**labels),
                 _LAG.labels(**labels),
             )
+        elif (inflight, rate, mode, lag) == (self.inflight, self.rate, self.mode, self.lag):
+            return  # an idle subscription's: each gauge's set takes a lock
+        self.inflight, self.rate, self.mode, self.lag = inflight, rate, mode, lag
         gauges[0].set(inflight)
         gauges[1].set(rate)
-        gauges[2].set({"NORMAL": 0, "SLOW": 1, "HEARTBEAT": 2}.get(mode, 0))
+        gauges[2].set(_MODES.get(mode, 0))
         gauges[3].set(lag)
 
     def circuit_breaker(self, state: str, opened: int, since: int, reason: str) -> None:
@@ -161,30 +194,54 @@ class SubscriptionMetrics:
         self.parked_now = now
         _PARKED_NOW.labels(**self._labels()).set(now)
 
-    def snapshot(self) -> dict[str, Any]:
-        """Totals, gauges and per-second rates since the previous snapshot."""
+    def _gauges(self) -> tuple[object, ...]:
+        return self.inflight, self.rate, self.mode, self.lag, self.breaker, self.parked_now
+
+    def unchanged(self, within: float) -> bool:
+        """Whether a snapshot now would say what the last one said, and that one is less than ``within`` seconds
+        old: then none need be taken (an idle subscription's), and the next one's per-second figures count from
+        now, as if this one had been taken. Checked without building a snapshot."""
         now = time.monotonic()
+        if (
+            self._interval
+            or self._snapshot_rates
+            or self._expire(now)
+            or now - self._snapshot_at >= within
+            or self._gauges() != self._snapshot_gauges
+        ):
+            return False
+        self._previous_at = now
+        return True
+
+    def snapshot(self) -> dict[str, Any]:
+        """Totals, gauges and per-second rates since the previous snapshot; what was counted since then goes to
+        Prometheus too, so that its counters say what the snapshots say."""
+        now = time.monotonic()
+        self._expire(now)
         elapsed = max(now - self._previous_at, 1e-6)
-        per_second = {
-            f"{k}PerSecond": round((v - self._previous.get(k, 0)) / elapsed, 3) for k, v in self.totals.items()
-        }
-        self._previous, self._previous_at = dict(self.totals), now
-        recent = dict.fromkeys(ATTEMPT_OUTCOMES, 0)
-        for at, outcome in self._recent:
-            if now - at <= RECENT_WINDOW_S:
-                recent[outcome] += 1
-        return {
-            **self.totals,
-            **per_second,
-            "recentAttempts": recent,
-            "inflight": self.inflight,
-            "rate": self.rate,
-            "rateMode": self.mode,
-            "lag": self.lag,
-            **({"circuitBreaker": self.breaker} if self.breaker is not None else {}),
-            **({} if self.parked_now is None else {"parkedNow": self.parked_now}),
-            "updatedAt": int(time.time() * 1000),
-        }
+        totals, interval = self.totals, self._interval
+        snapshot: dict[str, Any] = totals | _ZERO_RATES
+        if len(totals) != len(COUNTERS):  # parking's counters, once counted
+            for name in totals:
+                snapshot.setdefault(_rate_key(name), 0.0)
+        for name, amount in interval.items():
+            snapshot[_rate_key(name)] = round(amount / elapsed, 3)
+            self._counter(name).inc(amount)
+        self._snapshot_rates = bool(interval)
+        interval.clear()
+        self._previous_at = self._snapshot_at = now
+        self._snapshot_gauges = self._gauges()
+        snapshot["recentAttempts"] = dict(self._recent_counts)
+        snapshot["inflight"] = self.inflight
+        snapshot["rate"] = self.rate
+        snapshot["rateMode"] = self.mode
+        snapshot["lag"] = self.lag
+        if self.breaker is not None:
+            snapshot["circuitBreaker"] = self.breaker
+        if self.parked_now is not None:
+            snapshot["parkedNow"] = self.parked_now
+        snapshot["updatedAt"] = int(time.time() * 1000)
+        return snapshot
 
 
 def count_token_request(topic: str, subscription: str, *, failed: bool) -> None:

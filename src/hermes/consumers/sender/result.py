@@ -45,6 +45,11 @@ class SendResult:
 
     @classmethod
     def of_status(cls, status: int, retry_after: float | None = None, stop_retry: bool = False) -> SendResult:
+        if retry_after is None and not stop_retry and 100 <= status < 600:  # the usual answer: one per status
+            plain = _PLAIN.get(status)
+            if plain is None:
+                plain = _PLAIN[status] = cls(status=status)
+            return plain
         return cls(status=status, retry_after=retry_after, stop_retry=stop_retry)
 
     @classmethod
@@ -69,6 +74,11 @@ class SendResult:
         if self.status is not None:
             return f"Message sending failed with status code:{self.status}"
         return f"Message sending failed: {self.error}"
+
+
+# The result of each plain status (without Retry-After or the stop-retry header), made once: a frozen dataclass's
+# construction was 2 % of a delivery's CPU
+_PLAIN: dict[int, SendResult] = {}
 
 
 def network_failure(exc: Exception, url: str) -> str:
