@@ -304,10 +304,19 @@ def test_the_log_of_a_hermes_process_holds_no_secret(kafka: EmbeddedBroker, tmp_
         fixed = {"clientSecret": CLIENT_SECRET}
         assert client.management.put(f"/oauth/providers/{provider}", json=fixed).status_code == 200
         wait_until(lambda: len(server.delivered()) == 1, timeout=30)
-        prometheus = client.management.get("/status/prometheus").text
         labels = f'subscription="{name}",topic="{topic}"'
-        assert f"hermes_consumers_oauth_token_requests_total{{{labels}}} 2.0" in prometheus
-        assert f"hermes_consumers_oauth_token_failures_total{{{labels}}} 1.0" in prometheus
+        counted = [
+            f"hermes_consumers_oauth_token_requests_total{{{labels}}} 2.0",
+            f"hermes_consumers_oauth_token_failures_total{{{labels}}} 1.0",
+        ]
+        prometheus = ""
+
+        def scraped() -> bool:  # the consumers report their figures every metrics interval, not at each delivery
+            nonlocal prometheus
+            prometheus = client.management.get("/status/prometheus").text
+            return all(line in prometheus for line in counted)
+
+        wait_until(scraped, timeout=30)
     finally:
         client.close()
         process.stop()
