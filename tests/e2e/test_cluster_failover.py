@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -40,11 +41,10 @@ def cluster(tmp_path: Path, kafka: EmbeddedBroker, zookeeper: ZookeeperServer) -
 def test_killing_nodes_coordinator_frontend_and_management_under_load_loses_nothing(
     cluster: Cluster, subscriber: SubscriberServer
 ) -> None:
-    m1, m2 = cluster.start("m1", "management"), cluster.start("m2", "management")
-    f1 = cluster.start("f1", "frontend")
-    cluster.start("f2", "frontend")
-    for node in ("n1", "n2", "n3"):
-        cluster.start(node, "consumers")
+    starts = {"m1": "management", "m2": "management", "f1": "frontend", "f2": "frontend"}
+    starts |= {node: "consumers" for node in ("n1", "n2", "n3")}
+    with ThreadPoolExecutor(len(starts)) as pool:  # side by side: each start waits for its process to answer
+        m1, m2, f1, *_ = pool.map(lambda item: cluster.start(*item), starts.items())
     client = HermesClient(m1.management_url, f1.frontend_url)
     try:
         with httpx.Client(base_url=m2.management_url, timeout=30) as other:
