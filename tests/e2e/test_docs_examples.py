@@ -126,6 +126,7 @@ def background() -> Iterator[list[subprocess.Popen[bytes]]]:
     for shell in shells:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(shell.pid, signal.SIGTERM)
+        shell.wait(30)  # reaped: a shell left running failed a later module's test with its ResourceWarning
 
 
 def test_the_documents_have_examples() -> None:
@@ -145,7 +146,7 @@ def test_example_runs(
     with open(log, "wb") as output:  # a file, not a pipe: a background job keeps a pipe open after the shell ends
         shell = subprocess.Popen(argv, cwd=tmp_path, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
     background.append(shell)
-    shell.wait(timeout=60)
+    shell.wait(timeout=180)  # the Spark examples start a JVM: over 60 s on a loaded machine
     text = log.read_text(errors="replace")
     assert shell.returncode == 0, f"{example.name} failed:\n{text}"
     for status in _EXPECTED_STATUS.findall(example.code):

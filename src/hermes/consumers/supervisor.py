@@ -176,6 +176,9 @@ class ConsumersSupervisor:
                 await asyncio.to_thread(self._context.dead_letters.close)
         if self._session is not None:
             await self._session.close()
+        # What _freeze froze, this supervisor and its Kafka clients among it, is collectable again: frozen, a
+        # stopped supervisor's cycles were never collected, nor their clients' threads and pipes (64 a stop).
+        gc.unfreeze()
 
     async def _report(self) -> None:
         """Every metrics interval, the snapshots of the subscriptions whose figures changed, in one write."""
