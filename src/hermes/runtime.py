@@ -320,9 +320,6 @@ class Hermes:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
-        # What start-up and the consumers froze (gc.freeze) is never collected: the stopped roles' cycles would keep
-        # their Kafka clients, each with its threads and pipes, for as long as the process lives
-        gc.unfreeze()
 
 
 async def serve(settings: Settings, roles: frozenset[Role], worker: bool = False) -> None:
