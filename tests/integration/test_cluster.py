@@ -97,7 +97,9 @@ def test_nodes_register_share_subscriptions_and_replace_the_dead(
 
     delivered(10)
 
-    def serving() -> list[str]:  # from the nodes' metric snapshots, written every second
+    # from the nodes' metric snapshots, written every second; a node that stopped its consumer (the evening out
+    # moves a slot of s1 as the subscriptions are created) marks its last one, and is named no more
+    def serving() -> list[str]:
         return sorted(management.get(f"/topics/{topic}/subscriptions/s1/metrics").json()["nodes"])
 
     wait_until(lambda: serving() == sorted(assigned(management)[f"{topic}$s1"]), timeout=30)
