@@ -3,18 +3,23 @@ session timeouts and intervals, and readers of what management's /consumers/node
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
 from typing import Any
 
 import httpx
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
 
 from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.metadata.secrets import KEYS_VARIABLE, new_key
+from hermes.metadata.zookeeper_session import ZookeeperSession
 from tests.support.hermes import HermesProcess
 from tests.support.kafka_cluster import KafkaCluster, ZookeeperEnsemble
+from tests.support.waiting import wait_until
 
 SESSION_TIMEOUT = 2.0  # a dead member leaves the cluster this long after its last heartbeat
 REPORT_INTERVAL = 0.5
@@ -133,3 +138,21 @@ class OutageZookeeper(ZookeeperServer):
             self.resume()
         else:
             self.start()
+
+
+def expire_session(session: ZookeeperSession, expired: tuple[int, bytes], connect: str) -> None:
+    """Waits for ``session`` to have a new ZooKeeper session instead of ``expired``, closing that one from another
+    connection (as ZooKeeper does when a session times out) while its own client still holds it."""
+
+    def renewed() -> bool:
+        current = session.client.client_id
+        if current is None or current[0] != expired[0]:
+            return current is not None  # None: expired, the new session not there yet
+        other = KazooClient(hosts=connect, client_id=expired, timeout=2)
+        with contextlib.suppress(KazooTimeoutError):
+            other.start(timeout=10)
+            other.stop()
+        other.close()
+        return False
+
+    wait_until(renewed, timeout=30, interval=0.5)
