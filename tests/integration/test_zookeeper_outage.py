@@ -19,7 +19,7 @@ import pytest
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.runtime import Role
-from tests.support.cluster import Cluster, OutageZookeeper, assigned, coordinator, expire_session
+from tests.support.cluster import Cluster, OutageZookeeper, assigned, coordinator, expire_session, nodes
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings, unique
 from tests.support.subscriber import SubscriberServer
 from tests.support.waiting import wait_until
@@ -143,9 +143,7 @@ def test_a_session_expired_in_an_outage_gives_503s_never_500s_and_notifications_
 
 
 def members(api: HermesClient) -> set[str]:
-    response = api.management.get("/consumers/nodes")
-    assert response.status_code == 200, response.text
-    return {member["nodeId"] for member in response.json()}
+    return set(nodes(api.management))
 
 
 def publish(api: HermesClient, topic: str, subscriber: SubscriberServer) -> int:
