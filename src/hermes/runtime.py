@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import gc
 import logging
 import os
@@ -331,6 +332,8 @@ async def serve(settings: Settings, roles: frozenset[Role], worker: bool = False
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # kill -USR1 writes every thread's stack to standard error: where a process that does not stop is stuck
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     if worker:
 
         def master_gone() -> None:

@@ -20,7 +20,7 @@ from hermes.cluster.discovery import FrontendDiscovery
 from hermes.cluster.registry import CONSUMERS, ClusterStore
 from hermes.domain.message import RETRY_COUNT_HEADER
 from hermes.runtime import Role
-from tests.support.cluster import FAILOVER_BOUND, Cluster, assigned, coordinator, nodes
+from tests.support.cluster import FAILOVER_BOUND, Cluster, assigned, coordinator, expire_session, nodes
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings, unique
 from tests.support.subscriber import Received, Reply, SubscriberServer
 from tests.support.waiting import wait_until
@@ -97,7 +97,9 @@ def test_nodes_register_share_subscriptions_and_replace_the_dead(
 
     delivered(10)
 
-    def serving() -> list[str]:  # from the nodes' metric snapshots, written every second
+    # from the nodes' metric snapshots, written every second; a node that stopped its consumer (the evening out
+    # moves a slot of s1 as the subscriptions are created) marks its last one, and is named no more
+    def serving() -> list[str]:
         return sorted(management.get(f"/topics/{topic}/subscriptions/s1/metrics").json()["nodes"])
 
     wait_until(lambda: serving() == sorted(assigned(management)[f"{topic}$s1"]), timeout=30)
@@ -185,6 +187,16 @@ def test_the_coordinator_moves_by_the_loads_its_members_report(
         assert second.moves == {light: ("busy", "warm")}  # the loads as reported now
         # seen through the watch: the first move's notification may come later than the second's, by a little
         assert again - started >= settings.move_interval - 0.2
+
+        # its session expires, and the members' znodes (this store's) and its election znode with it: it leads
+        # again in the new session (none other would) and takes nothing from anybody while nobody is registered
+        before, _ = store.read_assignment()
+        expired = store.client.client_id
+        assert expired is not None and store.election("").contenders() == ["c"]
+        expire_session(store.session, expired, cluster.zookeeper.connect)
+        wait_until(lambda: store.election("").contenders() == ["c"] and coordinator.leading, timeout=10)
+        time.sleep(10 * settings.interval)  # rounds in the new session, with no member
+        assert store.read_assignment()[0] == before
     finally:
         coordinator.stop()
         store.close()

@@ -48,6 +48,21 @@ def test_metrics_count_real_deliveries(client: HermesClient) -> None:
         subscriber.stop()
 
 
+def test_the_metrics_stop_naming_a_node_as_soon_as_it_stops_the_consumer(
+    client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    """A stopped consumer's last snapshot is 30 s fresh: without its stopped mark, the node stayed listed that long."""
+    topic = client.create_topic()
+    name = client.create_subscription(topic, f"{subscriber.url}{topic}")
+    message_id = client.publish(topic, '{"n": 1}').headers["Hermes-Message-Id"]
+    wait_until(lambda: message_id in {r.message_id for r in subscriber.received}, 20)
+    wait_until(lambda: _metrics(client, topic, name)["delivered"] == 1, 10)
+    assert len(_metrics(client, topic, name)["nodes"]) == 1
+    client.set_state(topic, name, "SUSPENDED")
+    wait_until(lambda: _metrics(client, topic, name)["nodes"] == [], 10)
+    assert _metrics(client, topic, name)["delivered"] == 1  # its totals count on
+
+
 def test_last_undelivered_message(client: HermesClient) -> None:
     subscriber = SubscriberServer(lambda n, _r: Reply(503)).start()
     try:

@@ -7,7 +7,6 @@ within a second or two of ZooKeeper, and processes stop on SIGTERM within second
 
 from __future__ import annotations
 
-import contextlib
 import signal
 import time
 from collections.abc import Iterator
@@ -16,14 +15,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kazoo.client import KazooClient
-from kazoo.handlers.threading import KazooTimeoutError
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.embedded import EmbeddedBroker
-from hermes.metadata.zookeeper_session import ZookeeperSession
 from hermes.runtime import Role
-from tests.support.cluster import Cluster, OutageZookeeper, assigned
+from tests.support.cluster import Cluster, OutageZookeeper, assigned, coordinator, expire_session, nodes
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings, unique
 from tests.support.subscriber import SubscriberServer
 from tests.support.waiting import wait_until
@@ -118,24 +114,6 @@ def test_management_answers_503_at_once_while_zookeeper_is_down_and_reads_say_ho
     assert fresh.status_code == 200 and "Hermes-Metadata-Age" not in fresh.headers
 
 
-def expire_session(session: ZookeeperSession, expired: tuple[int, bytes], connect: str) -> None:
-    """Waits for ``session`` to have a new ZooKeeper session instead of ``expired``, closing that one from another
-    connection (as ZooKeeper does when a session times out) while its own client still holds it."""
-
-    def renewed() -> bool:
-        current = session.client.client_id
-        if current is None or current[0] != expired[0]:
-            return current is not None  # None: expired, the new session not there yet
-        other = KazooClient(hosts=connect, client_id=expired, timeout=2)
-        with contextlib.suppress(KazooTimeoutError):
-            other.start(timeout=10)
-            other.stop()
-        other.close()
-        return False
-
-    wait_until(renewed, timeout=30, interval=0.5)
-
-
 def test_a_session_expired_in_an_outage_gives_503s_never_500s_and_notifications_flow_again(
     front: InProcessHermes, api: HermesClient, zookeeper: OutageZookeeper
 ) -> None:
@@ -165,9 +143,7 @@ def test_a_session_expired_in_an_outage_gives_503s_never_500s_and_notifications_
 
 
 def members(api: HermesClient) -> set[str]:
-    response = api.management.get("/consumers/nodes")
-    assert response.status_code == 200, response.text
-    return {member["nodeId"] for member in response.json()}
+    return set(nodes(api.management))
 
 
 def publish(api: HermesClient, topic: str, subscriber: SubscriberServer) -> int:
@@ -197,13 +173,19 @@ def test_a_node_registers_anew_after_its_session_expired_and_sigterm_ends_it_wit
     wait_until(lambda: assigned(api.management).get(f"{topic}${name}") == [node], timeout=60)
     delivered = publish(api, topic, subscriber)
 
-    # the node's session expires (paused past the session timeout): it registers anew and delivers on
+    # the node's session expires (paused past the session timeout): it registers anew, coordinates again (its
+    # election znode went with the old session) and delivers on
     member = cluster.processes[node].process
     assert member is not None
     member.send_signal(signal.SIGSTOP)
     wait_until(lambda: node not in members(api), timeout=30)
     member.send_signal(signal.SIGCONT)
-    wait_until(lambda: node in members(api) and assigned(api.management).get(f"{topic}${name}") == [node], timeout=30)
+
+    def back() -> bool:
+        listed = node in members(api) and assigned(api.management).get(f"{topic}${name}") == [node]
+        return listed and coordinator(api.management) == node
+
+    wait_until(back, timeout=30)
     delivered += publish(api, topic, subscriber)
 
     zookeeper.pause()

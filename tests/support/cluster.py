@@ -3,18 +3,24 @@ session timeouts and intervals, and readers of what management's /consumers/node
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
 
 from hermes.bench.zookeeper import ZookeeperServer
 from hermes.broker.embedded import EmbeddedBroker
 from hermes.metadata.secrets import KEYS_VARIABLE, new_key
+from hermes.metadata.zookeeper_session import ZookeeperSession
 from tests.support.hermes import HermesProcess
 from tests.support.kafka_cluster import KafkaCluster, ZookeeperEnsemble
+from tests.support.waiting import wait_until
 
 SESSION_TIMEOUT = 2.0  # a dead member leaves the cluster this long after its last heartbeat
 REPORT_INTERVAL = 0.5
@@ -90,7 +96,11 @@ class Cluster:
 
 
 def nodes(management: httpx.Client) -> dict[str, dict[str, Any]]:
-    response = management.get("/consumers/nodes")
+    """``GET /consumers/nodes``, asked again for 10 s at most while it answers 503: with the tests' 2 s sessions, a
+    process that stalls 1.3 s on a loaded machine loses ZooKeeper for a moment, and answers 503 meanwhile."""
+    deadline = time.monotonic() + 10
+    while (response := management.get("/consumers/nodes")).status_code == 503 and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert response.status_code == 200, response.text
     return {node["nodeId"]: node for node in response.json()}
 
@@ -133,3 +143,21 @@ class OutageZookeeper(ZookeeperServer):
             self.resume()
         else:
             self.start()
+
+
+def expire_session(session: ZookeeperSession, expired: tuple[int, bytes], connect: str) -> None:
+    """Waits for ``session`` to have a new ZooKeeper session instead of ``expired``, closing that one from another
+    connection (as ZooKeeper does when a session times out) while its own client still holds it."""
+
+    def renewed() -> bool:
+        current = session.client.client_id
+        if current is None or current[0] != expired[0]:
+            return current is not None  # None: expired, the new session not there yet
+        other = KazooClient(hosts=connect, client_id=expired, timeout=2)
+        with contextlib.suppress(KazooTimeoutError):
+            other.start(timeout=10)
+            other.stop()
+        other.close()
+        return False
+
+    wait_until(renewed, timeout=30, interval=0.5)

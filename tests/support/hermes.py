@@ -194,10 +194,17 @@ class HermesProcess:
         return self.process.wait(timeout)
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        """Its exit code; one that does not exit in time fails with its log and where its threads are (SIGUSR1)."""
         assert self.process is not None
         if self.process.poll() is None:
             self.process.send_signal(sig)
-        return self.process.wait(timeout)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+            stacks = self.log()[-20_000:]
+            raise AssertionError(f"hermes did not exit within {timeout} s of signal {sig}:\n{stacks}") from None
 
 
 class HermesClient:

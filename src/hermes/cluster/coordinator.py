@@ -98,8 +98,10 @@ class Coordinator:
         self._last_move = time.monotonic()  # no move by load before the loads were seen for a while
         self._constraints_stale = True
         self._store.watch_members(CONSUMERS, self._wake_up)
+        # its election znode lives as long as this session: once the session expired, another node may lead
+        session = self._store.client.client_id
         try:
-            while not self._stop.is_set() and self._store.client.state == KazooState.CONNECTED:
+            while not self._stop.is_set() and self._in_session(session):
                 try:
                     self._round()
                 except Exception:
@@ -110,6 +112,11 @@ class Coordinator:
             self.leading = False
             log.info("this node (%s) is no longer the coordinator", self._node_id)
 
+    def _in_session(self, session: object) -> bool:
+        client = self._store.client
+        same: bool = client.state == KazooState.CONNECTED and client.client_id == session
+        return same
+
     async def _on_subscription_change(self, topic: TopicName, name: str, subscription: Subscription | None) -> None:
         self._wake.set()
 
@@ -119,6 +126,8 @@ class Coordinator:
 
     def _round(self) -> None:
         members = self._store.members(CONSUMERS)
+        if not members:  # its own node's session expired a moment ago: it would take every subscription from it
+            return
         loads = {node: float(doc.get("load", {}).get("cpu", 0.0)) for node, doc in members.items()}
         # PENDING ones too: a consumer starting one makes it ACTIVE
         active = [s for s in list(self._cache.subscriptions.values()) if s.runs]

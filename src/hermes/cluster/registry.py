@@ -34,10 +34,9 @@ class ClusterStore:
     def __init__(self, connect: str, root: str, session_timeout: float) -> None:
         self._base = (root.rstrip("/") or "/hermes") + "/cluster"
         self.session_timeout = session_timeout
-        self.session = ZookeeperSession(connect, session_timeout, start_timeout=max(session_timeout, 10.0))
+        paths = (self._path(CONSUMERS), self._path(FRONTENDS))
+        self.session = ZookeeperSession(connect, session_timeout, max(session_timeout, 10.0), paths)
         self.client = self.session.client
-        for part in (CONSUMERS, FRONTENDS):
-            self.client.ensure_path(self._path(part))
 
     def _path(self, *parts: str) -> str:
         return "/".join((self._base, *parts))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -47,3 +48,5 @@ class ConsumerContext:
     offloaded: OffloadedMessages = field(default_factory=OffloadedMessages)
     parking: ParkingLot | None = None  # retry topics (subscriptionPolicy.retryParking)
     dead_letters: DeadLetters | None = None  # for subscriptions with the dead-letter policy on
+    # held while metrics snapshots are written: a stopping consumer's last one lands after any taken before it
+    metrics_writes: asyncio.Lock = field(default_factory=asyncio.Lock)

@@ -41,6 +41,7 @@ from hermes.domain.message import PLACEHOLDER_FORMAT, Message, kafka_headers
 from hermes.domain.subscription import Subscription, is_retry_topic
 from hermes.domain.topic import Ack
 from hermes.errors import BrokerUnavailable, HermesError
+from hermes.tasks import ended
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,9 @@ PARKED_FROM = "hermes-parked-from"
 
 # Parked messages a subscription holds in memory, read and not yet due, before its retry topic is paused
 _HELD_MAX = 2000
+# Seconds a stopping parking group member has for its last commit and its Kafka consumer's close (librdkafka bounds
+# that by about the session timeout, 6 s by default here)
+_CLOSE_BOUND = 10.0
 
 # A parked message's delivery: (the message as it was read, its attempts so far, its messageTtl's start on the
 # monotonic clock). Returns once it is finished: delivered, discarded or parked again.
@@ -438,9 +442,15 @@ class ParkingGroupReader:
         self._thread.start()
 
     async def stop(self) -> None:
+        """As a receiver closes (``MessageReceiver.close``): a Kafka consumer that does not leave is left behind."""
         self._stopping.set()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+        if (stuck := await ended(self._thread, _CLOSE_BOUND)) is not None:
+            log.warning(
+                "the parking consumer of %s did not leave its group within %.0f s; left behind at:\n%s",
+                self._parked.topic,
+                _CLOSE_BOUND,
+                stuck,
+            )
 
     def _run(self) -> None:
         parked = self._parked

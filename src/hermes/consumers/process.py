@@ -167,8 +167,11 @@ class ConsumerProcess:
             self._context.events.publish(subscription, SubscriptionState.SUSPENDED.value, breaker.state.value, reason)
 
     async def _publish_metrics(self) -> None:
+        """The last snapshot, marked ``stopped``: its totals count on, but this node no longer serves it."""
         snapshot = self.report()
         assert snapshot is not None
-        await asyncio.to_thread(
-            self._context.repository.put_document, SUBSCRIPTION_METRICS, self.snapshot_key, snapshot
-        )
+        snapshot["stopped"] = True
+        async with self._context.metrics_writes:
+            await asyncio.to_thread(
+                self._context.repository.put_document, SUBSCRIPTION_METRICS, self.snapshot_key, snapshot
+            )

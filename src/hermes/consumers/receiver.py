@@ -31,6 +31,7 @@ from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.offsets import OffsetTracker, Partition
 from hermes.consumers.retransmission import Retransmission
 from hermes.domain.message import Message
+from hermes.tasks import ended
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ _PAUSE_AFTER = 10.0
 # Seconds a revocation waits for the deliveries under way in the revoked partitions (the whole group's rebalance
 # waits with it; a delivery still unfinished then is sent again by the next member).
 _HANDOVER_WAIT = 3.0
+# Seconds a closing receiver's thread has, besides the group's session timeout, for its last commit (tried for
+# _HANDOVER_WAIT) and its Kafka consumer's close (which librdkafka bounds by about the session timeout)
+_CLOSE_BOUND = _HANDOVER_WAIT + 2.0
 
 
 @dataclass(frozen=True)
@@ -293,11 +297,20 @@ class MessageReceiver(Receiver):
         self._thread.start()
 
     async def close(self) -> None:
-        """Commits what is finished and leaves the group."""
+        """Commits what is finished and leaves the group. A Kafka consumer whose close does not return (librdkafka
+        has had such bugs around cooperative rebalances, e.g. its issues 4527 and 4884) is left behind after
+        ``_CLOSE_BOUND`` plus the session timeout, with a warning saying where: the group gives its partitions to
+        the other members once that session times out, and what it had not committed is delivered again."""
         self.stop_reading()
         self._closing.set()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+        bound = _CLOSE_BOUND + self._context.session_timeout_ms / 1000
+        if (stuck := await ended(self._thread, bound)) is not None:
+            log.warning(
+                "the Kafka consumer of %s did not leave its group within %.0f s; left behind at:\n%s",
+                self._name,
+                bound,
+                stuck,
+            )
 
     # --- the Kafka thread ---
 

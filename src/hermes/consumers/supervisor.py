@@ -187,22 +187,27 @@ class ConsumersSupervisor:
             if self._started_or_stopped is not None and time.monotonic() - self._started_or_stopped > _FREEZE_AFTER:
                 self._started_or_stopped = None
                 _freeze()
-            snapshots = {}
-            for index, consumer in enumerate(list(self._consumers.values())):
-                if index % _REPORTS_PER_TURN == _REPORTS_PER_TURN - 1:
-                    await asyncio.sleep(0)  # deliveries go on between the snapshots of a thousand subscriptions
-                try:
-                    if (snapshot := consumer.report(changed_only=True)) is not None:
-                        snapshots[consumer.snapshot_key] = snapshot
-                except Exception:
-                    log.warning("reporting of %s failed", consumer.name, exc_info=True)
-            if snapshots:
-                try:
-                    await asyncio.to_thread(self._repository.put_documents, SUBSCRIPTION_METRICS, snapshots)
-                except MetadataUnreachable as exc:
-                    log.warning("writing the subscriptions' metrics failed: %s", exc.message)
-                except Exception:
-                    log.warning("writing the subscriptions' metrics failed", exc_info=True)
+            assert self._context is not None
+            async with self._context.metrics_writes:  # a consumer stopping meanwhile writes its last one after
+                await self._write_snapshots()
+
+    async def _write_snapshots(self) -> None:
+        snapshots = {}
+        for index, consumer in enumerate(list(self._consumers.values())):
+            if index % _REPORTS_PER_TURN == _REPORTS_PER_TURN - 1:
+                await asyncio.sleep(0)  # deliveries go on between the snapshots of a thousand subscriptions
+            try:
+                if (snapshot := consumer.report(changed_only=True)) is not None:
+                    snapshots[consumer.snapshot_key] = snapshot
+            except Exception:
+                log.warning("reporting of %s failed", consumer.name, exc_info=True)
+        if snapshots:
+            try:
+                await asyncio.to_thread(self._repository.put_documents, SUBSCRIPTION_METRICS, snapshots)
+            except MetadataUnreachable as exc:
+                log.warning("writing the subscriptions' metrics failed: %s", exc.message)
+            except Exception:
+                log.warning("writing the subscriptions' metrics failed", exc_info=True)
 
     @property
     def consumers(self) -> dict[tuple[str, str], ConsumerProcess]:

@@ -37,7 +37,7 @@ def subscription_metrics(
     """Hermes' metrics: lifetime ``delivered``/``discarded``; per-second ``timeouts``, ``otherErrors`` and
     ``codes*``; plus ``totals`` (lifetime counts of every counter), ``recentAttempts`` (outcomes of each node's
     last attempts, what health is judged on), ``inflight``, ``rate``, ``maxRate``, ``lag`` and ``nodes``, the
-    consumer nodes serving it (those that reported within the last 30 s)."""
+    consumer nodes serving it (those that reported within the last 30 s and have not stopped its consumer since)."""
     prefix = f"{subscription.qualified_name.qualified}/"
     by_node = {
         k.removeprefix(prefix): v
@@ -46,7 +46,11 @@ def subscription_metrics(
     }
     snapshots = list(by_node.values())
     now = int(time.time() * 1000)
-    fresh = [s for s in snapshots if now - int(s.get("updatedAt", 0)) <= _STALE_MS]
+
+    def serving(snapshot: dict[str, Any]) -> bool:  # a consumer that stopped wrote its last snapshot marked so
+        return not snapshot.get("stopped") and now - int(snapshot.get("updatedAt", 0)) <= _STALE_MS
+
+    fresh = [s for s in snapshots if serving(s)]
     totals = {name: sum(int(s.get(name, 0)) for s in snapshots) for name in COUNTERS}
 
     def per_second(name: str) -> float:
@@ -69,11 +73,9 @@ def subscription_metrics(
         "recentAttempts": {
             name: sum(int(s.get("recentAttempts", {}).get(name, 0)) for s in fresh) for name in ATTEMPT_OUTCOMES
         },
-        "nodes": sorted(node for node, s in by_node.items() if now - int(s.get("updatedAt", 0)) <= _STALE_MS),
+        "nodes": sorted(node for node, s in by_node.items() if serving(s)),
         "circuitBreaker": {
-            node: s["circuitBreaker"]
-            for node, s in by_node.items()
-            if "circuitBreaker" in s and now - int(s.get("updatedAt", 0)) <= _STALE_MS
+            node: s["circuitBreaker"] for node, s in by_node.items() if "circuitBreaker" in s and serving(s)
         },
     }
 

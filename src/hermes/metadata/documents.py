@@ -36,7 +36,8 @@ WORKLOAD_CONSTRAINTS = "workload-constraints"
 UNWATCHED = frozenset({SUBSCRIPTION_METRICS, TOPIC_METRICS})
 
 # The subscription-metrics record: a lifetime total of each counter, a ``<counter>PerSecond`` rate of each,
-# ``recentAttempts`` by outcome, and ``inflight``, ``rate``, ``mode``, ``lag``, ``updatedAt``.
+# ``recentAttempts`` by outcome, and ``inflight``, ``rate``, ``mode``, ``lag``, ``updatedAt``; ``stopped`` in the last
+# one of a consumer that stopped (its node no longer serves the subscription).
 # What status rules (by action) and the stop-retry header decided, in messages (hermes.domain.retry_rules)
 RETRY_RULE_COUNTERS = ("ruleRetry", "ruleRetryAfter", "ruleDiscard", "ruleDeadLetter", "retriesStopped")
 # (our extensions: ``deadLettered``, discarded messages written to the subscription's dead-letter topic; ``redriven``,

@@ -75,10 +75,10 @@ class ZookeeperMetadataRepository(MetadataRepository):
         self._root = root.rstrip("/") or "/hermes"
         self._secrets = secrets
         self._stored = StoredReader(secrets.unseal_subscription)
-        self.session = ZookeeperSession(connect, session_timeout, start_timeout=max(session_timeout, 10.0))
+        parts = ("groups", "schemas", "oauth-providers", "documents", "changes")
+        paths = tuple(self._path(part) for part in parts)
+        self.session = ZookeeperSession(connect, session_timeout, max(session_timeout, 10.0), paths)
         self._client = self.session.client
-        for part in ("groups", "schemas", "oauth-providers", "documents", "changes"):
-            self._client.ensure_path(self._path(part))
         self._changes = ZookeeperChangeLog(self._client, self._path("changes"))
 
     # --- plumbing ---

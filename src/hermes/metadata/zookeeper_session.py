@@ -21,6 +21,7 @@ from typing import Concatenate, ParamSpec, Protocol, TypeVar
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.retry import KazooRetry, RetryFailedError
 
 from hermes.errors import MetadataUnavailable, MetadataUnreachable
 
@@ -32,17 +33,29 @@ LOST_CONNECTION = (ConnectionLoss, SessionExpiredError, ConnectionClosedError, K
 
 
 class ZookeeperSession:
-    def __init__(self, connect: str, session_timeout: float, start_timeout: float) -> None:
+    """Connects and creates the znodes ``paths`` (where missing) within ``start_timeout``."""
+
+    def __init__(self, connect: str, session_timeout: float, start_timeout: float, paths: tuple[str, ...]) -> None:
         self.connect = connect
         retry = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": RECONNECT_MAX_DELAY}
         self.client = KazooClient(hosts=connect, timeout=session_timeout, connection_retry=retry, command_retry=retry)
         self._unreachable_since: float | None = None  # time.monotonic() of the connection's loss
         self.client.add_listener(self._on_state)
+        unavailable = MetadataUnavailable(f"ZooKeeper at {connect} did not answer within {start_timeout:.0f} s")
         try:
             self.client.start(timeout=start_timeout)
         except KazooTimeoutError:
             self.client.close()
-            raise MetadataUnavailable(f"ZooKeeper at {connect} did not answer within {start_timeout:.0f} s") from None
+            raise unavailable from None
+        # again while the connection drops meanwhile: on a loaded machine a ping can come late, and a start that
+        # gave up then exited the process
+        creating = KazooRetry(**retry, deadline=start_timeout)
+        try:
+            for path in paths:
+                creating(self.client.ensure_path, path)
+        except RetryFailedError:
+            self.close()
+            raise unavailable from None
 
     def _on_state(self, state: KazooState) -> None:  # kazoo's connection thread: must not block
         if state == KazooState.CONNECTED:
