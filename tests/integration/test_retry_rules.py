@@ -73,9 +73,10 @@ def test_a_subscription_retries_409_but_not_400_and_gives_up_as_its_rules_say(
         1,
         0,
     )
-    prometheus = client.management.get("/status/prometheus").text
     labels = f'action="DISCARD",subscription="{name}",topic="{topic}"'
-    assert f"hermes_consumers_status_rule_actions_total{{{labels}}} 1.0" in prometheus
+    counted = f"hermes_consumers_status_rule_actions_total{{{labels}}} 1.0"
+    # Prometheus gets a subscription's counts with its metrics snapshot, every metrics interval
+    wait_until(lambda: counted in client.management.get("/status/prometheus").text, timeout=10)
 
 
 def test_the_undelivered_record_names_the_rule_that_gave_up(
