@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any, TypeVar
 
@@ -15,7 +16,7 @@ from hermes.domain.names import TopicName
 from hermes.domain.oauth import OAuthProvider
 from hermes.domain.subscription import Subscription
 from hermes.domain.topic import Topic
-from hermes.errors import NotFoundError, StoredEntityInvalid
+from hermes.errors import MetadataUnreachable, NotFoundError, StoredEntityInvalid
 from hermes.metadata.repository import (
     ChangeAction,
     ChangeKind,
@@ -26,6 +27,8 @@ from hermes.metadata.repository import (
 )
 
 log = logging.getLogger(__name__)
+START_WAIT = 30.0  # seconds a starting cache waits for an unreachable store before the start fails
+_START_RETRY = 0.2
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)
 
@@ -52,12 +55,13 @@ class MetadataCache:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._changes = asyncio.Queue()
-        self._unwatch = self._repository.watch(self._on_change)  # before the load: no change falls in between
-        topics = await asyncio.to_thread(self._repository.list_topics)
-        subscriptions = await asyncio.to_thread(self._repository.list_subscriptions)
+        # the watch before the load: no change falls in between
+        self._unwatch = await _at_start(self._repository.watch, self._on_change)
+        topics = await _at_start(self._repository.list_topics)
+        subscriptions = await _at_start(self._repository.list_subscriptions)
         self.topics = {t.qualified_name: t for t in topics}
         self.subscriptions = {(s.topic_name.qualified, s.name): s for s in subscriptions}
-        providers = await asyncio.to_thread(self._repository.list_oauth_providers)
+        providers = await _at_start(self._repository.list_oauth_providers)
         self.oauth_providers = {p.name: p for p in providers}
         self._applier = asyncio.create_task(self._apply_changes(), name="metadata-cache")
 
@@ -145,6 +149,19 @@ class MetadataCache:
         _keep(self.subscriptions, (topic, name), sub)
         for listener in self._subscription_listeners:
             await listener(topic_name, name, sub)
+
+
+async def _at_start(call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)`` in a thread, again while the store is unreachable, for at most ``START_WAIT`` seconds: a
+    connection that drops for a moment as a process starts (a late ping on a busy machine) must not end it."""
+    deadline = time.monotonic() + START_WAIT
+    while True:
+        try:
+            return await asyncio.to_thread(call, *args)
+        except MetadataUnreachable:
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(_START_RETRY)
 
 
 async def _read(read: Callable[..., T], *key: Any) -> T | None:

@@ -40,7 +40,11 @@ class ZookeeperChangeLog:
         unwatch = self._listeners.add(listener)
         with self._lock:
             if self._last_seen is None:
-                existing = self._client.get_children(self._path)
+                try:
+                    existing = self._client.get_children(self._path)
+                except BaseException:
+                    unwatch()  # not watching: the caller may ask again once ZooKeeper answers
+                    raise
                 self._last_seen = max((_sequence(c) for c in existing), default=-1)
                 self._client.ChildrenWatch(self._path, self._on_changes)
                 self._client.add_listener(self._on_state)
