@@ -27,7 +27,7 @@ lint: setup
 typecheck: setup
 	.venv/bin/mypy
 
-# The benchmark suite (about 21 minutes, 10 of them a sustained run; `hermes bench --quick` about 4): bench-results/
+# The benchmark suite (about 35 minutes, 10 of them a sustained run; `hermes bench --quick` about 4): bench-results/
 # and docs/benchmarks.md.
 bench: setup
 	.venv/bin/hermes bench --docs docs/benchmarks.md

@@ -38,7 +38,7 @@ from hermes.jars import jar_paths
 
 @dataclass(frozen=True)
 class Plan:
-    """How much of each scenario to run; ``quick`` takes about four minutes, ``full`` about eighteen, on 2 cores
+    """How much of each scenario to run; ``quick`` takes about four minutes, ``full`` about thirty-five, on 2 cores
     (ten of them the sustained run)."""
 
     name: str
