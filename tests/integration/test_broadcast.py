@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,17 +28,9 @@ def hermes_overrides() -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def instances() -> Iterator[list[SubscriberServer]]:
-    servers: list[SubscriberServer] = []
-    yield servers
-    for server in servers:
-        server.stop()
-
-
-def instance(instances: list[SubscriberServer], script: object) -> SubscriberServer:
+def instance(servers: list[SubscriberServer], script: object) -> SubscriberServer:
     server = SubscriberServer(script).start()  # type: ignore[arg-type]
-    instances.append(server)
+    servers.append(server)
     return server
 
 
@@ -50,10 +41,10 @@ def committed(hermes: InProcessHermes, topic: str, name: str) -> int:
 
 
 def test_broadcast_retries_only_the_failing_instance_and_commits_when_all_took_the_message(
-    hermes: InProcessHermes, client: HermesClient, instances: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    healthy = instance(instances, always(200))
-    flaky = instance(instances, lambda n, _r: Reply(500) if n < 3 else Reply(200))
+    healthy = instance(servers, always(200))
+    flaky = instance(servers, lambda n, _r: Reply(500) if n < 3 else Reply(200))
     topic = client.create_topic()
     name = client.create_subscription(
         topic,
@@ -76,10 +67,10 @@ def test_broadcast_retries_only_the_failing_instance_and_commits_when_all_took_t
 
 
 def test_broadcast_discards_at_the_ttl_naming_the_failing_instances(
-    hermes: InProcessHermes, client: HermesClient, instances: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    healthy = instance(instances, always(200))
-    broken = instance(instances, always(500))
+    healthy = instance(servers, always(200))
+    broken = instance(servers, always(500))
     topic = client.create_topic()
     name = client.create_subscription(
         topic,
@@ -102,10 +93,10 @@ def test_broadcast_discards_at_the_ttl_naming_the_failing_instances(
 
 
 def test_broadcast_discards_a_message_an_instance_refuses_once_every_instance_is_done(
-    hermes: InProcessHermes, client: HermesClient, instances: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    flaky = instance(instances, lambda n, _r: Reply(500 if n == 0 else 200))
-    refusing = instance(instances, always(400))
+    flaky = instance(servers, lambda n, _r: Reply(500 if n == 0 else 200))
+    refusing = instance(servers, always(400))
     topic = client.create_topic()
     name = client.create_subscription(
         topic,
@@ -128,10 +119,10 @@ def test_broadcast_discards_a_message_an_instance_refuses_once_every_instance_is
 
 
 def test_anycast_sends_to_one_instance_and_retries_at_the_next(
-    client: HermesClient, instances: list[SubscriberServer]
+    client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    first = instance(instances, lambda n, _r: Reply(503) if n == 0 else Reply(200))
-    second = instance(instances, always(200))
+    first = instance(servers, lambda n, _r: Reply(503) if n == 0 else Reply(200))
+    second = instance(servers, always(200))
     topic = client.create_topic()
     client.create_subscription(
         topic,
@@ -149,9 +140,9 @@ def test_anycast_sends_to_one_instance_and_retries_at_the_next(
 
 
 def test_bad_resolver_metadata_is_retried_and_discarded_with_the_reason(
-    hermes: InProcessHermes, client: HermesClient, instances: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = instance(instances, always(200))
+    subscriber = instance(servers, always(200))
     topic = client.create_topic()
     name = client.create_subscription(
         topic,

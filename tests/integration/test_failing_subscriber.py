@@ -8,7 +8,6 @@ import itertools
 import logging
 import re
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,17 +28,9 @@ def hermes_overrides() -> dict[str, Any]:
     return {"consumer_rate_period": 0.2, "consumer_heartbeat_interval": HEARTBEAT, "consumer_failure_log_interval": 1.0}
 
 
-@pytest.fixture
-def scripted() -> Iterator[list[SubscriberServer]]:
-    servers: list[SubscriberServer] = []
-    yield servers
-    for server in servers:
-        server.stop()
-
-
-def serve(scripted: list[SubscriberServer], script: Any) -> SubscriberServer:
+def serve(servers: list[SubscriberServer], script: Any) -> SubscriberServer:
     server = SubscriberServer(script).start()
-    scripted.append(server)
+    servers.append(server)
     return server
 
 
@@ -56,9 +47,9 @@ def update(client: HermesClient, topic: str, name: str, **fields: Any) -> float:
 
 
 def test_an_endpoint_change_reaches_retries_waiting_for_the_heartbeat(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    old, new = serve(scripted, always(500)), serve(scripted, always(200))
+    old, new = serve(servers, always(500)), serve(servers, always(200))
     topic = client.create_topic()
     name = client.create_subscription(topic, old.url, subscriptionPolicy={"messageBackoff": 100, "messageTtl": 120})
     consumer = hermes.consumer(topic, name)
@@ -72,9 +63,9 @@ def test_an_endpoint_change_reaches_retries_waiting_for_the_heartbeat(
 
 
 def test_an_endpoint_change_wakes_retries_waiting_for_their_backoff(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    old, new = serve(scripted, always(503, **{"Retry-After": "30"})), serve(scripted, always(200))
+    old, new = serve(servers, always(503, **{"Retry-After": "30"})), serve(servers, always(200))
     topic = client.create_topic()
     name = client.create_subscription(topic, old.url, subscriptionPolicy={"messageTtl": 120})
     consumer = hermes.consumer(topic, name)
@@ -87,9 +78,9 @@ def test_an_endpoint_change_wakes_retries_waiting_for_their_backoff(
 
 
 def test_message_ttl_holds_while_messages_wait_for_the_heartbeat(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = serve(scripted, always(500))
+    subscriber = serve(servers, always(500))
     topic = client.create_topic()
     name = client.create_subscription(
         topic, subscriber.url, subscriptionPolicy={"messageBackoff": 100, "messageTtl": 2}
@@ -107,10 +98,10 @@ def test_message_ttl_holds_while_messages_wait_for_the_heartbeat(
 
 
 def test_the_first_success_in_heartbeat_mode_ends_the_heartbeat_waits(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
     status = [500]
-    subscriber = serve(scripted, lambda n, _r: Reply(status[0]))
+    subscriber = serve(servers, lambda n, _r: Reply(status[0]))
     topic = client.create_topic()
     name = client.create_subscription(
         topic, subscriber.url, subscriptionPolicy={"messageBackoff": 100, "messageTtl": 120}
@@ -126,10 +117,10 @@ def test_the_first_success_in_heartbeat_mode_ends_the_heartbeat_waits(
 
 
 def test_failed_attempts_are_logged_once_per_interval_without_credentials(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer], caplog: pytest.LogCaptureFixture
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="hermes.consumers")
-    subscriber = serve(scripted, always(503, **{"Retry-After": "0"}))  # retried at once, not slowed down
+    subscriber = serve(servers, always(503, **{"Retry-After": "0"}))  # retried at once, not slowed down
     topic = client.create_topic()
     endpoint = subscriber.url.replace("http://", "http://alice:s3cret@")
     name = client.create_subscription(topic, endpoint, subscriptionPolicy={"rate": 20, "messageTtl": 3})
@@ -154,12 +145,12 @@ def test_failed_attempts_are_logged_once_per_interval_without_credentials(
 
 
 def test_a_subscriber_refusing_every_message_is_reported_and_its_discards_logged_once_per_interval(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer], caplog: pytest.LogCaptureFixture
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer], caplog: pytest.LogCaptureFixture
 ) -> None:
     """As Hermes: a 4xx not retried (retryClientErrors false) discards the message, and a subscriber answering
     mostly 4xx is RECEIVING_MALFORMED_MESSAGES."""
     caplog.set_level(logging.INFO, logger="hermes.consumers")
-    refusing = serve(scripted, always(400))
+    refusing = serve(servers, always(400))
     topic = client.create_topic()
     name = client.create_subscription(topic, refusing.url)
     consumer = hermes.consumer(topic, name)
@@ -203,13 +194,13 @@ def test_an_unknown_host_is_named_in_the_undelivered_reason_and_the_log(
 
 
 def test_failing_subscribers_do_not_hold_back_a_healthy_one(
-    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer, servers: list[SubscriberServer]
 ) -> None:
     """Beside two subscriptions of its topic that time out and answer 500, a healthy one gets every message at
     once while their limiters keep them to the slow rate. How much they cost its latency: `hermes bench`'s
     scenario 4b (hermes.bench.isolation)."""
-    timing_out = serve(scripted, lambda _n, _r: Reply(delay=1.0))  # past its requestTimeout
-    answering_500 = serve(scripted, always(500))
+    timing_out = serve(servers, lambda _n, _r: Reply(delay=1.0))  # past its requestTimeout
+    answering_500 = serve(servers, always(500))
     topic = client.create_topic()
     healthy = client.create_subscription(topic, subscriber.url)
     failing = {

@@ -6,7 +6,6 @@ import base64
 import itertools
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -23,17 +22,9 @@ pytestmark = pytest.mark.integration
 FAST = {"messageBackoff": 100, "messageTtl": 60, "requestTimeout": 10_000}
 
 
-@pytest.fixture
-def scripted() -> Iterator[list[SubscriberServer]]:
-    servers: list[SubscriberServer] = []
-    yield servers
-    for server in servers:
-        server.stop()
-
-
-def serve(scripted: list[SubscriberServer], script: object) -> SubscriberServer:
+def serve(servers: list[SubscriberServer], script: object) -> SubscriberServer:
     server = SubscriberServer(script).start()  # type: ignore[arg-type]
-    scripted.append(server)
+    servers.append(server)
     return server
 
 
@@ -56,13 +47,13 @@ def first_then_ok(status: int, **headers: str) -> object:
 )
 def test_each_row_of_the_status_table(
     client: HermesClient,
-    scripted: list[SubscriberServer],
+    servers: list[SubscriberServer],
     status: int,
     retry_client_errors: bool,
     headers: dict[str, str],
     attempts: int,
 ) -> None:
-    subscriber = serve(scripted, first_then_ok(status, **headers))
+    subscriber = serve(servers, first_then_ok(status, **headers))
     topic = client.create_topic()
     client.create_subscription(
         topic, subscriber.url, subscriptionPolicy={**FAST, "retryClientErrors": retry_client_errors}
@@ -75,8 +66,8 @@ def test_each_row_of_the_status_table(
     assert len({r.message_id for r in received}) == 1
 
 
-def test_request_headers(client: HermesClient, scripted: list[SubscriberServer]) -> None:
-    subscriber = serve(scripted, lambda n, r: Reply(200))
+def test_request_headers(client: HermesClient, servers: list[SubscriberServer]) -> None:
+    subscriber = serve(servers, lambda n, r: Reply(200))
     topic = client.create_topic()
     endpoint = subscriber.url.replace("http://", "http://alice:s3cret@")
     name = client.create_subscription(
@@ -96,10 +87,10 @@ def test_request_headers(client: HermesClient, scripted: list[SubscriberServer])
 
 
 def test_the_publishers_trace_context_goes_to_every_attempt_with_tracing_off(
-    client: HermesClient, scripted: list[SubscriberServer]
+    client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
     attempts = itertools.count()  # of the traced message: its first fails
-    subscriber = serve(scripted, lambda _n, r: Reply(503 if b'"n": 1' in r.body and not next(attempts) else 200))
+    subscriber = serve(servers, lambda _n, r: Reply(503 if b'"n": 1' in r.body and not next(attempts) else 200))
     topic = client.create_topic()
     client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
     trace_id, span_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
@@ -120,9 +111,9 @@ def test_the_publishers_trace_context_goes_to_every_attempt_with_tracing_off(
 
 
 def test_backoff_grows_exponentially(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = serve(scripted, lambda n, _r: Reply(500) if n < 3 else Reply(200))
+    subscriber = serve(servers, lambda n, _r: Reply(500) if n < 3 else Reply(200))
     topic = client.create_topic()
     name = client.create_subscription(
         topic, subscriber.url, subscriptionPolicy={"messageBackoff": 150, "backoffMultiplier": 2, "messageTtl": 60}
@@ -139,9 +130,9 @@ def test_backoff_grows_exponentially(
 
 
 def test_an_expired_message_is_discarded_and_recorded_as_undelivered(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = serve(scripted, lambda n, _r: Reply(500))
+    subscriber = serve(servers, lambda n, _r: Reply(500))
     topic = client.create_topic()
     name = client.create_subscription(
         topic, subscriber.url, subscriptionPolicy={"messageBackoff": 200, "messageTtl": 1}
@@ -171,9 +162,9 @@ def test_an_expired_message_is_discarded_and_recorded_as_undelivered(
 
 
 def test_filters_skip_messages_and_their_offsets_are_committed(
-    client: HermesClient, scripted: list[SubscriberServer]
+    client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = serve(scripted, lambda n, _r: Reply(200))
+    subscriber = serve(servers, lambda n, _r: Reply(200))
     topic = client.create_topic()
     client.create_subscription(
         topic,
@@ -191,8 +182,8 @@ def test_filters_skip_messages_and_their_offsets_are_committed(
     assert all(isinstance(r, Received) for r in received)
 
 
-def test_the_rate_is_a_hard_maximum(client: HermesClient, scripted: list[SubscriberServer]) -> None:
-    subscriber = serve(scripted, lambda n, _r: Reply(200))
+def test_the_rate_is_a_hard_maximum(client: HermesClient, servers: list[SubscriberServer]) -> None:
+    subscriber = serve(servers, lambda n, _r: Reply(200))
     topic = client.create_topic()
     client.create_subscription(topic, subscriber.url, subscriptionPolicy={"rate": 10})
     for i in range(15):
@@ -203,11 +194,11 @@ def test_the_rate_is_a_hard_maximum(client: HermesClient, scripted: list[Subscri
 
 
 def started(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer], within: float
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer], within: float
 ) -> tuple[SubscriberServer, str, str]:
     """A new subscription to a subscriber that always answers 200, once its consumer has started (which must
     take less than ``within`` seconds): the subscriber, the topic and the subscription's name."""
-    subscriber = serve(scripted, lambda n, _r: Reply(200))
+    subscriber = serve(servers, lambda n, _r: Reply(200))
     topic = client.create_topic()
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
     hermes.consumer(topic, name, within)
@@ -215,20 +206,20 @@ def started(
 
 
 def test_a_new_subscription_gets_its_consumer_within_a_second(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    subscriber, topic, _ = started(hermes, client, scripted, within=1.0)
+    subscriber, topic, _ = started(hermes, client, servers, within=1.0)
     client.publish(topic, '{"n": 1}')  # published before the consumer joined its group: delivered all the same
     [received] = subscriber.wait_for(1, timeout=20)
     assert received.body == b'{"n": 1}'
 
 
 def test_a_subscription_suspended_while_its_consumer_joins_delivers_once_active_again(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
     """A member that leaves its group while the group is still forming must not leave the group unusable for
     the next member."""
-    subscriber, topic, name = started(hermes, client, scripted, within=5.0)
+    subscriber, topic, name = started(hermes, client, servers, within=5.0)
     hermes.suspend(client, topic, name)  # at once: the group may still be forming
     client.set_state(topic, name, "ACTIVE")
     assert client.publish(topic, '{"n": 1}').status_code == 201
@@ -237,9 +228,9 @@ def test_a_subscription_suspended_while_its_consumer_joins_delivers_once_active_
 
 
 def test_suspended_subscriptions_resume_where_they_stopped(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = serve(scripted, lambda n, _r: Reply(200))
+    subscriber = serve(servers, lambda n, _r: Reply(200))
     topic = client.create_topic()
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
     client.publish(topic, '{"n": 1}')
@@ -264,9 +255,9 @@ def test_suspended_subscriptions_resume_where_they_stopped(
 
 
 def test_a_busy_subscription_is_reconfigured_in_place_losing_and_repeating_nothing(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    before, after = serve(scripted, lambda n, _r: Reply(200)), serve(scripted, lambda n, _r: Reply(200))
+    before, after = serve(servers, lambda n, _r: Reply(200)), serve(servers, lambda n, _r: Reply(200))
     topic = client.create_topic()
     policy = {**FAST, "rate": 60, "inflightSize": 5}
     name = client.create_subscription(topic, before.url, subscriptionPolicy=policy)
@@ -303,10 +294,10 @@ def test_a_busy_subscription_is_reconfigured_in_place_losing_and_repeating_nothi
 
 
 def test_records_with_headers_hermes_cannot_read_are_delivered_all_the_same(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
     """Another producer wrote to the topic with broken Hermes headers: the consumer must not stop at them."""
-    subscriber = serve(scripted, lambda n, _r: Reply(200))
+    subscriber = serve(servers, lambda n, _r: Reply(200))
     topic = client.create_topic()
     client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
     producer = hermes.hermes.producer
@@ -327,11 +318,11 @@ def test_records_with_headers_hermes_cannot_read_are_delivered_all_the_same(
 
 
 def test_an_avro_record_that_is_no_record_of_its_schema_is_discarded_with_the_reason_in_words(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
     """Another producer wrote bytes that are no record of the topic's schema: a JSON subscription cannot have them
     converted, so the message is discarded at once (not retried, not a crash of the consumer)."""
-    subscriber = serve(scripted, lambda n, _r: Reply(200))
+    subscriber = serve(servers, lambda n, _r: Reply(200))
     schema = {"type": "record", "name": "Visit", "fields": [{"name": "city", "type": "string"}]}
     topic = client.create_topic(contentType="AVRO", schema=schema)
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
@@ -357,9 +348,9 @@ def test_an_avro_record_that_is_no_record_of_its_schema_is_discarded_with_the_re
 
 
 def test_suspending_a_failing_subscription_does_not_wait_for_its_retries(
-    client: HermesClient, scripted: list[SubscriberServer]
+    client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = serve(scripted, lambda n, _r: Reply(500))
+    subscriber = serve(servers, lambda n, _r: Reply(500))
     topic = client.create_topic()
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy={"messageBackoff": 10_000})
     for i in range(5):
@@ -375,9 +366,9 @@ def test_suspending_a_failing_subscription_does_not_wait_for_its_retries(
 
 
 def test_inflight_size_one_sends_a_backlog_one_message_at_a_time_in_order(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = serve(scripted, lambda n, _r: Reply(200, delay=0.05))
+    subscriber = serve(servers, lambda n, _r: Reply(200, delay=0.05))
     topic = client.create_topic()
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy={**FAST, "inflightSize": 1})
     client.publish(topic, '{"warm": 1}')
@@ -394,9 +385,9 @@ def test_inflight_size_one_sends_a_backlog_one_message_at_a_time_in_order(
 
 
 def test_sending_delay_holds_a_first_attempt_until_that_long_after_publishing(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = serve(scripted, lambda n, _r: Reply(500) if n == 0 else Reply(200))
+    subscriber = serve(servers, lambda n, _r: Reply(500) if n == 0 else Reply(200))
     topic = client.create_topic()
     policy = {**FAST, "sendingDelay": 1000, "inflightSize": 1}
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=policy)
@@ -421,10 +412,10 @@ KEYED = {**FAST, "inflightSize": 10, "ordering": "KEY"}
 
 
 def test_key_ordering_holds_a_failing_key_alone_and_delivers_each_key_in_order(
-    client: HermesClient, scripted: list[SubscriberServer]
+    client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
     script, answers = keyed_script(failures=3)
-    subscriber = serve(scripted, script)
+    subscriber = serve(servers, script)
     topic = client.create_topic()
     policy = {**KEYED, "messageBackoff": 300}
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=policy, state="SUSPENDED")
@@ -443,10 +434,10 @@ def test_key_ordering_holds_a_failing_key_alone_and_delivers_each_key_in_order(
 
 
 def test_key_ordering_survives_a_consumer_restart_redelivering_in_order(
-    hermes: InProcessHermes, client: HermesClient, scripted: list[SubscriberServer]
+    hermes: InProcessHermes, client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
     script, answers = keyed_script(hang=("b", 5))
-    subscriber = serve(scripted, script)
+    subscriber = serve(servers, script)
     topic = client.create_topic()
     # b5 times out and waits 2 s for its retry: the stop cuts it short, unfinished
     policy = {**KEYED, "requestTimeout": 1000, "messageBackoff": 2000}
@@ -470,9 +461,9 @@ def test_key_ordering_survives_a_consumer_restart_redelivering_in_order(
 
 
 def test_key_ordering_sends_messages_without_a_key_in_parallel(
-    client: HermesClient, scripted: list[SubscriberServer]
+    client: HermesClient, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = serve(scripted, lambda n, _r: Reply(200, delay=0.5))
+    subscriber = serve(servers, lambda n, _r: Reply(200, delay=0.5))
     topic = client.create_topic()
     name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=KEYED, state="SUSPENDED")
     for i in range(5):

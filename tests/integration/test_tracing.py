@@ -33,14 +33,6 @@ def hermes_overrides(otlp: OtlpReceiver) -> Iterator[dict[str, Any]]:
         yield {"tracing": True}
 
 
-@pytest.fixture
-def subscriber_of() -> Iterator[list[SubscriberServer]]:
-    servers: list[SubscriberServer] = []
-    yield servers
-    for server in servers:
-        server.stop()
-
-
 def serve(servers: list[SubscriberServer], script: Any = None) -> SubscriberServer:
     server = SubscriberServer(script).start()
     servers.append(server)
@@ -57,9 +49,9 @@ def traceparent(received: Received) -> tuple[str, str, str, str]:
 
 
 def test_a_publish_and_its_delivery_are_spans_of_the_publishers_trace(
-    client: HermesClient, otlp: OtlpReceiver, subscriber_of: list[SubscriberServer]
+    client: HermesClient, otlp: OtlpReceiver, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = serve(subscriber_of)
+    subscriber = serve(servers)
     topic = client.create_topic()
     subscription = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
     headers = {"traceparent": f"00-{PUBLISHER_TRACE}-{PUBLISHER_SPAN}-01", "tracestate": "vendor=opaque,other=1"}
@@ -92,9 +84,9 @@ def test_a_publish_and_its_delivery_are_spans_of_the_publishers_trace(
 
 
 def test_a_retried_delivery_has_a_span_per_attempt(
-    client: HermesClient, otlp: OtlpReceiver, subscriber_of: list[SubscriberServer]
+    client: HermesClient, otlp: OtlpReceiver, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = serve(subscriber_of, lambda n, _r: Reply(503 if n < 2 else 200))
+    subscriber = serve(servers, lambda n, _r: Reply(503 if n < 2 else 200))
     topic = client.create_topic()
     client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
     assert client.publish(topic, '{"n": 2}').status_code == 201  # no traceparent: the frontend starts a trace
@@ -119,9 +111,9 @@ def test_a_retried_delivery_has_a_span_per_attempt(
 
 
 def test_a_discarded_delivery_says_why(
-    client: HermesClient, otlp: OtlpReceiver, subscriber_of: list[SubscriberServer]
+    client: HermesClient, otlp: OtlpReceiver, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = serve(subscriber_of, lambda _n, _r: Reply(400))
+    subscriber = serve(servers, lambda _n, _r: Reply(400))
     topic = client.create_topic()
     client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
     assert client.publish(topic, '{"n": 3}').status_code == 201
@@ -135,9 +127,9 @@ def test_a_discarded_delivery_says_why(
 
 
 def test_a_batch_is_in_the_trace_of_its_first_message_and_links_the_others(
-    client: HermesClient, otlp: OtlpReceiver, subscriber_of: list[SubscriberServer]
+    client: HermesClient, otlp: OtlpReceiver, servers: list[SubscriberServer]
 ) -> None:
-    subscriber = serve(subscriber_of)
+    subscriber = serve(servers)
     topic = client.create_topic()
     policy = {"batchSize": 2, "batchTime": 10_000, "batchVolume": 64 * 1024, "messageTtl": 60, "requestTimeout": 10_000}
     client.create_subscription(topic, subscriber.url, deliveryType="BATCH", subscriptionPolicy=policy)
