@@ -8,7 +8,7 @@ import os
 from collections import Counter
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -20,6 +20,9 @@ from tests.support.activemq import ActiveMqServer
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings
 from tests.support.subscriber import SubscriberServer
 from tests.support.waiting import wait_until
+
+if TYPE_CHECKING:
+    from tests.support.otlp import OtlpReceiver
 
 __all__ = ["wait_until"]  # the tests import it from here
 
@@ -161,6 +164,16 @@ def servers() -> Iterator[list[SubscriberServer]]:
     yield started
     for server in started:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def otlp() -> Iterator[OtlpReceiver]:
+    """A real OTLP/HTTP receiver of the spans a test module exports (``OtlpReceiver.exporting``)."""
+    from tests.support.otlp import OtlpReceiver  # the protobuf definitions, imported by the modules that trace only
+
+    receiver = OtlpReceiver().start()
+    yield receiver
+    receiver.stop()
 
 
 @pytest.fixture(scope="module")

@@ -99,6 +99,7 @@ class Hermes:
         self._lock: DataDirLock | None = None
         self.security: Security | None = None
         self._cluster: ClusterStore | None = None
+        self._admin: BrokerAdmin | None = None
         self._tls: ssl.SSLContext | None = None
 
     @property
@@ -186,7 +187,7 @@ class Hermes:
             self.connection = KafkaConnection(bootstrap, tuple(sorted(self.broker.client_config().items())))
         else:
             self.connection = KafkaConnection.from_settings(settings, bootstrap)
-        admin = BrokerAdmin(self.connection)
+        admin = self._admin = BrokerAdmin(self.connection)  # the roles'
         await asyncio.to_thread(admin.wait_until_reachable, settings.kafka_connect_timeout)
 
         self.repository = await asyncio.to_thread(open_repository, settings)
@@ -305,6 +306,9 @@ class Hermes:
             except Exception:
                 log.exception("error while stopping")
         self._started.clear()
+        if self._admin is not None:  # in a thread: its destroy waits for a call a stopped role left running
+            await asyncio.to_thread(self._admin.close)
+            self._admin = None
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None

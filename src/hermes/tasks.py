@@ -1,14 +1,21 @@
-"""Background tasks' one way to stop, and the wait for a thread that a stop asked to end."""
+"""Background tasks' one way to stop, and the bounded wait for a thread that a stop asked to end."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sys
 import threading
 import time
 import traceback
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Seconds a stopping thread that is no Kafka consumer group member has to end (its last export or commit, its Kafka
+# client's close) before its stop goes on without it; a group member has its session timeout besides
+STOP_BOUND = 5.0
 
 
 async def cancel(task: asyncio.Task[Any] | asyncio.Future[Any] | None) -> None:
@@ -20,14 +27,32 @@ async def cancel(task: asyncio.Task[Any] | asyncio.Future[Any] | None) -> None:
         await task
 
 
-async def ended(thread: threading.Thread | None, within: float) -> str | None:
-    """Waits on the loop, ``within`` seconds at most, for ``thread`` to end: None once it has (or when there is
-    none), else where it is stuck (its stack). No executor thread waits with it: asyncio waits for its executor's
-    threads before the process exits, so one blocked in a join for good would keep it from exiting."""
+async def ended(thread: threading.Thread | None, within: float, what: str) -> bool:
+    """Waits on the loop, ``within`` seconds at most, for ``thread`` to end: whether it has (or there is none).
+    One still running is left behind with a warning naming ``what`` it is and where it is stuck (its stack). No
+    executor thread waits with it: asyncio waits for its executor's threads before the process exits, so one
+    blocked in a join for good would keep it from exiting."""
     deadline = time.monotonic() + within
     while thread is not None and thread.is_alive():
         if time.monotonic() >= deadline:
-            frame = sys._current_frames().get(thread.ident or 0)
-            return "".join(traceback.format_stack(frame)) if frame is not None else "(no stack)"
+            _left_behind(thread, within, what)
+            return False
         await asyncio.sleep(0.02)
-    return None
+    return True
+
+
+def joined(thread: threading.Thread | None, within: float, what: str) -> bool:
+    """``ended`` for a stop that runs no loop: blocks its caller."""
+    if thread is None:
+        return True
+    thread.join(within)
+    if thread.is_alive():
+        _left_behind(thread, within, what)
+        return False
+    return True
+
+
+def _left_behind(thread: threading.Thread, within: float, what: str) -> None:
+    frame = sys._current_frames().get(thread.ident or 0)
+    stack = "".join(traceback.format_stack(frame)) if frame is not None else "(no stack)"
+    log.warning("%s did not end within %g s; left behind at:\n%s", what, within, stack)

@@ -1,11 +1,14 @@
 """The web console in a real browser (Debian's Chromium through its chromedriver, nothing downloaded): a topic and
 a subscription made through the forms, a test message published and watched arriving, retransmission, a trace,
 suspension; then, with authentication on, the login page and a forbidden action refused. The screenshots of
-docs/console.md are taken here, so that they show the console as it is."""
+docs/console.md are taken here, so that they show the console as it is: into docs/console when
+HERMES_CONSOLE_SCREENSHOTS=docs/console asks for them, else into a temporary directory (a run leaves the tree as it
+was)."""
 
 from __future__ import annotations
 
 import base64
+import os
 import sqlite3
 import threading
 import time
@@ -43,7 +46,7 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.e2e
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"  # Debian's chromium, chromium-driver
-SCREENSHOTS = Path(__file__).parents[2] / "docs" / "console"
+ROOT = Path(__file__).parents[2]
 PASSWORDS = {"root": "root-password-0001", "alice": "alice-password-0001", "bob": "bob-password-00001"}
 
 
@@ -126,13 +129,19 @@ def texts(browser: WebDriver, selector: str) -> list[str]:
     return [str(t).strip() for t in found]
 
 
-def shot(browser: WebDriver, name: str) -> None:
-    SCREENSHOTS.mkdir(exist_ok=True)
-    browser.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    wanted = os.environ.get("HERMES_CONSOLE_SCREENSHOTS")
+    return ROOT / wanted if wanted else tmp_path_factory.mktemp("console-screenshots")
+
+
+def shot(browser: WebDriver, screenshots: Path, name: str) -> None:
+    screenshots.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(screenshots / f"{name}.png"))
 
 
 def test_a_topic_and_subscription_made_in_the_console_deliver(
-    browser: WebDriver, hermes: InProcessHermes, subscriber: SubscriberServer
+    browser: WebDriver, screenshots: Path, hermes: InProcessHermes, subscriber: SubscriberServer
 ) -> None:
     ui = hermes.management_url + "/ui"
     group = unique("shop")
@@ -155,7 +164,7 @@ def test_a_topic_and_subscription_made_in_the_console_deliver(
     message_id = text(browser, "#published-id code")
     assert subscriber.wait_for(1)[0].message_id == message_id
     assert text(browser, "#subscriptions .badge") in ("HEALTHY", "NO_DATA")
-    shot(browser, "topic")
+    shot(browser, screenshots, "topic")
 
     # the metrics panel refreshes itself (htmx) until the delivery shows
     press(browser, browser.find_element(By.LINK_TEXT, "invoices"))
@@ -169,7 +178,7 @@ def test_a_topic_and_subscription_made_in_the_console_deliver(
     wait_until(lambda: text(browser, "#delivered") == "2", timeout=20)
     assert httpx.post(f"{hermes.frontend_url}/topics/{topic}", json={"order": 2}).status_code in (201, 202)
     wait_until(lambda: text(browser, "#delivered") == "3", timeout=20)  # the panel refreshes itself (htmx)
-    shot(browser, "subscription")
+    shot(browser, screenshots, "subscription")
 
     submit(browser, "trace", messageId=message_id)
     assert "no trace events" in text(browser, "#trace-events")  # tracking is off: the API has none
@@ -207,7 +216,9 @@ def test_a_topic_and_subscription_made_in_the_console_deliver(
     assert text(browser, "#error").startswith("400 VALIDATION_ERROR: tokenEndpoint:")
 
 
-def test_the_console_deletes_only_after_confirmation(browser: WebDriver, hermes: InProcessHermes) -> None:
+def test_the_console_deletes_only_after_confirmation(
+    browser: WebDriver, screenshots: Path, hermes: InProcessHermes
+) -> None:
     ui = hermes.management_url + "/ui"
     group = unique("scratch")
     browser.get(ui + "/")
@@ -226,11 +237,11 @@ def test_the_console_deletes_only_after_confirmation(browser: WebDriver, hermes:
     press(browser, browser.find_element(By.ID, "confirm-delete"))
     assert text(browser, "#notice") == f"Topic {group}.gone deleted"
     assert httpx.get(f"{hermes.management_url}/topics/{group}.gone").status_code == 404
-    shot(browser, "topics")
+    shot(browser, screenshots, "topics")
 
 
 def test_the_console_sets_what_happens_when_the_subscriber_fails_and_redrives_its_dead_letters(
-    browser: WebDriver, hermes: InProcessHermes, servers: list[SubscriberServer]
+    browser: WebDriver, screenshots: Path, hermes: InProcessHermes, servers: list[SubscriberServer]
 ) -> None:
     fixed = threading.Event()
     subscriber = SubscriberServer(lambda _i, _r: Reply(200 if fixed.is_set() else 400)).start()
@@ -285,7 +296,7 @@ def test_the_console_sets_what_happens_when_the_subscriber_fails_and_redrives_it
     assert subscriber.wait_for(2)[1].body == b'{"payment":7}'
     wait_until(lambda: text(browser, "#redrive-jobs .redrive-status") == "DONE", timeout=20)  # refreshed (htmx)
     assert text(browser, "#redrive-jobs .redriven") == "1"
-    shot(browser, "dead-letters")
+    shot(browser, screenshots, "dead-letters")
     press(browser, browser.find_element(By.ID, "purge-dead-letters"))
     press(browser, browser.find_element(By.ID, "confirm-delete"))
     assert text(browser, "#notice") == "1 dead letters purged"
@@ -340,7 +351,7 @@ def test_a_topic_and_subscription_stored_before_a_rule_refused_them_are_shown_an
 
 
 def test_the_console_asks_to_sign_in_and_the_api_refuses_what_a_user_may_not_do(
-    browser: WebDriver, secured: InProcessHermes
+    browser: WebDriver, screenshots: Path, secured: InProcessHermes
 ) -> None:
     root = {"Authorization": "Basic " + base64.b64encode(f"root:{PASSWORDS['root']}".encode()).decode()}
     with httpx.Client(base_url=secured.management_url, headers=root) as api:
@@ -355,7 +366,7 @@ def test_the_console_asks_to_sign_in_and_the_api_refuses_what_a_user_may_not_do(
         assert browser.current_url.startswith(f"{ui}/login?next=")
         submit(browser, "login", name="bob", password="not-bobs-password")
         assert text(browser, "#login-error") == "wrong name or password"
-        shot(browser, "login")
+        shot(browser, screenshots, "login")
         submit(browser, "login", name="bob", password=PASSWORDS["bob"])
         assert browser.current_url == f"{ui}/topics/{topic}"  # back where the user was going
         secrets = (PASSWORDS["bob"], base64.b64encode(f"bob:{PASSWORDS['bob']}".encode()).decode())

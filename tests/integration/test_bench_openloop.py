@@ -82,18 +82,20 @@ def _url(server: _Server, path: str) -> str:
 
 
 def test_a_stall_is_charged_to_every_request_scheduled_during_it(server: _Server) -> None:
-    # one connection, 200 requests 5 ms apart; the 50th is answered 0.3 s late, while about 60 more fall due
-    server.stall_at, server.stall = 50, 0.3
-    result = openloop.run(_url(server, "/topics/t"), b'{"a":1}', 200, 1.0, connections=1, headers={"X-Probe": "yes"})
-    assert (result["scheduled"], result["sent"], result["answered"]) == (200, 200, 200)
-    assert result["codes"] == {"201": 200} and result["errors"] == 0 and result["unanswered"] == 0
-    assert server.seen == [(b'{"a":1}', "yes")] * 200
+    # one connection, 50 requests 20 ms apart; the 30th is answered 0.3 s late, while about 15 more fall due. A slow
+    # rate and a stall late in the run: a loaded machine slows the server too, and the median request must still
+    # come before the stall
+    server.stall_at, server.stall = 30, 0.3
+    result = openloop.run(_url(server, "/topics/t"), b'{"a":1}', 50, 1.0, connections=1, headers={"X-Probe": "yes"})
+    assert (result["scheduled"], result["sent"], result["answered"]) == (50, 50, 50)
+    assert result["codes"] == {"201": 50} and result["errors"] == 0 and result["unanswered"] == 0
+    assert server.seen == [(b'{"a":1}', "yes")] * 50
     latency = result["latency_ms"]
     assert latency["max"] >= 290  # the stalled request itself
-    # measured from the send, only one request would be slow; from the schedule, the ~40 queued behind it
-    # (a fifth of the run) waited 100-300 ms
-    assert latency["p90"] >= 100 and latency["p50"] < 50
-    assert 150 < result["throughput"] <= 205
+    # measured from the send, only one request would be slow; from the schedule, the ~15 queued behind it (the
+    # slowest tenth among them) waited 100-300 ms. The median request, before the stall, was not charged with it.
+    assert latency["p90"] >= 100 and latency["p50"] < 100
+    assert 0.6 * 50 < result["throughput"] <= 1.025 * 50  # never above the rate; the stall's queue drained
     assert result["cpu_us_per_request"] > 0
 
 

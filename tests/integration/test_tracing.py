@@ -21,13 +21,6 @@ PUBLISHER_SPAN = "00f067aa0ba902b7"
 
 
 @pytest.fixture(scope="module")
-def otlp() -> Iterator[OtlpReceiver]:
-    receiver = OtlpReceiver().start()
-    yield receiver
-    receiver.stop()
-
-
-@pytest.fixture(scope="module")
 def hermes_overrides(otlp: OtlpReceiver) -> Iterator[dict[str, Any]]:
     with otlp.exporting():  # for the module's Hermes, made while this lasts
         yield {"tracing": True}

@@ -18,13 +18,6 @@ TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"
 
 
-@pytest.fixture(scope="module")
-def otlp() -> Iterator[OtlpReceiver]:
-    receiver = OtlpReceiver().start()
-    yield receiver
-    receiver.stop()
-
-
 @pytest.fixture
 def tracing(otlp: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> Iterator[Tracing]:
     """The default sampler, parent-based always on; batches every 50 ms."""

@@ -248,9 +248,9 @@ def archive_throughput(
     spark = None
     try:
         connection = KafkaConnection(broker.start())
-        admin = BrokerAdmin(connection)
-        for topic in ("bench.backlog", "bench.live", "bench.plain", "bench.burst", *RETRANSMISSION_TOPICS):
-            admin.create_topic(topic, 2)
+        with BrokerAdmin(connection) as admin:
+            for topic in ("bench.backlog", "bench.live", "bench.plain", "bench.burst", *RETRANSMISSION_TOPICS):
+                admin.create_topic(topic, 2)
         _produce(connection, "bench.backlog", messages)
         spark = build_session(master=master, local_dir=root / "spark")
         jvm = int(spark._jvm.java.lang.ProcessHandle.current().pid())

@@ -63,6 +63,7 @@ def produce_consume(bootstrap: str, messages: int, size: int, partitions: int = 
     consumed = time.perf_counter() - (first or time.perf_counter())
     consumer.close()
     admin.delete_topic(topic)
+    admin.close()
     return {
         "messages": messages,
         "acked": acked,
@@ -148,6 +149,7 @@ def fanout_latency(
             reader.stop()
         producer.flush(10)
         admin.delete_topic(topic)
+        admin.close()
 
 
 def _warm_up(producer: Producer, topic: str, partitions: int, readers: list[_Reader], within: float = 90.0) -> None:

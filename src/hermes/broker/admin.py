@@ -59,6 +59,20 @@ class BrokerAdmin:
     def connection(self) -> KafkaConnection:
         return self._connection
 
+    def close(self) -> None:
+        """Frees its clients' librdkafka handles (threads, pipes, sockets) now rather than whenever the garbage
+        collector gets to them. A call under way in another thread returns first (the destroy waits for it); one
+        after this raises RuntimeError."""
+        for client in (self._admin, self._groups):
+            if client is not None:
+                client.__exit__(None, None, None)  # destroys the handle: AdminClient has no close of its own
+
+    def __enter__(self) -> BrokerAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def wait_until_reachable(self, timeout: float) -> None:
         """Raises BrokerUnavailable unless the cluster answers a metadata request within ``timeout``."""
         deadline = time.monotonic() + timeout

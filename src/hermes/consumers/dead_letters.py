@@ -97,3 +97,4 @@ class DeadLetters:
     def close(self, timeout: float = 2.0) -> None:
         if self._clients is not None:
             self._clients[0].close(timeout)
+            self._clients[1].close()

@@ -55,8 +55,8 @@ PARKED_FROM = "hermes-parked-from"
 
 # Parked messages a subscription holds in memory, read and not yet due, before its retry topic is paused
 _HELD_MAX = 2000
-# Seconds a stopping parking group member has for its last commit and its Kafka consumer's close (librdkafka bounds
-# that by about the session timeout, 6 s by default here)
+# Seconds a stopping parking thread has for its last commit and its Kafka consumer's close (librdkafka bounds a
+# group member's by about the session timeout, 6 s by default here)
 _CLOSE_BOUND = 10.0
 
 # A parked message's delivery: (the message as it was read, its attempts so far, its messageTtl's start on the
@@ -203,8 +203,8 @@ class ParkingLot:
     async def stop(self) -> None:
         self._stopping.set()
         self._woken.set()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+        if await ended(self._thread, _CLOSE_BOUND, "the parking lot's Kafka consumer"):
+            await asyncio.to_thread(self._admin.close)  # else left behind with the thread, which commits through it
         if self._producer is not None:
             await asyncio.to_thread(self._producer.close, 5.0)
 
@@ -444,13 +444,7 @@ class ParkingGroupReader:
     async def stop(self) -> None:
         """As a receiver closes (``MessageReceiver.close``): a Kafka consumer that does not leave is left behind."""
         self._stopping.set()
-        if (stuck := await ended(self._thread, _CLOSE_BOUND)) is not None:
-            log.warning(
-                "the parking consumer of %s did not leave its group within %.0f s; left behind at:\n%s",
-                self._parked.topic,
-                _CLOSE_BOUND,
-                stuck,
-            )
+        await ended(self._thread, _CLOSE_BOUND, f"the parking consumer of {self._parked.topic}, leaving its group")
 
     def _run(self) -> None:
         parked = self._parked

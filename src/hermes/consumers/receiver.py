@@ -45,6 +45,11 @@ _HANDOVER_WAIT = 3.0
 _CLOSE_BOUND = _HANDOVER_WAIT + 2.0
 
 
+def close_bound(context: ConsumerContext) -> float:
+    """Seconds a closing receiver's Kafka thread has to end before its close goes on without it."""
+    return _CLOSE_BOUND + context.session_timeout_ms / 1000
+
+
 @dataclass(frozen=True)
 class Limits:
     """How much may be read now, as the delivery sees it."""
@@ -303,14 +308,7 @@ class MessageReceiver(Receiver):
         the other members once that session times out, and what it had not committed is delivered again."""
         self.stop_reading()
         self._closing.set()
-        bound = _CLOSE_BOUND + self._context.session_timeout_ms / 1000
-        if (stuck := await ended(self._thread, bound)) is not None:
-            log.warning(
-                "the Kafka consumer of %s did not leave its group within %.0f s; left behind at:\n%s",
-                self._name,
-                bound,
-                stuck,
-            )
+        await ended(self._thread, close_bound(self._context), f"the Kafka consumer of {self._name}, leaving its group")
 
     # --- the Kafka thread ---
 

@@ -31,9 +31,10 @@ from hermes.broker.admin import SHARED_READER, BrokerAdmin
 from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.offsets import Partition
-from hermes.consumers.receiver import Flow, Receiver, _by_partition
+from hermes.consumers.receiver import Flow, Receiver, _by_partition, close_bound
 from hermes.consumers.retransmission import Retransmission
 from hermes.domain.message import Message
+from hermes.tasks import ended
 
 log = logging.getLogger(__name__)
 
@@ -90,10 +91,12 @@ class SharedReader:
         self._thread.start()
 
     async def stop(self) -> None:
+        """Ends the head's thread (its receivers closed before): one whose Kafka consumer does not close is left
+        behind (as a receiver's), with the admin client it may be using."""
         self._stopping.set()
         self._woken.set()
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+        if await ended(self._thread, close_bound(self._context), "the shared Kafka reader"):
+            await asyncio.to_thread(self.admin.close)
 
     def receiver(
         self, name: str, topic: str, group_id: str, context: ConsumerContext, on_crash: CrashListener
@@ -350,11 +353,11 @@ class SharedReceiver(Receiver):
             self.read_on_its_own()
 
     async def close(self) -> None:
+        """Commits what is finished: also when its own Kafka thread, stuck, is left behind (it only reads)."""
         self.stop_reading()
         self._closing.set()
         self._reader.unregister(self)
-        if self._thread is not None:
-            await asyncio.to_thread(self._thread.join)
+        await ended(self._thread, close_bound(self._context), f"the catching-up Kafka consumer of {self._name}")
         await asyncio.to_thread(self._commit_now)
 
     # --- in the lanes: called by the head's thread under the reader's lock ---

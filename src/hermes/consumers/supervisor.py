@@ -259,13 +259,13 @@ class ConsumersSupervisor:
             stopped = [key for key in self._consumers if key[0] == topic]
             for key in stopped:
                 await self._consumers.pop(key).stop()
-        admin = BrokerAdmin(self._connection)
-        beginning = await asyncio.to_thread(admin.beginning_offsets, topic)
-        for subscription in [s for s in self._cache.subscriptions.values() if s.topic_name.qualified == topic]:
-            try:
-                await asyncio.to_thread(admin.commit_offsets, subscription.consumer_group_id, topic, beginning)
-            except HermesError as exc:  # a member on another node still holds the group: it reads on from there
-                log.warning("could not rewind %s after its topic was created again: %s", subscription, exc.message)
+        with BrokerAdmin(self._connection) as admin:
+            beginning = await asyncio.to_thread(admin.beginning_offsets, topic)
+            for subscription in [s for s in self._cache.subscriptions.values() if s.topic_name.qualified == topic]:
+                try:
+                    await asyncio.to_thread(admin.commit_offsets, subscription.consumer_group_id, topic, beginning)
+                except HermesError as exc:  # a member on another node still holds the group: it reads on from there
+                    log.warning("could not rewind %s after its topic was created again: %s", subscription, exc.message)
         for key in stopped:
             await self._apply(TopicName.parse(topic), key[1], self._cache.subscriptions.get(key))
 

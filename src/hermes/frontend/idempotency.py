@@ -35,6 +35,7 @@ from hermes.domain.topic import Ack, Topic
 from hermes.errors import HermesError, IdempotencyKeyReused, ValidationError
 from hermes.frontend.publishing import Answer, PublishResult
 from hermes.http.lean import SpooledBody
+from hermes.tasks import STOP_BOUND, ended
 
 log = logging.getLogger(__name__)
 
@@ -277,8 +278,7 @@ class IdempotencyKeys:
             self._flushing.cancel()
             self._flush()
         self._stopping.set()
-        if self._follower is not None:
-            await asyncio.to_thread(self._follower.join)
+        await ended(self._follower, STOP_BOUND, "the idempotency keys' follower")
         for task in self._tasks:
             task.cancel()
 

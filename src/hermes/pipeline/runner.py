@@ -109,7 +109,8 @@ class Pipeline:
         self.status.start()
         connection = KafkaConnection.from_settings(settings, settings.kafka_bootstrap_servers)
         client_options(connection)  # settings the Kafka connector cannot use fail here, not in every query
-        BrokerAdmin(connection).wait_until_reachable(settings.kafka_connect_timeout)
+        with BrokerAdmin(connection) as admin:
+            admin.wait_until_reachable(settings.kafka_connect_timeout)
         self.repository = open_repository(settings)
         local_dir = settings.data_dir / "pipeline" / "spark"
         local_dir.mkdir(parents=True, exist_ok=True)

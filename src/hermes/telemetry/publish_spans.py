@@ -18,6 +18,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from hermes.domain.trace_context import valid_tracestate
+from hermes.tasks import STOP_BOUND, joined
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +74,10 @@ class SpanBatches:
             self._wake.set()
 
     def close(self) -> None:
-        """Exports what is left."""
+        """Exports what is left, for ``STOP_BOUND`` at most (a collector that does not answer holds no stop)."""
         self._stopping = True
         self._wake.set()
-        self._thread.join()
+        joined(self._thread, STOP_BOUND, "the export of the publish spans")
         self._exporter.shutdown()  # type: ignore[no-untyped-call]
 
     def _run(self) -> None:
