@@ -1,28 +1,53 @@
-"""The index of idempotency keys (pure logic, no broker: only ``_flush`` produces, and it is not reached here)."""
+"""The index of idempotency keys (pure logic, no broker: the records of keys go to a producer that keeps them)."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 import tracemalloc
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 import pytest
+import xxhash
 
 from hermes.domain.names import TopicName
 from hermes.domain.topic import Topic
 from hermes.errors import IdempotencyKeyReused
 from hermes.frontend.idempotency import IdempotencyKeys
-from hermes.frontend.publishing import PublishResult
+from hermes.frontend.publishing import Answer, PublishResult
 
-DIGEST = "0123456789abcdef"  # the body's XXH3-64, in hex
+BODY = b'{"order": 1}'
+DIGEST = f"{xxhash.xxh3_64_intdigest(BODY):016x}"  # the body's XXH3-64, in hex
 ID_1, ID_2 = "0f8fad5b-d9cb-469f-a165-70867728950e", "7c9e6679-7425-40de-944b-e07fc1f90ae7"
+TOPIC = Topic(TopicName.parse("g.t"))
 
 
-def keys() -> IdempotencyKeys:
-    return IdempotencyKeys(None, None, None)  # type: ignore[arg-type]
+class Records:
+    """The producer of the records of keys: keeps their values."""
+
+    def __init__(self) -> None:
+        self.values: list[bytes] = []
+
+    def produce(self, topic: str, value: bytes, *_: Any, **__: Any) -> None:
+        self.values.append(value)
+
+
+class Produced:
+    """The publisher's own path: keeps the answer of each message it was given."""
+
+    def __init__(self) -> None:
+        self.answers: list[Answer] = []
+
+    def __call__(self, topic: Topic, message_id: str, body: Any, headers: Mapping[str, str], answer: Answer) -> None:
+        self.answers.append(answer)
+
+
+def keys(records: Records | None = None) -> IdempotencyKeys:
+    return IdempotencyKeys(records or Records(), None, None)  # type: ignore[arg-type]
 
 
 def record(*entries: list[Any]) -> bytes:
@@ -34,12 +59,74 @@ def test_a_learned_key_is_answered_with_its_first_publishs_id_and_status() -> No
     until = int(time.time() * 1000) + 60_000
     index._learn([record(["g.t/k1", DIGEST, 202, ID_1, until], ["g.t/k2", DIGEST, 201, ID_2, until])])
     answers: list[PublishResult | Exception] = []
-    topic = Topic(TopicName.parse("g.t"))
-    assert index._admit(topic, "k1", int(DIGEST, 16), answers.append) is None
-    assert index._admit(topic, "k2", int(DIGEST, 16), answers.append) is None
+    produced = Produced()
+    index.publish(produced, TOPIC, ID_2, BODY, {}, "k1", answers.append)
+    index.publish(produced, TOPIC, ID_2, BODY, {}, "k2", answers.append)
     assert answers == [PublishResult(ID_1, False, replayed=True), PublishResult(ID_2, True, replayed=True)]
     with pytest.raises(IdempotencyKeyReused):  # another body
-        index._admit(topic, "k1", int(DIGEST, 16) + 1, answers.append)
+        index.publish(produced, TOPIC, ID_2, BODY + b" ", {}, "k1", answers.append)
+    assert produced.answers == []
+
+
+def test_a_first_publish_is_kept_at_the_flush_and_answers_its_repeats_before_it() -> None:
+    """Repeats while the first is in flight wait for its answer; those between its answer and the flush of keys
+    (10 ms later) are answered as repeats too; the flush keeps it in the index and writes its record."""
+
+    async def scenario() -> None:
+        records = Records()
+        index, produced = keys(records), Produced()
+        answers: list[PublishResult | Exception] = []
+        index.publish(produced, TOPIC, ID_1, BODY, {}, "k", answers.append)
+        index.publish(produced, TOPIC, ID_2, BODY, {}, "k", answers.append)  # in flight: waits
+        assert len(produced.answers) == 1 and answers == []
+        answered_at = time.time() * 1000
+        produced.answers[0](PublishResult(ID_1, True))
+        assert answers == [PublishResult(ID_1, True, replayed=True), PublishResult(ID_1, True)]
+        index.publish(produced, TOPIC, ID_2, BODY, {}, "k", answers.append)  # answered, not flushed yet
+        assert answers[-1] == PublishResult(ID_1, True, replayed=True) and len(produced.answers) == 1
+        with pytest.raises(IdempotencyKeyReused):
+            index.publish(produced, TOPIC, ID_2, BODY + b" ", {}, "k", answers.append)
+        assert records.values == []
+        await asyncio.sleep(0.05)  # the 10 ms flush
+        [value] = records.values
+        [[name, digest, status, message_id, until]] = orjson.loads(value)
+        assert (name, digest, status, message_id) == ("g.t/k", DIGEST, 201, ID_1)
+        assert until >= answered_at + TOPIC.idempotency_window.seconds * 1000  # late, never early
+        assert "g.t/k" in index
+        index.publish(produced, TOPIC, ID_2, BODY, {}, "k", answers.append)  # from the index
+        assert answers[-1] == PublishResult(ID_1, True, replayed=True) and len(produced.answers) == 1
+        other = Topic(TopicName.parse("g.other"))  # the key is the topic's
+        index.publish(produced, other, ID_2, BODY, {}, "k", answers.append)
+        assert len(produced.answers) == 2
+
+    asyncio.run(scenario())
+
+
+def test_a_first_publish_that_failed_is_forgotten_and_its_waiting_repeats_get_the_error() -> None:
+    async def scenario() -> None:
+        index, produced = keys(), Produced()
+        answers: list[PublishResult | Exception] = []
+        index.publish(produced, TOPIC, ID_1, BODY, {}, "k", answers.append)
+        index.publish(produced, TOPIC, ID_2, BODY, {}, "k", answers.append)
+        failure = RuntimeError("the broker refused it")
+        produced.answers[0](failure)
+        assert answers == [failure, failure] and "g.t/k" not in index
+        index.publish(produced, TOPIC, ID_2, BODY, {}, "k", answers.append)  # published again
+        assert len(produced.answers) == 2
+
+    asyncio.run(scenario())
+
+
+def test_a_produce_that_raises_answers_the_publish_with_its_error() -> None:
+    index = keys()
+    answers: list[PublishResult | Exception] = []
+    failure = RuntimeError("refused at once")
+
+    def refusing(*_: Any) -> None:
+        raise failure
+
+    index.publish(refusing, TOPIC, ID_1, BODY, {}, "k", answers.append)
+    assert answers == [failure] and len(index) == 0
 
 
 def test_keys_are_forgotten_once_their_window_is_over() -> None:

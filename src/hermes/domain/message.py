@@ -16,6 +16,7 @@ BATCH_ID_HEADER = "Hermes-Batch-Id"
 SCHEMA_VERSION_HEADER = "Schema-Version"
 SCHEMA_ID_HEADER = "Schema-Id"
 PARTITION_KEY_HEADER = "Partition-Key"
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"  # our extension (frontend/idempotency.py)
 
 # Kafka record headers of a Hermes message (written by kafka_headers, read by parse_kafka_headers).
 KAFKA_MESSAGE_ID = "hermes-message-id"

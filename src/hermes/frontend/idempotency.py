@@ -7,15 +7,18 @@ every key answered within 10 ms (``<topic>/<key>``, the body's digest, the statu
 message id, the end of the window), keyed by the process that wrote it (a record per key, compacted, cost the
 frontend some 20 µs of CPU more per publish, writing and reading it back). Every frontend process (every worker
 of one too) reads the whole topic at start and follows it afterwards into an in-memory index, skipping its own
-records, so that a key outlives restarts and is known to every frontend of the Kafka cluster, and the check on
-the publish path is a dict look-up. A repeat arriving while its first is still in flight in the same process
-waits for the first's answer. Two frontends that get the same key before the first's record reached the other
-(tens of milliseconds) both publish it: a duplicate, never a loss."""
+records, so that a key outlives restarts and is known to every frontend of the Kafka cluster. The check on the
+publish path is one dict look-up: a first publish enters the index as in flight, and is kept there with those
+answered within the same 10 ms when their record is written (its window counted from then: a key is forgotten up to
+10 ms late, never early). A repeat arriving while its first is in flight in the same process waits for the first's
+answer; one arriving after the answer, before the record, gets it at once. Two frontends that get the same key
+before the first's record reached the other (tens of milliseconds) both publish it: a duplicate, never a loss."""
 
 from __future__ import annotations
 
 import array
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -31,6 +34,7 @@ from hermes.broker.connection import KafkaConnection
 from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.broker.producer import BrokerProducer
 from hermes.broker.topics import IDEMPOTENCY
+from hermes.domain.message import IDEMPOTENCY_KEY_HEADER
 from hermes.domain.topic import Ack, Topic
 from hermes.errors import HermesError, IdempotencyKeyReused, ValidationError
 from hermes.frontend.publishing import Answer, PublishResult
@@ -39,8 +43,6 @@ from hermes.tasks import STOP_BOUND, ended
 
 log = logging.getLogger(__name__)
 
-IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
-_KEY = IDEMPOTENCY_KEY_HEADER.lower()  # request headers arrive keyed by lower-case name
 MAX_KEY_LENGTH = 255
 # A restarted frontend serves once it has read the keys up to here, or after this long (then it learns the rest
 # while serving: a repeat it does not know yet is published again).
@@ -66,20 +68,27 @@ _Entry = tuple[str, str, int, str, int]
 # older version ignores these, so that none is compared with the other's digest.
 _DIGEST_LENGTH = 16
 _NEVER = 10**13  # in 2286: an end of window of 14 digits is no record of this code's
-# The index maps the 128-bit XXH3 of ``<topic>/<key>`` (that two of a million keys share one: a chance of 10^-27)
-# to its first publish packed in one int: the message id's 128 bits (a UUID, as every Hermes
-# frontend makes them), the body's digest, the end of the window, and 1 when it was answered 201. Ints only: the
-# dict is no container the garbage collector walks, and a key costs about 150 bytes (its strings and a tuple took
-# 450).
+# The index maps a key's 128-bit XXH3, seeded with the XXH3 of its topic's name (that two of a million keys share
+# one: a chance of 10^-27), to its first publish packed in one int: the message id's 128 bits (a UUID, as every
+# Hermes frontend makes them), the body's digest, the end of the window, and 1 when it was answered 201. Ints only:
+# the dict is no container the garbage collector walks, and a key costs about 150 bytes (its strings and a tuple
+# took 450). A first publish not written yet is its body's digest alone (no end of window): the one look-up of a
+# publish finds a repeat of a key in flight here as it finds a known one.
 _UNTIL_BITS = 44  # milliseconds until the year 2527
 _UNTIL_MASK = (1 << _UNTIL_BITS) - 1
 _DIGEST_SHIFT = _UNTIL_BITS + 1
 _ID_SHIFT = _DIGEST_SHIFT + 64
 _DIGEST_MASK = (1 << 64) - 1
+# The topics' seeds, by the identity of their Topic (its fields change by a new object): forgotten when this many
+_TOPICS_KEPT = 1024
 
 
-def _name_digest(name: str) -> int:
-    return xxhash.xxh3_128_intdigest(name.encode())
+def _seed(topic: str) -> int:
+    return xxhash.xxh3_64_intdigest(topic.encode())
+
+
+def _name_digest(topic: str, key: str) -> int:
+    return xxhash.xxh3_128_intdigest(key.encode(), _seed(topic))
 
 
 def _packed(message_id: int, digest: int, until: int, acknowledged: bool) -> int:
@@ -111,6 +120,18 @@ def _spooled_digest(body: SpooledBody) -> int:
     return digest.intdigest()
 
 
+class _TopicKeys:
+    """What the key path needs of a topic, taken once per Topic object."""
+
+    __slots__ = ("name", "seed", "topic", "window_ms")
+
+    def __init__(self, topic: Topic) -> None:
+        self.topic = topic
+        self.name = topic.qualified_name
+        self.seed = _seed(self.name)
+        self.window_ms = topic.idempotency_window.seconds * 1000
+
+
 class _Expiries:
     """One topic's keys in the order their windows end (the order they are answered, but for a change of the
     topic's window: a key is then forgotten a little late, never early), as 64-bit numbers in one array."""
@@ -122,6 +143,12 @@ class _Expiries:
         self.head = 0
 
 
+# A first publish answered and not written yet: its key's digest, its body's, its topic, its key, its outcome.
+_Answered = tuple[int, int, _TopicKeys, str, PublishResult]
+# Publishes a message (Publisher's own path): its topic, id, body, request headers, and the answer to call.
+Produce = Callable[[Topic, str, bytes | SpooledBody, Mapping[str, str], Answer], None]
+
+
 class IdempotencyKeys:
     """The index of keys of this frontend process, fed by its own publishes and by ``hermes.idempotency``."""
 
@@ -129,11 +156,11 @@ class IdempotencyKeys:
         self._producer = producer
         self._connection = connection
         self._admin = admin
-        self._index: dict[int, int] = {}  # the digest of <topic>/<key>: its first publish packed
+        self._index: dict[int, int] = {}  # a key's digest: its first publish packed (or in flight: its body's digest)
         self._expiries: dict[str, _Expiries] = {}  # by topic, to forget keys whose window is over
-        self._twins: dict[int, int] = {}  # first publishes in flight here: their bodies' digests
-        self._waiting: dict[int, list[Answer]] = {}  # repeats of those, waiting for their answer
-        self._outbox: list[tuple[str, int, int, str, int]] = []  # keys answered, not written yet (digests as ints)
+        self._topics: dict[int, _TopicKeys] = {}  # by id(topic)
+        self._waiting: dict[int, list[Answer]] = {}  # repeats of first publishes in flight, waiting for their answer
+        self._outbox: list[_Answered] = []  # first publishes answered, not written yet
         self._flushing: asyncio.TimerHandle | None = None
         self._writer = uuid.uuid4().hex.encode()  # its records' Kafka key: the follower skips them
         self._tasks: set[asyncio.Task[None]] = set()  # digests of spooled bodies
@@ -145,88 +172,149 @@ class IdempotencyKeys:
 
     def __contains__(self, name: object) -> bool:
         """Whether ``<topic>/<key>`` is known here (and its window maybe over)."""
-        return isinstance(name, str) and _name_digest(name) in self._index
+        if not isinstance(name, str):
+            return False
+        topic, _, key = name.partition("/")
+        return _name_digest(topic, key) in self._index
 
     # --- the publish path ---
 
-    @staticmethod
-    def key_of(headers: Mapping[str, str]) -> str | None:
-        """The request's key (None without the header); 400 naming the header when it is no key."""
-        key = headers.get(_KEY)
-        if key is not None and not (0 < len(key) <= MAX_KEY_LENGTH and key.isprintable()):
-            raise ValidationError(
-                f"must be 1 to {MAX_KEY_LENGTH} printable characters (a UUID, say)", IDEMPOTENCY_KEY_HEADER
-            )
-        return key
-
-    def publish(self, topic: Topic, key: str, body: bytes | SpooledBody, answer: Answer, produce: Produce) -> None:
-        """``produce(answer)`` publishes the message unless ``key`` is known: then ``answer`` gets the first
-        publish's result (at once, or when its twin in flight here is answered). Raises what is wrong."""
-        if isinstance(body, SpooledBody):  # a large body is read in a thread
-            task = asyncio.get_running_loop().create_task(self._publish_spooled(topic, key, body, answer, produce))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-            return
-        admitted = self._admit(topic, key, xxhash.xxh3_64_intdigest(body), answer)
-        if admitted is not None:
-            _produce(produce, admitted)
+    def publish(
+        self,
+        produce: Produce,
+        topic: Topic,
+        message_id: str,
+        body: bytes | SpooledBody,
+        headers: Mapping[str, str],
+        key: str,
+        answer: Answer,
+        digest: int | None = None,
+    ) -> None:
+        """Publishes the message with ``produce`` unless ``key`` is known: then ``answer`` gets the first publish's
+        result (at once, or when its twin in flight here is answered). Raises what is wrong (400 for a key that is
+        no key, 422 for a key used with another body). ``digest``: the body's, when it was taken already."""
+        if digest is None:
+            if not (0 < len(key) <= MAX_KEY_LENGTH and key.isprintable()):
+                raise ValidationError(
+                    f"must be 1 to {MAX_KEY_LENGTH} printable characters (a UUID, say)", IDEMPOTENCY_KEY_HEADER
+                )
+            if isinstance(body, SpooledBody):  # a large body is read in a thread
+                spooled = self._publish_spooled(produce, topic, message_id, body, headers, key, answer)
+                task = asyncio.get_running_loop().create_task(spooled)
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+                return
+            digest = xxhash.xxh3_64_intdigest(body)
+        keyed = self._topics.get(id(topic))
+        if keyed is None or keyed.topic is not topic:
+            keyed = self._topic_keys(topic)
+        named = xxhash.xxh3_128_intdigest(key.encode(), keyed.seed)  # as _name_digest
+        index = self._index
+        known = index.get(named)
+        if known is not None:
+            until = (known >> 1) & _UNTIL_MASK
+            if until == 0 or until > time.time() * 1000:  # in flight here, or known within its window
+                if (known >> _DIGEST_SHIFT) & _DIGEST_MASK != digest:
+                    raise _reused(topic, key)
+                if until == 0:
+                    self._repeat(named, answer)
+                else:
+                    answer(PublishResult(_uuid_text(known >> _ID_SHIFT), known & 1 == 1, replayed=True))
+                return
+        index[named] = digest << _DIGEST_SHIFT  # in flight
+        first = functools.partial(self._answered, named, digest, keyed, key, answer)
+        try:
+            produce(topic, message_id, body, headers, first)
+        except Exception as exc:  # whatever refuses the message answers it through ``first``: its twins too
+            first(exc)
 
     async def _publish_spooled(
-        self, topic: Topic, key: str, body: SpooledBody, answer: Answer, produce: Produce
+        self,
+        produce: Produce,
+        topic: Topic,
+        message_id: str,
+        body: SpooledBody,
+        headers: Mapping[str, str],
+        key: str,
+        answer: Answer,
     ) -> None:
         try:
-            admitted = self._admit(topic, key, await asyncio.to_thread(_spooled_digest, body), answer)
+            digest = await asyncio.to_thread(_spooled_digest, body)
+            self.publish(produce, topic, message_id, body, headers, key, answer, digest)
         except Exception as exc:  # a task's error reaches nobody else: the request is answered with it
             answer(exc)
-            return
-        if admitted is not None:
-            _produce(produce, admitted)
 
-    def _admit(self, topic: Topic, key: str, digest: int, answer: Answer) -> Answer | None:
-        """None when ``answer`` is taken care of; else the answer to publish with, which records the key."""
-        qualified = topic.qualified_name  # a property that formats it
-        name = f"{qualified}/{key}"
-        named = _name_digest(name)
-        known = self._index.get(named)
-        if known is not None and _until(known) > time.time() * 1000:
-            if (known >> _DIGEST_SHIFT) & _DIGEST_MASK != digest:
-                raise _reused(topic, key)
-            answer(PublishResult(_uuid_text(known >> _ID_SHIFT), known & 1 == 1, replayed=True))
-            return None
-        twin = self._twins.get(named)
-        if twin is not None:
-            if twin != digest:
-                raise _reused(topic, key)
-            self._waiting.setdefault(named, []).append(answer)
-            return None
-        self._twins[named] = digest
-        return _First(self, qualified, topic.idempotency_window.seconds * 1000, name, named, digest, answer)
+    def _topic_keys(self, topic: Topic) -> _TopicKeys:
+        if len(self._topics) >= _TOPICS_KEPT:
+            self._topics.clear()
+        keyed = self._topics[id(topic)] = _TopicKeys(topic)  # it holds the topic: its id is not reused meanwhile
+        return keyed
 
-    def _answered(self, first: _First, outcome: PublishResult | Exception) -> None:
-        """A key's first publish is answered: recorded when it was accepted; repeats that came meanwhile get its
-        answer (an error too: they may try again)."""
-        named, name, digest = first.named, first.name, first.digest
-        del self._twins[named]
+    def _repeat(self, named: int, answer: Answer) -> None:
+        """A repeat of a first publish in flight here: answered as it was when it was answered since the last
+        flush, else when it is."""
+        for answered in self._outbox:
+            if answered[0] == named:
+                outcome = answered[4]
+                answer(PublishResult(outcome.message_id, outcome.acknowledged, replayed=True))
+                return
+        self._waiting.setdefault(named, []).append(answer)
+
+    def _answered(
+        self, named: int, digest: int, keyed: _TopicKeys, key: str, answer: Answer, outcome: PublishResult | Exception
+    ) -> None:
+        """A key's first publish is answered: kept (at the next flush) when it was accepted, else forgotten; repeats
+        that came meanwhile get its answer (an error too: they may try again)."""
         if isinstance(outcome, PublishResult):
-            until = int(time.time() * 1000) + first.window_ms
-            message_id = outcome.message_id
-            bits = int(message_id.replace("-", ""), 16)  # this frontend's ids are UUIDs as new_message_id makes them
-            self._remember(named, _packed(bits, digest, until, outcome.acknowledged), first.topic, until)
-            if not self._outbox:  # produced with the others answered meanwhile (this may run inside the
-                self._flushing = asyncio.get_running_loop().call_later(_FLUSH_DELAY, self._flush)  # producer's poll)
-            self._outbox.append((name, digest, 201 if outcome.acknowledged else 202, message_id, until))
-        waiting = self._waiting.pop(named, None) if self._waiting else None
-        if waiting:
-            repeat = outcome._replace(replayed=True) if isinstance(outcome, PublishResult) else outcome
-            for answer in waiting:
-                answer(repeat)
+            outbox = self._outbox
+            if not outbox:  # written with those answered meanwhile (this may run inside the producer's poll)
+                self._flushing = asyncio.get_running_loop().call_later(_FLUSH_DELAY, self._flush)
+            outbox.append((named, digest, keyed, key, outcome))
+        elif self._index.get(named) == digest << _DIGEST_SHIFT:  # not learnt from another frontend meanwhile
+            del self._index[named]
+        if self._waiting:
+            waiting = self._waiting.pop(named, None)
+            if waiting:
+                repeat = outcome._replace(replayed=True) if isinstance(outcome, PublishResult) else outcome
+                for waiter in waiting:
+                    waiter(repeat)
+        answer(outcome)
 
-    def _remember(self, named: int, packed: int, topic: str, until: int) -> None:
-        self._index[named] = packed
+    def _flush(self) -> None:
+        """Keeps the first publishes answered since the last flush, in bulk, and writes their record. Their windows
+        end from now: up to 10 ms after their answers, so that a key is forgotten a little late, never early."""
+        self._flushing = None
+        answered, self._outbox = self._outbox, []
+        now = int(time.time() * 1000)
+        nameds: list[int] = []
+        packed: list[int] = []
+        entries: list[_Entry] = []
+        expiring: dict[str, list[int]] = {}
+        last: _TopicKeys | None = None
+        items: list[int] = []
+        for named, digest, keyed, key, (message_id, acknowledged, _) in answered:
+            until = now + keyed.window_ms
+            nameds.append(named)
+            bits = int(message_id.replace("-", ""), 16)  # this frontend's ids are UUIDs as new_message_id makes
+            packed.append((bits << _ID_SHIFT) | (digest << _DIGEST_SHIFT) | (until << 1) | acknowledged)
+            if keyed is not last:
+                last, items = keyed, expiring.setdefault(keyed.name, [])
+            items += (until, named >> 64, named & _DIGEST_MASK)
+            hexdigest = digest.to_bytes(8).hex()  # its 16 hex digits (3 times as fast as a format)
+            entries.append((f"{keyed.name}/{key}", hexdigest, 201 if acknowledged else 202, message_id, until))
+        self._index.update(zip(nameds, packed, strict=True))
+        for topic, expiries in expiring.items():
+            self._expiring(topic).items.fromlist(expiries)  # twice as fast as extend
+        for start in range(0, len(entries), _KEYS_PER_RECORD):
+            value = orjson.dumps(entries[start : start + _KEYS_PER_RECORD])
+            self._producer.produce(IDEMPOTENCY.name, value, _written, key=self._writer, ack=Ack.LEADER)
+        self._forget_expired()
+
+    def _expiring(self, topic: str) -> _Expiries:
         expiries = self._expiries.get(topic)
         if expiries is None:
             expiries = self._expiries[topic] = _Expiries()
-        expiries.items.extend((until, named >> 64, named & _DIGEST_MASK))
+        return expiries
 
     def _forget_expired(self) -> None:
         index, now = self._index, time.time() * 1000
@@ -235,7 +323,7 @@ class IdempotencyKeys:
             while head < len(items) and items[head] <= now:
                 named = items[head + 1] << 64 | items[head + 2]
                 current = index.get(named)
-                if current is not None and _until(current) <= now:  # not answered again since
+                if current is not None and 0 < _until(current) <= now:  # not in flight, nor answered again since
                     del index[named]
                 head += 3
             if head == len(items):
@@ -244,15 +332,6 @@ class IdempotencyKeys:
                 del items[:head]
                 head = 0
             expiries.head = head
-
-    def _flush(self) -> None:
-        self._flushing = None
-        keys, self._outbox = self._outbox, []
-        for start in range(0, len(keys), _KEYS_PER_RECORD):
-            entries = [(n, f"{d:016x}", s, m, u) for n, d, s, m, u in keys[start : start + _KEYS_PER_RECORD]]
-            value = orjson.dumps(entries)
-            self._producer.produce(IDEMPOTENCY.name, value, _written, key=self._writer, ack=Ack.LEADER)
-        self._forget_expired()
 
     # --- the keys of every frontend, from hermes.idempotency ---
 
@@ -322,7 +401,7 @@ class IdempotencyKeys:
             consumer.close()
 
     def _learn(self, records: list[bytes]) -> None:
-        now = time.time() * 1000
+        index, now = self._index, time.time() * 1000
         for record in records:
             try:
                 keys = orjson.loads(record)
@@ -341,41 +420,11 @@ class IdempotencyKeys:
                         digested = int(digest, 16)
                     except ValueError:
                         continue
-                    topic = name.partition("/")[0]
-                    self._remember(_name_digest(name), _packed(bits, digested, until, status == 201), topic, until)
+                    topic, _, key = name.partition("/")
+                    named = _name_digest(topic, key)
+                    index[named] = _packed(bits, digested, until, status == 201)
+                    self._expiring(topic).items.extend((until, named >> 64, named & _DIGEST_MASK))
         self._forget_expired()
-
-
-Produce = Callable[[Answer], None]
-
-
-class _First:
-    """The answer of a key's first publish: records the key when the publish was accepted."""
-
-    __slots__ = ("_answer", "_keys", "digest", "name", "named", "topic", "window_ms")
-
-    def __init__(
-        self, keys: IdempotencyKeys, topic: str, window_ms: int, name: str, named: int, digest: int, answer: Answer
-    ) -> None:
-        self._keys = keys
-        self.topic = topic  # its qualified name
-        self.window_ms = window_ms
-        self.name = name  # <topic>/<key>
-        self.named = named  # its digest
-        self.digest = digest  # the body's
-        self._answer = answer
-
-    def __call__(self, outcome: PublishResult | Exception) -> None:
-        self._keys._answered(self, outcome)
-        self._answer(outcome)
-
-
-def _produce(produce: Produce, admitted: Answer) -> None:
-    """Whatever refuses the message answers it through ``admitted``, so that its twins are answered too."""
-    try:
-        produce(admitted)
-    except Exception as exc:
-        admitted(exc)
 
 
 def _reused(topic: Topic, key: str) -> IdempotencyKeyReused:

@@ -23,6 +23,7 @@ from hermes.broker.topics import KAFKA_MAX_BODY, kafka_body_limit
 from hermes.domain.avro import avro_json_to_avro, check_avro, json_to_avro, schema_version
 from hermes.domain.cloudevents import CloudEvent
 from hermes.domain.message import (
+    IDEMPOTENCY_KEY_HEADER,
     KAFKA_PROPAGATED_PREFIX,
     PARTITION_KEY_HEADER,
     SCHEMA_ID_HEADER,
@@ -52,6 +53,7 @@ _RESEND_DELAY = 5.0
 _SCHEMA_VERSION = SCHEMA_VERSION_HEADER.lower()
 _SCHEMA_ID = SCHEMA_ID_HEADER.lower()
 _PARTITION_KEY = PARTITION_KEY_HEADER.lower()
+_IDEMPOTENCY_KEY = IDEMPOTENCY_KEY_HEADER.lower()
 _TRACEPARENT_RECORD = KAFKA_PROPAGATED_PREFIX + TRACEPARENT
 _TRACESTATE_RECORD = KAFKA_PROPAGATED_PREFIX + TRACESTATE
 
@@ -134,9 +136,8 @@ class Publisher:
         ``headers`` are the request's, keyed by lower-case name. A spooled body is read into memory only when it
         goes to Kafka itself (or must be validated, or is Avro)."""
         idempotency = self._idempotency
-        if idempotency is not None and (key := idempotency.key_of(headers)) is not None:
-            produce = functools.partial(self._publish, topic, message_id, body, headers)
-            idempotency.publish(topic, key, body, answer, produce)
+        if idempotency is not None and (key := headers.get(_IDEMPOTENCY_KEY)) is not None:
+            idempotency.publish(self._publish, topic, message_id, body, headers, key, answer)
             return
         self._publish(topic, message_id, body, headers, answer)
 
