@@ -7,6 +7,7 @@ import gc
 import hashlib
 import os
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -178,6 +179,31 @@ def test_timeouts_and_failures(run: Any) -> None:
             await client.post(url, b"garbage", {}, total=5)
         with pytest.raises(OSError):
             await client.post(f"http://127.0.0.1:{free_port()}/", b"{}", {}, total=5)
+        await client.close()
+
+    run(_with_server(answer, scenario))
+
+
+def test_each_request_on_a_kept_connection_has_its_own_timeouts(run: Any) -> None:
+    """A connection keeps the timer of its last request for the next (it is armed anew only when the next one's
+    deadline comes sooner): a shorter timeout still ends its request in time, a longer one is not cut short."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if await _read_request(reader) == b"slow":
+            await asyncio.sleep(0.6)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+
+    async def scenario(url: str, connections: list[int]) -> None:
+        client = HttpClient()
+        assert (await client.post(url, b"fast", {}, total=30)).status == 200  # its timer, 30 s away, stays
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await client.post(url, b"slow", {}, total=0.3)
+        assert time.monotonic() - started < 5
+        assert (await client.post(url, b"fast", {}, total=0.2)).status == 200  # a new connection; a 0.2 s timer
+        assert (await client.post(url, b"slow", {}, total=5, idle=3)).status == 200  # outlives the 0.2 s one
+        assert len(connections) == 2
         await client.close()
 
     run(_with_server(answer, scenario))

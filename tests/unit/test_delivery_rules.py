@@ -6,6 +6,8 @@ import pytest
 
 from hermes.consumers.batch import Batch
 from hermes.consumers.content import ContentConverter
+from hermes.consumers.context import ConsumerContext
+from hermes.consumers.delivery import Delivery
 from hermes.consumers.rate import AdaptiveRateLimiter, RateMode, RateSettings
 from hermes.consumers.retry import Backoff
 from hermes.consumers.sender.result import SendResult, judge
@@ -14,7 +16,13 @@ from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.filters import MessageFilters
 from hermes.domain.message import Message
 from hermes.domain.names import TopicName
-from hermes.domain.subscription import MatchingStrategy, MessageFilterSpecification, Subscription
+from hermes.domain.subscription import (
+    CircuitBreakerPolicy,
+    MatchingStrategy,
+    MessageFilterSpecification,
+    SerialSubscriptionPolicy,
+    Subscription,
+)
 from hermes.errors import UndeliverableMessage, ValidationError
 
 pytestmark = pytest.mark.unit
@@ -163,3 +171,27 @@ def test_an_avro_body_that_is_no_record_of_its_schema_is_undeliverable_with_the_
     with pytest.raises(ValidationError, match="the body ends before its record does") as refused:
         check_avro(schema, cut_short)
     assert "EOFError" not in refused.value.message
+
+
+def test_an_attempt_goes_at_once_only_with_the_breaker_closed_and_a_slot_free() -> None:
+    """``admitted_at_once``, the usual attempt's way past the breaker and the rate limiter without a coroutine: when
+    it says no, ``admitted`` waits (for a slot, or for the breaker's probe)."""
+
+    async def check() -> None:
+        subscription = Subscription(
+            TopicName.parse("g.t"),
+            "s",
+            EndpointAddress.parse("http://localhost/"),
+            serial_policy=SerialSubscriptionPolicy(rate=1),
+            circuit_breaker=CircuitBreakerPolicy(consecutive_failures=1),
+        )
+        context = ConsumerContext(None, None, None, None, "node", "cluster")  # type: ignore[arg-type]
+        delivery = Delivery(subscription, context)
+        assert delivery.admitted_at_once(paced=True), "the first slot is free"
+        assert not delivery.admitted_at_once(paced=True), "the next one is a second away"
+        assert delivery.admitted_at_once(paced=False), "an attempt that is not paced needs no slot"
+        delivery.breaker.record(failed=True)
+        assert not delivery.breaker.closed
+        assert not delivery.admitted_at_once(paced=False), "an open breaker: admitted decides"
+
+    asyncio.run(check())

@@ -142,6 +142,11 @@ class Delivery:
             self.metrics.count("filtered")
         return passed
 
+    def admitted_at_once(self, paced: bool) -> bool:
+        """``admitted`` when it need not wait: the breaker closed and (``paced``) a slot free now. When False,
+        ``admitted`` decides (the usual attempt thus takes no coroutine and no TTL reckoning for it)."""
+        return self.breaker.closed and (not paced or self.rate.try_acquire())
+
     async def admitted(self, started: float, paced: bool) -> bool:
         """Waits for the circuit breaker, then (``paced``) for a sending slot; False when the TTL of a delivery begun
         at ``started`` ends first. A probe of an open breaker needs no slot: the breaker's interval paces it."""

@@ -105,9 +105,10 @@ class AdaptiveRateLimiter:
         """The next slot's time; taken when it is ``now`` or earlier (idle time is not saved up: no bursts above
         the rate)."""
         self._adjust(now)
-        slot = self._last_slot + min(self._spacing, self.interval)
+        interval = self.interval
+        slot = self._last_slot + min(self._spacing, interval)
         if slot <= now:
-            self._last_slot, self._spacing = now, self.interval
+            self._last_slot, self._spacing = now, interval
         return slot
 
     def record(self, failed: bool) -> None:

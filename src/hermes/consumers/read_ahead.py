@@ -51,15 +51,15 @@ class ReadAhead:
         """The oldest buffered message and its generation (None when empty)."""
         if not self._queue:
             return None
-        message, generation = self._queue.popleft()
-        self.uncount((message,))
-        return message, generation
+        item = self._queue.popleft()
+        with self._lock:  # uncount of one, without its generator: this runs for every message delivered
+            self._bytes -= len(item[0].body)
+        return item
 
     def low(self) -> bool:
-        """Half empty, by messages and by bytes: time to wake the Kafka thread."""
-        with self._lock:
-            low_on_bytes = self._bytes <= self.max_bytes // 2
-        return len(self._queue) <= self.refill_at and low_on_bytes
+        """Half empty, by messages and by bytes: time to wake the Kafka thread. (The count of bytes is read
+        without the lock: the Kafka thread may change it right after, lock or not.)"""
+        return len(self._queue) <= self.refill_at and self._bytes <= self.max_bytes // 2
 
     def drop_older_than(self, generation: int) -> None:
         """Drops what was read before a retransmission moved the group."""

@@ -117,7 +117,7 @@ async def _attempts(
     made before (a parked message's)."""
     recipients = Recipients(delivery.subscription.mode, attempts)
     given_up = _HELD_BACK  # why the messages are not delivered yet
-    while await delivery.admitted(started, paced):
+    while delivery.admitted_at_once(paced) or await delivery.admitted(started, paced):
         subscription = delivery.subscription
         outcome = await delivery.attempt(subscription, recipients, send)
         attempts += 1

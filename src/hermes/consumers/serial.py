@@ -200,7 +200,9 @@ class SerialConsumer:
     ) -> SendResult:
         content = self._delivery.context.content
         body, content_type, extra = content.body(subscription, message, schema)
-        headers = {**self._delivery.context.sender.headers(subscription, message, retries, content_type), **extra}
+        headers = self._delivery.context.sender.headers(subscription, message, retries, content_type)
+        if extra:  # a CloudEvent's or an Avro body's: most messages have none, and need no copy
+            headers.update(extra)
         result = await self._delivery.context.sender.send(
             subscription, url, body, headers, subscription.serial_policy.request_timeout
         )

@@ -27,7 +27,8 @@ _MAX_HEAD = 64 * 1024
 _SEPARATE_BODY = 64 * 1024
 
 
-@dataclass(frozen=True)
+# Not frozen: one is built per delivery, and a frozen dataclass is built with one object.__setattr__ per field
+@dataclass(slots=True)
 class Response:
     status: int
     headers: Mapping[str, str]  # names in lower case
@@ -69,8 +70,10 @@ class _Connection(asyncio.Protocol):
         self._received_any = False
         self._writable = asyncio.Event()
         self._writable.set()
-        # one timer per request in place of an asyncio.timeout around it (a tenth of a drain's CPU): it fails
-        # the waiter at the deadline, or once the answer has been silent for the idle timeout
+        # one timer in place of an asyncio.timeout around each request (a tenth of a drain's CPU): it fails the
+        # waiter at the deadline, or once the answer has been silent for the idle timeout. A request keeps the timer
+        # of the one before when it fires no later than its own would (then it looks again): with one subscription's
+        # timeouts, a connection arms a timer about once per timeout instead of once per request
         self._timer: asyncio.TimerHandle | None = None
         self._deadline = 0.0
         self._idle_timeout: float | None = None
@@ -127,7 +130,10 @@ class _Connection(asyncio.Protocol):
         self._received_any = False
         self.last_activity = now = time.monotonic()
         self._deadline, self._idle_timeout = deadline, idle
-        self._timer = loop.call_later(self._next_check(now), self._check_time)
+        check = self._next_check(now)
+        if self._timer is None or self._timer.when() > loop.time() + check:
+            self._stop_timer()
+            self._timer = loop.call_later(check, self._check_time)
         self.transport.writelines(data)  # head and body in one system call, not one each
         return self._waiter
 
@@ -233,8 +239,7 @@ class _Connection(asyncio.Protocol):
                 raise EndpointProtocolError("the endpoint closed the connection in the middle of its answer")
             return
         assert self._waiter is not None
-        waiter, self._waiter = self._waiter, None
-        self._stop_timer()
+        waiter, self._waiter = self._waiter, None  # the timer stays for the next request (request)
         if not waiter.done():
             waiter.set_result(Response(status, headers, body))
 
@@ -300,16 +305,23 @@ class HttpClient:
         deadline = time.monotonic() + total
         key = (target.scheme, target.host, target.port)
         # no asyncio.timeout around it all (its cost is a tenth of a delivery's): connecting and streaming, rare,
-        # have one each, and the connection's timer bounds the wait for the answer
-        connection, reused = await self._connection(key, deadline)
+        # have one each, and the connection's timer bounds the wait for the answer. An idle connection and a body in
+        # memory, the usual case, take no coroutine of their own.
+        connection = self._idle_connection(key)
+        reused = connection is not None
+        if connection is None:
+            connection = await self._connect(key, deadline)
         try:
-            response = await self._exchange(connection, data, deadline, idle)
+            if len(data) == 1:
+                response = await connection.request(data, deadline, idle)
+            else:
+                response = await self._exchange(connection, data, deadline, idle)
         except EndpointProtocolError:
             connection.close()
             if not reused or connection.received_any:
                 raise
             # an idle connection the endpoint had just closed: once more on a new one
-            connection, _ = await self._connection(key, deadline, fresh=True)
+            connection = await self._connect(key, deadline)
             try:
                 response = await self._exchange(connection, data, deadline, idle)
             except BaseException:
@@ -324,14 +336,15 @@ class HttpClient:
             self._idle.setdefault(key, []).append(connection)
         return response
 
-    async def _connection(
-        self, key: tuple[str, str, int], deadline: float, fresh: bool = False
-    ) -> tuple[_Connection, bool]:
+    def _idle_connection(self, key: tuple[str, str, int]) -> _Connection | None:
         idle = self._idle.get(key)
-        while idle and not fresh:
+        while idle:
             connection = idle.pop()
             if connection.usable:
-                return connection, True
+                return connection
+        return None
+
+    async def _connect(self, key: tuple[str, str, int], deadline: float) -> _Connection:
         scheme, host, port = key
         context = None
         if scheme == "https":
@@ -346,7 +359,7 @@ class HttpClient:
             # retrieved"): the connect finishes on its own, and is read and closed then
             connecting.add_done_callback(_close_late)
             raise
-        return protocol, False
+        return protocol
 
     @staticmethod
     async def _exchange(
