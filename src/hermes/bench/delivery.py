@@ -53,6 +53,8 @@ async def delivered(
     for name in reconciled_only:
         reconciliations.append(reconcile(sent.accepted, (m for m, _ in sink.arrivals.get(name, []))))
     missing = sum(r.missing for r in reconciliations)
+    if sent.consumers_cpu_from is not None:
+        cpu_before = sent.consumers_cpu_from
     cpu = cpu_seconds(consumers_pid) - cpu_before if consumers_pid else 0.0
     return {
         "consumers_cpu_us": round(cpu / max(arrivals, 1) * 1e6, 1),
@@ -112,7 +114,9 @@ async def serial_fanout(
         # A burst to one subscription is delivered while it is being published: it measures the whole system
         # on the machine's cores (deliveries end with the last publish). A backlog drain is the consumer's own.
         drain_runs = [
-            await delivered(sink, names, lambda: _backlog(api, topic, names[0], url, burst), drain, consumers_pid=pid)
+            await delivered(
+                sink, names, lambda: _backlog(api, topic, names[0], url, burst, pid), drain, consumers_pid=pid
+            )
             for _ in range(reps)
         ]
         out["drain"] = {"messages": burst, **_fold(drain_runs)}
@@ -171,12 +175,14 @@ async def subscription_start(system: System, sink: Sink, api: Management, reps: 
     return {"seconds": summarize(seconds), "missing": missing, "void": missing > 0}
 
 
-async def _backlog(api: Management, topic: str, name: str, url: str, count: int) -> Sent:
+async def _backlog(api: Management, topic: str, name: str, url: str, count: int, consumers_pid: int) -> Sent:
     """Publishes ``count`` messages while the subscription is suspended, then activates it: its consumer drains
-    them alone (throughput counts from its first delivery, so its group join is left out)."""
+    them alone (throughput counts from its first delivery, so its group join is left out; the consumers' CPU from
+    the activation, so its start is in and what the process did while the backlog was published is not)."""
     await api.state(topic, name, "SUSPENDED")
     await asyncio.sleep(2.0)  # the consumer stops and commits first
     sent = await publish_count(url, BODY, count, 32)
+    sent.consumers_cpu_from = cpu_seconds(consumers_pid)
     await api.state(topic, name, "ACTIVE")
     return sent
 

@@ -50,6 +50,9 @@ class Sent:
     completed_at: list[float] = field(default_factory=list)
     codes: dict[int, int] = field(default_factory=dict)
     errors: int = 0
+    # The consumers process's CPU seconds when the deliveries began to be due, where that is after the publishes
+    # (a backlog drained once its subscription is activated); None: counted from before the first publish.
+    consumers_cpu_from: float | None = None
 
     def record(self, scheduled: float, status: int, message_id: str | None) -> None:
         now = time.monotonic()

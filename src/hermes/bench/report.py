@@ -165,7 +165,7 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
                 f"(the consumers process alone; a burst to one subscription is delivered as fast as it is published): "
                 f"{_mmm(d['throughput'])} deliveries/s, ratio to raw POST **{ratio:.2f}** (target ≥ "
                 f"{DRAIN_RATIO_TARGET:g}: **{_met(ratio >= DRAIN_RATIO_TARGET)}**), consumers CPU µs per delivery "
-                f"{_mmm(d['consumers_cpu_us'])} (target ≤ {DRAIN_CPU_TARGET_US:g}: "
+                f"from the activation {_mmm(d['consumers_cpu_us'])} (target ≤ {DRAIN_CPU_TARGET_US:g}: "
                 f"**{_met(cpu <= DRAIN_CPU_TARGET_US)}**), missing {d['missing']}, duplicates {d['duplicates']}.",
             ]
     start = s.get("subscription_start")
