@@ -186,7 +186,7 @@ class Hermes:
             self.connection = KafkaConnection(bootstrap, tuple(sorted(self.broker.client_config().items())))
         else:
             self.connection = KafkaConnection.from_settings(settings, bootstrap)
-        admin = BrokerAdmin(self.connection)
+        admin = BrokerAdmin(self.connection, settings.kafka_admin_timeout)
         await asyncio.to_thread(admin.wait_until_reachable, settings.kafka_connect_timeout)
 
         self.repository = await asyncio.to_thread(open_repository, settings)
