@@ -4,7 +4,6 @@ in-process Hermes, or ``hermes pipeline`` as a child process; the archive query 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import uuid
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from hermes.pipeline.lake import Lake
 from hermes.pipeline.offline_storage import start_archive
 from hermes.pipeline.runner import PipelineContext
 from tests.conftest import wait_until
-from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes
+from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, alive, children
 
 RETRANSMISSION_TASKS = "/offline-retransmission/tasks"
 
@@ -52,27 +51,6 @@ def pipeline_context(
         max_records_per_batch=None,
         retention_interval=3600.0,
     )
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] if Path(f"/proc/{pid}/stat").exists() else "X"
-    return status not in ("Z", "X")  # a zombie has died; only its parent has not collected it yet
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().split(") ", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
 
 
 def local(root: str) -> Path:
