@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlparse
 
@@ -70,6 +71,15 @@ def lake_ids(lake: Lake, topic: str | None = None) -> list[str]:
     filters = None if topic is None else [("topic", "=", topic)]
     ids: list[str] = table.to_pyarrow_table(columns=["message_id"], filters=filters).column(0).to_pylist()
     return ids
+
+
+def archived_rows(lake: Lake, topic: str) -> list[SimpleNamespace]:
+    """One topic's rows of the lake's newest version, read without Spark (``deltalake``): each column an
+    attribute, as on a row Spark collects (``headers`` a dict)."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(local(lake.root))).to_pyarrow_table(filters=[("topic", "=", topic)])
+    return [SimpleNamespace(**{**row, "headers": dict(row["headers"] or [])}) for row in table.to_pylist()]
 
 
 def lake_count(spark: Any, lake: Lake, topic: str | None = None) -> int:
