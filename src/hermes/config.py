@@ -132,6 +132,12 @@ class Settings(BaseSettings):
     kafka_connect_timeout: float = Field(
         15.0, gt=0, description="Seconds to wait for the Kafka cluster to answer at start-up."
     )
+    kafka_admin_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="Seconds an administrative request to Kafka (topics, consumer groups, committed offsets) waits "
+        "for the cluster's answer; the management API answers 503 when it runs out.",
+    )
     embedded_broker_port: int = Field(
         9092, ge=0, le=65535, description="Port of the embedded Kafka broker on --host (0 = any free)."
     )

@@ -106,6 +106,7 @@ SECTIONS = (
             "kafka_ssl_ca_location",
             "kafka_scram_users",
             "kafka_connect_timeout",
+            "kafka_admin_timeout",
         ),
     ),
     Section(

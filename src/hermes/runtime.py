@@ -187,7 +187,7 @@ class Hermes:
             self.connection = KafkaConnection(bootstrap, tuple(sorted(self.broker.client_config().items())))
         else:
             self.connection = KafkaConnection.from_settings(settings, bootstrap)
-        admin = self._admin = BrokerAdmin(self.connection)  # the roles'
+        admin = self._admin = BrokerAdmin(self.connection, settings.kafka_admin_timeout)  # the roles'
         await asyncio.to_thread(admin.wait_until_reachable, settings.kafka_connect_timeout)
 
         self.repository = await asyncio.to_thread(open_repository, settings)

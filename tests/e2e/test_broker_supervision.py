@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -21,6 +22,8 @@ from tests.support.waiting import wait_until
 pytestmark = pytest.mark.e2e
 
 EXITED = "the embedded Kafka broker exited with signal SIGKILL"
+ADMIN_TIMEOUT = 3  # seconds a management request to the group's coordinator waits
+DOWN = 8  # seconds the broker stays down: longer than that request, the publishes and the port's check beside it
 
 
 def test_a_killed_broker_is_restarted_on_its_port_and_what_was_accepted_meanwhile_is_delivered(
@@ -33,8 +36,10 @@ def test_a_killed_broker_is_restarted_on_its_port_and_what_was_accepted_meanwhil
     holder = connect_to_itself(port)
     hermes = HermesProcess(
         tmp_path / "data",
+        "--kafka-admin-timeout",
+        str(ADMIN_TIMEOUT),
         "--embedded-broker-restart-backoff",
-        "12",  # the broker stays down longer than a management request to its group coordinator waits (10 s)
+        str(DOWN),
         kafka_port=port,
         env={"HERMES_FRONTEND_ACK_LEADER_TIMEOUT": "200"},  # publishes while the broker is down are answered soon
     )
@@ -59,6 +64,11 @@ def test_a_killed_broker_is_restarted_on_its_port_and_what_was_accepted_meanwhil
         assert down.status_code == 503
         assert down.json()["status"] == "DOWN"
         assert EXITED in down.json()["problems"][0]
+        # a request to the group's coordinator times out with no broker up: librdkafka aborted the process when the
+        # broker came back, unless Hermes destroyed the client first
+        groups_path = f"/topics/{topic}/subscriptions/{name}/consumer-groups"
+        pool = ThreadPoolExecutor(1)
+        groups = pool.submit(client.management.get, groups_path)  # beside the checks below, while the broker is down
         for path in ("/status/health", "/status/ready"):
             response = client.frontend.get(path)
             assert response.status_code == 503
@@ -68,10 +78,9 @@ def test_a_killed_broker_is_restarted_on_its_port_and_what_was_accepted_meanwhil
         accepted += [r.headers["Hermes-Message-Id"] for r in meanwhile]
         with pytest.raises(AssertionError, match="no connection to itself"):  # without the port kept, 14,000 do
             connect_to_itself(port, attempts=40_000)
-        # a request to the group's coordinator times out with no broker up: librdkafka aborted the process when the
-        # broker came back, unless Hermes destroyed the client first
-        groups = client.management.get(f"/topics/{topic}/subscriptions/{name}/consumer-groups")
-        assert groups.status_code == 503, groups.text
+        assert groups.result().status_code == 503, groups.result().text
+        pool.shutdown()
+        assert _status(hermes.management_url) == 503, "the broker came back before the checks of its absence ended"
 
         wait_until(lambda: _status(hermes.management_url) == 200, timeout=60)
         assert _status(hermes.frontend_url) == 200

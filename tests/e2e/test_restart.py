@@ -1,5 +1,5 @@
-"""What ``hermes run`` keeps across a crash: the embedded Kafka broker stores messages in the data directory, and
-every subscription resumes from its committed position."""
+"""What ``hermes run`` keeps across a crash: its embedded Kafka broker dies with it and stores messages in the data
+directory, and every subscription resumes from its committed position."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.hermes import HermesClient, HermesProcess
+from tests.support.hermes import HermesClient, HermesProcess, alive, children
 from tests.support.subscriber import Received, Reply, SubscriberServer
 from tests.support.waiting import wait_until
 
@@ -20,6 +20,9 @@ def test_a_sigkilled_run_loses_nothing_and_resumes_from_the_committed_position(t
     subscriber = SubscriberServer(lambda _n, _r: Reply(200 if up else 503)).start()
     data_dir = tmp_path / "data"
     hermes = HermesProcess(data_dir).start()
+    assert hermes.process is not None
+    broker = children(hermes.process.pid)
+    assert broker, "the embedded broker runs as a child process"
     client = HermesClient(hermes.management_url, hermes.frontend_url)
     try:
         topic = client.create_topic()
@@ -34,6 +37,7 @@ def test_a_sigkilled_run_loses_nothing_and_resumes_from_the_committed_position(t
     finally:
         client.close()
         hermes.stop(signal.SIGKILL)  # the crash under test, and no process left behind when the test failed
+    wait_until(lambda: not any(alive(pid) for pid in broker), timeout=10)  # the embedded broker dies with it
 
     up = True
     before_restart = len(subscriber.received)  # the attempts the down endpoint refused do not count

@@ -8,8 +8,7 @@ from pathlib import Path
 
 from hermes.broker.embedded import EmbeddedBroker
 from tests.conftest import wait_until
-from tests.support.hermes import HermesProcess
-from tests.support.pipeline import alive, children
+from tests.support.hermes import HermesProcess, alive, children
 
 
 def test_hermes_run_starts_the_pipeline_as_a_child_that_dies_with_it(kafka: EmbeddedBroker, tmp_path: Path) -> None:

@@ -25,7 +25,9 @@ def pipeline(
     spark_cluster: SparkStandaloneCluster, hermes: InProcessHermes, kafka: EmbeddedBroker, tmp_path: Path
 ) -> Iterator[PipelineCommand]:
     flags = ("--spark-master", spark_cluster.url, "--pipeline-jobs", "archive,offline-retransmission")
-    with pipeline_beside(hermes, kafka, tmp_path, *flags, "--pipeline-retransmission-poll", "0.5") as running:
+    # no kill here: the 30 messages in one batch, not in small ones (each a round of tasks on the executors)
+    flags += ("--pipeline-max-records-per-batch", "1000", "--pipeline-retransmission-poll", "0.5")
+    with pipeline_beside(hermes, kafka, tmp_path, *flags) as running:
         yield running
 
 

@@ -103,6 +103,27 @@ def hermes_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> 
     return load_settings(values)
 
 
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] if Path(f"/proc/{pid}/stat").exists() else "X"
+    return status not in ("Z", "X")  # a zombie has died; only its parent has not collected it yet
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().split(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
 class HermesProcess:
     """The real ``hermes run`` (or another subcommand) as a child process on free ports."""
 

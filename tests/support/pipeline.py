@@ -4,12 +4,12 @@ in-process Hermes, or ``hermes pipeline`` as a child process; the archive query 
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlparse
 
@@ -25,7 +25,7 @@ from hermes.pipeline.lake import Lake
 from hermes.pipeline.offline_storage import start_archive
 from hermes.pipeline.runner import PipelineContext
 from tests.conftest import wait_until
-from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes
+from tests.support.hermes import HermesClient, HermesProcess, InProcessHermes, alive, children
 
 RETRANSMISSION_TASKS = "/offline-retransmission/tasks"
 
@@ -54,27 +54,6 @@ def pipeline_context(
     )
 
 
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    status = Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] if Path(f"/proc/{pid}/stat").exists() else "X"
-    return status not in ("Z", "X")  # a zombie has died; only its parent has not collected it yet
-
-
-def children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().split(") ", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def local(root: str) -> Path:
     return Path(urlparse(root).path)
 
@@ -92,6 +71,15 @@ def lake_ids(lake: Lake, topic: str | None = None) -> list[str]:
     filters = None if topic is None else [("topic", "=", topic)]
     ids: list[str] = table.to_pyarrow_table(columns=["message_id"], filters=filters).column(0).to_pylist()
     return ids
+
+
+def archived_rows(lake: Lake, topic: str) -> list[SimpleNamespace]:
+    """One topic's rows of the lake's newest version, read without Spark (``deltalake``): each column an
+    attribute, as on a row Spark collects (``headers`` a dict)."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(local(lake.root))).to_pyarrow_table(filters=[("topic", "=", topic)])
+    return [SimpleNamespace(**{**row, "headers": dict(row["headers"] or [])}) for row in table.to_pylist()]
 
 
 def lake_count(spark: Any, lake: Lake, topic: str | None = None) -> int:

@@ -175,9 +175,15 @@ class ParkingLot:
     """The process's parking: produces parked messages and reads every retry topic on one thread."""
 
     def __init__(
-        self, connection: KafkaConnection, node_id: str, commit_interval: float, grouped: bool = False
+        self,
+        connection: KafkaConnection,
+        node_id: str,
+        commit_interval: float,
+        grouped: bool = False,
+        session_timeout_ms: int = 6000,
     ) -> None:
         self._connection = connection
+        self._session_timeout_ms = session_timeout_ms  # of the parking groups: a dead node's share moves this soon
         # each subscription's consumer group shares its partitions between nodes (a cluster): its retry topic too
         self._grouped = grouped
         self._groups: dict[str, ParkingGroupReader] = {}  # by retry topic, when grouped
@@ -287,7 +293,9 @@ class ParkingLot:
             if self._grouped:
                 await asyncio.to_thread(self._ensure_topic, subscription)
                 assert self._loop is not None
-                self._groups[parked.topic] = ParkingGroupReader(self._connection, parked, self._commit_interval)
+                self._groups[parked.topic] = ParkingGroupReader(
+                    self._connection, parked, self._commit_interval, self._session_timeout_ms
+                )
                 self._groups[parked.topic].start(self._loop)
                 parked.reading = True
                 return
@@ -428,10 +436,13 @@ class ParkingGroupReader:
     is finished is committed first: the new owner reads on from there (a message being delivered may come twice).
     """
 
-    def __init__(self, connection: KafkaConnection, parked: ParkedMessages, commit_interval: float) -> None:
+    def __init__(
+        self, connection: KafkaConnection, parked: ParkedMessages, commit_interval: float, session_timeout_ms: int
+    ) -> None:
         self._connection = connection
         self._parked = parked
         self._commit_interval = commit_interval
+        self._session_timeout_ms = session_timeout_ms
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -464,6 +475,7 @@ class ParkingGroupReader:
         consumer = BrokerConsumer(
             self._connection,
             parked.subscription.parking_group_id,
+            session_timeout_ms=self._session_timeout_ms,
             on_revoke=lambda partitions: self._revoked(consumer, partitions),
         )
         try:

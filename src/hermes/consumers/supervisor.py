@@ -137,6 +137,7 @@ class ConsumersSupervisor:
                 s.node_id,
                 s.consumer_commit_interval,
                 grouped=self._clustered or s.consumer_reading != "shared",
+                session_timeout_ms=s.consumer_session_timeout_ms,
             ),
             dead_letters=DeadLetters(self._connection),
         )
