@@ -350,10 +350,11 @@ class Settings(BaseSettings):
         None, description="Spark Connect server (sc://host:port) to run the pipeline on instead of a master."
     )
     pipeline_driver_memory: str = Field(
-        "512m",
+        "1g",
         pattern=r"^[1-9][0-9]*[mMgG]$",
         description="Largest Java heap of the pipeline's Spark driver (spark.driver.memory; with a local master it "
-        "runs the executors too): Spark needs at least 450m; raise it for archive batches of many large messages.",
+        "runs the executors too). The heap starts at 64 MiB and grows only as far as the work needs, so an idle "
+        "pipeline holds far less; below 1g archiving a backlog mostly collects garbage. Spark needs at least 450m.",
     )
     pipeline_lake: str | None = Field(
         None,

@@ -194,8 +194,9 @@ def _median_run(runs: list[_Run]) -> _Run:
     return sorted(runs, key=lambda run: run[0])[len(runs) // 2]
 
 
-# Parts of the JVM's thread names (digits read as N: "C2 CompilerThread0" is "CN CompilerThreN")
-_THREADS = {"Executor task": "tasks", "CompilerThre": "jit", "GC Thread": "gc", "GN ": "gc"}
+# Parts of the JVM's thread names (digits read as N: "C2 CompilerThread0" is "CN CompilerThreN"). The serial
+# collector collects in the "VM Thread" (which also runs the JVM's other, brief, stop-the-world operations)
+_THREADS = {"Executor task": "tasks", "CompilerThre": "jit", "GC Thread": "gc", "GN ": "gc", "VM Thread": "gc"}
 
 
 def _by_thread(before: dict[str, float], after: dict[str, float], total: float) -> dict[str, float]:
