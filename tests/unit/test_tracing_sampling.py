@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import sys
 
 import pytest
@@ -84,3 +85,25 @@ def test_a_new_trace_is_sampled_as_the_sdks_sampler_decides(
             published(201, True)
     assert len(decisions) == (2 if argument else 1)  # a ratio of one half: both decisions seen
     tracing.close()
+
+
+def test_new_traces_draw_ids_of_their_own_past_each_draw(dropping: Tracing, monkeypatch: pytest.MonkeyPatch) -> None:
+    """New traces' ids are cut from random digits drawn for many at once: every publish has ids of its own, across
+    draws, and a draw with 16 zeros in a row (an all-zero span id or half of a trace id) is drawn again."""
+    drawn = 0
+
+    def urandom(size: int) -> bytes:
+        nonlocal drawn
+        drawn += 1
+        return bytes(size) if drawn == 1 else random.randbytes(size)  # the first all zeros
+
+    monkeypatch.setattr("hermes.telemetry.spans.os.urandom", urandom)
+    traceparents = []
+    for _ in range(3 * 256):
+        headers: dict[str, str] = {}
+        dropping.publish("g.t", "id", headers)
+        traceparents.append(headers["traceparent"])
+    assert drawn == 4  # the zeros, then 3 draws of 256 traces each
+    assert all(valid_traceparent(t) and "0" * 16 not in t for t in traceparents)
+    assert len({t[3:35] for t in traceparents}) == len({t[36:52] for t in traceparents}) == 3 * 256
+    dropping.close()
