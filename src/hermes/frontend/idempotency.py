@@ -145,7 +145,7 @@ class _Expiries:
 
 # A first publish answered and not written yet takes this many items of the outbox, a flat list: its key's digest,
 # its body's, its topic, its key, its message id, whether it was acknowledged. A tuple per key (and its outcome)
-# lived until the flush, through the collector's young generations: 0.4-0.7 µs of collections per keyed publish.
+# lived until the flush, through the collector's young generations: 0.3 µs more of collections per keyed publish.
 _ROW = 6
 # Publishes a message (Publisher's own path): its topic, id, body, request headers, and the answer to call.
 Produce = Callable[[Topic, str, bytes | SpooledBody, Mapping[str, str], Answer], None]
