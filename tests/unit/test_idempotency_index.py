@@ -183,3 +183,19 @@ def test_a_key_costs_less_than_200_bytes() -> None:
         tracemalloc.stop()
     assert len(index) == 20_000
     assert used / 20_000 < 200, used / 20_000
+
+
+def test_keys_answered_before_the_flush_keep_no_object_of_their_own_for_the_collector() -> None:
+    """Until the 10 ms flush, an answered key is plain values in the outbox: a tuple (and its outcome) per key lived
+    through the collector's young generations, 0.3 µs more of collections per keyed publish in a frontend."""
+
+    async def scenario() -> None:
+        index, produced = keys(), Produced()
+        for n in range(100):
+            index.publish(produced, TOPIC, ID_1, BODY, {}, f"k{n}", lambda _: None)
+        for n, first in enumerate(produced.answers):
+            first(PublishResult(str(uuid.UUID(int=n)), True))
+        tracked = {id(item) for item in index._outbox if gc.is_tracked(item)}
+        assert len(tracked) <= 1, len(tracked)  # the topic's keys' settings, shared by all
+
+    asyncio.run(scenario())

@@ -143,8 +143,10 @@ class _Expiries:
         self.head = 0
 
 
-# A first publish answered and not written yet: its key's digest, its body's, its topic, its key, its outcome.
-_Answered = tuple[int, int, _TopicKeys, str, PublishResult]
+# A first publish answered and not written yet takes this many items of the outbox, a flat list: its key's digest,
+# its body's, its topic, its key, its message id, whether it was acknowledged. A tuple per key (and its outcome)
+# lived until the flush, through the collector's young generations: 0.3 µs more of collections per keyed publish.
+_ROW = 6
 # Publishes a message (Publisher's own path): its topic, id, body, request headers, and the answer to call.
 Produce = Callable[[Topic, str, bytes | SpooledBody, Mapping[str, str], Answer], None]
 
@@ -160,7 +162,7 @@ class IdempotencyKeys:
         self._expiries: dict[str, _Expiries] = {}  # by topic, to forget keys whose window is over
         self._topics: dict[int, _TopicKeys] = {}  # by id(topic)
         self._waiting: dict[int, list[Answer]] = {}  # repeats of first publishes in flight, waiting for their answer
-        self._outbox: list[_Answered] = []  # first publishes answered, not written yet
+        self._outbox: list[Any] = []  # first publishes answered, not written yet: _ROW items each
         self._flushing: asyncio.TimerHandle | None = None
         self._writer = uuid.uuid4().hex.encode()  # its records' Kafka key: the follower skips them
         self._tasks: set[asyncio.Task[None]] = set()  # digests of spooled bodies
@@ -253,10 +255,10 @@ class IdempotencyKeys:
     def _repeat(self, named: int, answer: Answer) -> None:
         """A repeat of a first publish in flight here: answered as it was when it was answered since the last
         flush, else when it is."""
-        for answered in self._outbox:
-            if answered[0] == named:
-                outcome = answered[4]
-                answer(PublishResult(outcome.message_id, outcome.acknowledged, replayed=True))
+        outbox = self._outbox
+        for row in range(0, len(outbox), _ROW):
+            if outbox[row] == named:
+                answer(PublishResult(outbox[row + 4], outbox[row + 5], replayed=True))
                 return
         self._waiting.setdefault(named, []).append(answer)
 
@@ -269,7 +271,8 @@ class IdempotencyKeys:
             outbox = self._outbox
             if not outbox:  # written with those answered meanwhile (this may run inside the producer's poll)
                 self._flushing = asyncio.get_running_loop().call_later(_FLUSH_DELAY, self._flush)
-            outbox.append((named, digest, keyed, key, outcome))
+            message_id, acknowledged, _ = outcome
+            outbox += (named, digest, keyed, key, message_id, acknowledged)
         elif self._index.get(named) == digest << _DIGEST_SHIFT:  # not learnt from another frontend meanwhile
             del self._index[named]
         if self._waiting:
@@ -286,15 +289,15 @@ class IdempotencyKeys:
         self._flushing = None
         answered, self._outbox = self._outbox, []
         now = int(time.time() * 1000)
-        nameds: list[int] = []
+        nameds: list[int] = answered[0::_ROW]
         packed: list[int] = []
         entries: list[_Entry] = []
         expiring: dict[str, list[int]] = {}
         last: _TopicKeys | None = None
         items: list[int] = []
-        for named, digest, keyed, key, (message_id, acknowledged, _) in answered:
+        rows = zip(nameds, *(answered[column::_ROW] for column in range(1, _ROW)), strict=True)
+        for named, digest, keyed, key, message_id, acknowledged in rows:
             until = now + keyed.window_ms
-            nameds.append(named)
             bits = int(message_id.replace("-", ""), 16)  # this frontend's ids are UUIDs as new_message_id makes
             packed.append((bits << _ID_SHIFT) | (digest << _DIGEST_SHIFT) | (until << 1) | acknowledged)
             if keyed is not last:
