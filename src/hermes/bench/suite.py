@@ -45,7 +45,7 @@ class Plan:
     reps: int = 3
     seconds: float = 4.0
     concurrency: int = 128  # wrk's connections for the publish maxima (publish.ALSO_CONCURRENCY too)
-    overhead_rounds: int = 6  # of the keyed and traced publishing runs beside plain, each in turn (even: ABBA)
+    overhead_rounds: int = 10  # of the keyed and traced publishing runs beside plain, each in turn (even: ABBA)
     rates: list[float] = field(default_factory=lambda: [250.0, 500.0, 1000.0, 2000.0])
     fanouts: list[int] = field(default_factory=lambda: [1, 10, 100])
     deliveries_per_burst: int = 6000  # divided among the messages: 6,000 x 1, 600 x 10, 60 x 100
