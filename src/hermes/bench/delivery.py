@@ -17,6 +17,9 @@ from hermes.bench.stats import first_arrivals, latency_ms, reconcile, summarize,
 from hermes.bench.system import Management, System, cpu_seconds, warm_up
 
 BODY = json_body(1024)
+# How long a drain's consumers process is watched at rest before its subscription is activated: /proc counts
+# CPU in 10 ms ticks, so 2 s tell rest from half a percent of a core.
+REST_SECONDS = 2.0
 
 
 async def delivered(
@@ -37,6 +40,12 @@ async def delivered(
         sent = await publish()
         expected = len(sent.accepted)
         deadline = time.monotonic() + drain_timeout
+        first_at: tuple[float, int] | None = None
+        if sent.consumers_cpu_from is not None and consumers_pid:
+            # The deliveries begin later (a subscription activated): the CPU up to the first arrival is its start,
+            # counted apart from the deliveries' (with the arrivals made by the time this process woke up).
+            await sink.wait_for(names[0], 1, max(0.1, deadline - time.monotonic()))
+            first_at = cpu_seconds(consumers_pid), len(sink.arrivals.get(names[0], []))
         for name in (*names, *reconciled_only):
             await sink.wait_for(name, expected, max(0.1, deadline - time.monotonic()))
     latencies: list[float] = []
@@ -55,9 +64,12 @@ async def delivered(
     missing = sum(r.missing for r in reconciliations)
     if sent.consumers_cpu_from is not None:
         cpu_before = sent.consumers_cpu_from
-    cpu = cpu_seconds(consumers_pid) - cpu_before if consumers_pid else 0.0
+    cpu_after = cpu_seconds(consumers_pid) if consumers_pid else 0.0
+    cpu = cpu_after - cpu_before if consumers_pid else 0.0
+    split = _start_apart(cpu_before, first_at, cpu_after, arrivals) if first_at else {}
     return {
         "consumers_cpu_us": round(cpu / max(arrivals, 1) * 1e6, 1),
+        **split,
         "published": expected,
         "rejected": sum(v for k, v in sent.codes.items() if k not in (201, 202)) + sent.errors,
         "codes": {str(k): v for k, v in sorted(sent.codes.items())},
@@ -71,8 +83,23 @@ async def delivered(
     }
 
 
+def _start_apart(activated: float, first: tuple[float, int], last: float, deliveries: int) -> dict[str, float]:
+    """A drain's CPU (seconds, at the activation, at the first arrival with the arrivals by then, at the last)
+    split into a cost per delivery (from the first arrival to the last) and the subscription's start (from the
+    activation to its first delivery, less the deliveries made by then at that cost): a drain of N costs start
+    + N x per delivery, so the per-delivery figure does not depend on N."""
+    at_first, delivered_by_then = first
+    after = deliveries - delivered_by_then
+    per_delivery = (last - at_first) / after if after > 0 else 0.0
+    return {
+        "consumers_cpu_us_per_delivery": round(per_delivery * 1e6, 1),
+        "start_cpu_ms": round(max(0.0, at_first - activated - delivered_by_then * per_delivery) * 1e3, 1),
+    }
+
+
 def _fold(runs: list[dict[str, Any]]) -> dict[str, Any]:
     keys = ["throughput", "latency_ms.p50", "latency_ms.p99", "latency_ms.max", "consumers_cpu_us"]
+    keys += [k for k in ("consumers_cpu_us_per_delivery", "start_cpu_ms", "rest_cpu_pct") if runs and k in runs[0]]
     return {
         **summarize_runs(runs, keys),
         "missing": sum(r["missing"] for r in runs),
@@ -113,12 +140,12 @@ async def serial_fanout(
     if subscriptions == 1:
         # A burst to one subscription is delivered while it is being published: it measures the whole system
         # on the machine's cores (deliveries end with the last publish). A backlog drain is the consumer's own.
-        drain_runs = [
-            await delivered(
-                sink, names, lambda: _backlog(api, topic, names[0], url, burst, pid), drain, consumers_pid=pid
-            )
-            for _ in range(reps)
-        ]
+        drain_runs = []
+        for _ in range(reps):
+            rest: list[float] = []
+            backlog = functools.partial(_backlog, api, topic, names[0], url, burst, pid, rest)
+            run = await delivered(sink, names, backlog, drain, consumers_pid=pid)
+            drain_runs.append({**run, "rest_cpu_pct": rest[0]})
         out["drain"] = {"messages": burst, **_fold(drain_runs)}
     for name in names:
         await api.remove_subscription(topic, name)
@@ -175,14 +202,21 @@ async def subscription_start(system: System, sink: Sink, api: Management, reps: 
     return {"seconds": summarize(seconds), "missing": missing, "void": missing > 0}
 
 
-async def _backlog(api: Management, topic: str, name: str, url: str, count: int, consumers_pid: int) -> Sent:
+async def _backlog(
+    api: Management, topic: str, name: str, url: str, count: int, consumers_pid: int, rest: list[float]
+) -> Sent:
     """Publishes ``count`` messages while the subscription is suspended, then activates it: its consumer drains
     them alone (throughput counts from its first delivery, so its group join is left out; the consumers' CPU from
-    the activation, so its start is in and what the process did while the backlog was published is not)."""
+    the activation, so its start is in and what the process did while the backlog was published is not). Appends
+    to ``rest`` the consumers process's CPU at rest just before the activation, in % of a core, which the drain's
+    window counts too."""
     await api.state(topic, name, "SUSPENDED")
     await asyncio.sleep(2.0)  # the consumer stops and commits first
     sent = await publish_count(url, BODY, count, 32)
+    at_rest = cpu_seconds(consumers_pid)
+    await asyncio.sleep(REST_SECONDS)
     sent.consumers_cpu_from = cpu_seconds(consumers_pid)
+    rest.append(round((sent.consumers_cpu_from - at_rest) / REST_SECONDS * 100, 2))
     await api.state(topic, name, "ACTIVE")
     return sent
 
