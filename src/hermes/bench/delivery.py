@@ -48,6 +48,8 @@ async def delivered(
             first_at = cpu_seconds(consumers_pid), len(sink.arrivals.get(names[0], []))
         for name in (*names, *reconciled_only):
             await sink.wait_for(name, expected, max(0.1, deadline - time.monotonic()))
+        # at once (the waits end with the arrival that completes them): not after the reconciliation below
+        cpu_after = cpu_seconds(consumers_pid) if consumers_pid else 0.0
     latencies: list[float] = []
     first, last = float("inf"), 0.0
     reconciliations = []
@@ -64,7 +66,6 @@ async def delivered(
     missing = sum(r.missing for r in reconciliations)
     if sent.consumers_cpu_from is not None:
         cpu_before = sent.consumers_cpu_from
-    cpu_after = cpu_seconds(consumers_pid) if consumers_pid else 0.0
     cpu = cpu_after - cpu_before if consumers_pid else 0.0
     split = _start_apart(cpu_before, first_at, cpu_after, arrivals) if first_at else {}
     return {
