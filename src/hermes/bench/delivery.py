@@ -17,6 +17,11 @@ from hermes.bench.stats import first_arrivals, latency_ms, reconcile, summarize,
 from hermes.bench.system import Management, System, cpu_seconds, warm_up
 
 BODY = json_body(1024)
+# How long a drain's consumers process is watched at rest before its subscription is activated: /proc counts
+# CPU in 10 ms ticks, so 2 s tell rest from half a percent of a core.
+REST_SECONDS = 2.0
+# Scenario 2 drains a backlog of its burst and of this many times as many: a cost per delivery apart from the start.
+DRAIN_SCALE = 5
 
 
 async def delivered(
@@ -37,8 +42,16 @@ async def delivered(
         sent = await publish()
         expected = len(sent.accepted)
         deadline = time.monotonic() + drain_timeout
+        first_at: tuple[float, int] | None = None
+        if sent.consumers_cpu_from is not None and consumers_pid:
+            # The deliveries begin later (a subscription activated): the CPU up to the first arrival is its start,
+            # counted apart from the deliveries' (with the arrivals made by the time this process woke up).
+            await sink.wait_for(names[0], 1, max(0.1, deadline - time.monotonic()))
+            first_at = cpu_seconds(consumers_pid), len(sink.arrivals.get(names[0], []))
         for name in (*names, *reconciled_only):
             await sink.wait_for(name, expected, max(0.1, deadline - time.monotonic()))
+        # at once (the waits end with the arrival that completes them): not after the reconciliation below
+        cpu_after = cpu_seconds(consumers_pid) if consumers_pid else 0.0
     latencies: list[float] = []
     first, last = float("inf"), 0.0
     reconciliations = []
@@ -55,9 +68,11 @@ async def delivered(
     missing = sum(r.missing for r in reconciliations)
     if sent.consumers_cpu_from is not None:
         cpu_before = sent.consumers_cpu_from
-    cpu = cpu_seconds(consumers_pid) - cpu_before if consumers_pid else 0.0
+    cpu = cpu_after - cpu_before if consumers_pid else 0.0
+    split = _start_apart(cpu_before, first_at, cpu_after, arrivals) if first_at else {}
     return {
         "consumers_cpu_us": round(cpu / max(arrivals, 1) * 1e6, 1),
+        **split,
         "published": expected,
         "rejected": sum(v for k, v in sent.codes.items() if k not in (201, 202)) + sent.errors,
         "codes": {str(k): v for k, v in sorted(sent.codes.items())},
@@ -71,8 +86,23 @@ async def delivered(
     }
 
 
+def _start_apart(activated: float, first: tuple[float, int], last: float, deliveries: int) -> dict[str, float]:
+    """A drain's CPU (seconds, at the activation, at the first arrival with the arrivals by then, at the last)
+    split at its first delivery: µs per delivery from the first arrival to the last, and ms from the activation
+    to the first delivery (less the deliveries made by then at that cost). What Kafka's client prefetched before
+    the first delivery falls in the second."""
+    at_first, delivered_by_then = first
+    after = deliveries - delivered_by_then
+    per_delivery = (last - at_first) / after if after > 0 else 0.0
+    return {
+        "cpu_us_first_to_last": round(per_delivery * 1e6, 1),
+        "cpu_ms_to_first": round(max(0.0, at_first - activated - delivered_by_then * per_delivery) * 1e3, 1),
+    }
+
+
 def _fold(runs: list[dict[str, Any]]) -> dict[str, Any]:
     keys = ["throughput", "latency_ms.p50", "latency_ms.p99", "latency_ms.max", "consumers_cpu_us"]
+    keys += [k for k in ("cpu_us_first_to_last", "cpu_ms_to_first", "rest_cpu_pct") if runs and k in runs[0]]
     return {
         **summarize_runs(runs, keys),
         "missing": sum(r["missing"] for r in runs),
@@ -113,13 +143,7 @@ async def serial_fanout(
     if subscriptions == 1:
         # A burst to one subscription is delivered while it is being published: it measures the whole system
         # on the machine's cores (deliveries end with the last publish). A backlog drain is the consumer's own.
-        drain_runs = [
-            await delivered(
-                sink, names, lambda: _backlog(api, topic, names[0], url, burst, pid), drain, consumers_pid=pid
-            )
-            for _ in range(reps)
-        ]
-        out["drain"] = {"messages": burst, **_fold(drain_runs)}
+        out["drain"] = await _drains(sink, api, topic, names[0], url, burst, pid, reps)
     for name in names:
         await api.remove_subscription(topic, name)
     # after the subscriptions are gone, so that their idle consumers do not share the broker with it
@@ -132,6 +156,47 @@ async def serial_fanout(
             for q in ("p50", "p99")
         }
     return out
+
+
+async def _drains(
+    sink: Sink, api: Management, topic: str, name: str, url: str, count: int, pid: int, reps: int
+) -> dict[str, Any]:
+    """``reps`` pairs of backlog drains, of ``count`` and of ``DRAIN_SCALE`` times as many, each pair in the
+    reverse order of the one before. A drain of N costs the subscription's start plus N times a cost per
+    delivery: the pair's difference gives the cost per delivery, and the smaller drain less N times it the start.
+    (The CPU from the first arrival to the last leaves out what Kafka's client fetched before the first
+    delivery, up to its prefetch bound: shown, not judged.)"""
+    drain_timeout = 60.0 + count * DRAIN_SCALE / 500
+    runs: dict[int, list[dict[str, Any]]] = {count: [], count * DRAIN_SCALE: []}
+    for rep in range(reps):
+        for n in sorted(runs, reverse=rep % 2 == 1):
+            rest: list[float] = []
+            backlog = functools.partial(_backlog, api, topic, name, url, n, pid, rest)
+            run = await delivered(sink, [name], backlog, drain_timeout, consumers_pid=pid)
+            runs[n].append({**run, "rest_cpu_pct": rest[0]})
+    small, large = runs[count], runs[count * DRAIN_SCALE]
+    costs = [_per_delivery_and_start(s, large_run) for s, large_run in zip(small, large, strict=True)]
+    larger = {"messages": count * DRAIN_SCALE, **_fold(large)}
+    return {
+        "messages": count,
+        **_fold(small),
+        "consumers_cpu_us_per_delivery": summarize(per for per, _ in costs),
+        "start_cpu_ms": summarize(start for _, start in costs),
+        "larger": larger,
+        # the larger drains' messages count as the smaller's: one missing voids the scenario
+        "missing": sum(r["missing"] for r in small + large),
+        "duplicates": sum(r["duplicates"] for r in small + large),
+        "void": any(r["void"] for r in small + large),
+    }
+
+
+def _per_delivery_and_start(small: dict[str, Any], large: dict[str, Any]) -> tuple[float, float]:
+    """From two drains' CPU from the activation (µs per delivery times deliveries): the cost per delivery (µs)
+    and the subscription's start (ms of CPU)."""
+    cpu_small = small["consumers_cpu_us"] * small["deliveries"]
+    cpu_large = large["consumers_cpu_us"] * large["deliveries"]
+    per = (cpu_large - cpu_small) / max(large["deliveries"] - small["deliveries"], 1)
+    return round(per, 1), round((cpu_small - per * small["deliveries"]) / 1000, 1)
 
 
 async def kafka_alone(bootstrap: str, consumers: int, rate: float, seconds: float, reps: int) -> dict[str, Any]:
@@ -175,14 +240,21 @@ async def subscription_start(system: System, sink: Sink, api: Management, reps: 
     return {"seconds": summarize(seconds), "missing": missing, "void": missing > 0}
 
 
-async def _backlog(api: Management, topic: str, name: str, url: str, count: int, consumers_pid: int) -> Sent:
+async def _backlog(
+    api: Management, topic: str, name: str, url: str, count: int, consumers_pid: int, rest: list[float]
+) -> Sent:
     """Publishes ``count`` messages while the subscription is suspended, then activates it: its consumer drains
     them alone (throughput counts from its first delivery, so its group join is left out; the consumers' CPU from
-    the activation, so its start is in and what the process did while the backlog was published is not)."""
+    the activation, so its start is in and what the process did while the backlog was published is not). Appends
+    to ``rest`` the consumers process's CPU at rest just before the activation, in % of a core, which the drain's
+    window counts too."""
     await api.state(topic, name, "SUSPENDED")
     await asyncio.sleep(2.0)  # the consumer stops and commits first
     sent = await publish_count(url, BODY, count, 32)
+    at_rest = cpu_seconds(consumers_pid)
+    await asyncio.sleep(REST_SECONDS)
     sent.consumers_cpu_from = cpu_seconds(consumers_pid)
+    rest.append(round((sent.consumers_cpu_from - at_rest) / REST_SECONDS * 100, 2))
     await api.state(topic, name, "ACTIVE")
     return sent
 

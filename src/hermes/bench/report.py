@@ -156,18 +156,7 @@ def markdown(results: dict[str, Any], plots: list[str]) -> str:
         )
     for f in s["serial"]:
         if "drain" in f:
-            d = f["drain"]
-            ratio = d["throughput"]["median"] / max(raw_post["median"], 1e-9)
-            cpu = d["consumers_cpu_us"]["median"]
-            lines += [
-                "",
-                f"One subscription draining a backlog of {d['messages']:,} messages published while it was suspended "
-                f"(the consumers process alone; a burst to one subscription is delivered as fast as it is published): "
-                f"{_mmm(d['throughput'])} deliveries/s, ratio to raw POST **{ratio:.2f}** (target ≥ "
-                f"{DRAIN_RATIO_TARGET:g}: **{_met(ratio >= DRAIN_RATIO_TARGET)}**), consumers CPU µs per delivery "
-                f"from the activation {_mmm(d['consumers_cpu_us'])} (target ≤ {DRAIN_CPU_TARGET_US:g}: "
-                f"**{_met(cpu <= DRAIN_CPU_TARGET_US)}**), missing {d['missing']}, duplicates {d['duplicates']}.",
-            ]
+            lines += ["", _drain(f["drain"], raw_post)]
     start = s.get("subscription_start")
     if start:
         lines += [
@@ -444,6 +433,38 @@ _OVERHEAD_VARIANTS = (
 
 def _ratios(figures: dict[str, Any]) -> str:
     return f"**{figures['median']:.3f}** ({min(figures['rounds']):.3f}-{max(figures['rounds']):.3f})"
+
+
+def _drain(d: dict[str, Any], raw_post: dict[str, float]) -> str:
+    """Scenario 2's backlog drains. The CPU target is judged on the cost per delivery (the difference between
+    drains of two sizes); the subscription's start is a figure of its own, and the old count (from the
+    activation, start included) follows for continuity. Runs from before have only the old count."""
+    ratio = d["throughput"]["median"] / max(raw_post["median"], 1e-9)
+    text = (
+        f"One subscription draining a backlog of {d['messages']:,} messages published while it was suspended "
+        f"(the consumers process alone; a burst to one subscription is delivered as fast as it is published): "
+        f"{_mmm(d['throughput'])} deliveries/s, ratio to raw POST **{ratio:.2f}** (target ≥ "
+        f"{DRAIN_RATIO_TARGET:g}: **{_met(ratio >= DRAIN_RATIO_TARGET)}**), "
+    )
+    old_way = d["consumers_cpu_us"]
+    if "consumers_cpu_us_per_delivery" not in d:
+        text += (
+            f"consumers CPU µs per delivery from the activation {_mmm(old_way)} (target ≤ {DRAIN_CPU_TARGET_US:g}: "
+            f"**{_met(old_way['median'] <= DRAIN_CPU_TARGET_US)}**),"
+        )
+    else:
+        per, larger = d["consumers_cpu_us_per_delivery"], d["larger"]
+        text += (
+            f"consumers CPU µs per delivery {_mmm(per, 1)} (target ≤ {DRAIN_CPU_TARGET_US:g}: "
+            f"**{_met(per['median'] <= DRAIN_CPU_TARGET_US)}**; from pairs of drains of {d['messages']:,} and "
+            f"{larger['messages']:,}, the difference of their CPU over the difference of their deliveries), and the "
+            f"subscription's start {_mmm(d['start_cpu_ms'], 1)} ms of CPU per activation. Counted from the "
+            f"activation, start included: {_mmm(old_way, 1)} µs per delivery ({larger['messages']:,}: "
+            f"{_mmm(larger['consumers_cpu_us'], 1)}); from the first arrival to the last "
+            f"{_mmm(d['cpu_us_first_to_last'], 1)} (without what Kafka's client fetched before the first delivery). "
+            f"The consumers process at rest just before each activation: {_mmm(d['rest_cpu_pct'], 1)} % of a core;"
+        )
+    return f"{text} missing {d['missing']}, duplicates {d['duplicates']}."
 
 
 def _met(ok: bool) -> str:

@@ -129,6 +129,11 @@ class Delivery:
             for message in messages
         )
 
+    @property
+    def filtered(self) -> bool:
+        """Whether the subscription has filters (without, ``passes`` need not be awaited)."""
+        return bool(self._filters)
+
     async def passes(self, message: Message, schema: str | None) -> bool:
         """Whether the message passes the filters (Avro ones read as records); one that does not is counted."""
         if not self._filters:

@@ -140,7 +140,8 @@ class SerialConsumer:
         offset is never committed and the message comes again after a restart."""
         started = time.monotonic()  # messageTtl counts from here
         delivery = self._delivery
-        resolved = await delivery.resolve(message)
+        # most messages are not offloaded: no coroutine to resolve them (nor, below, for a schema or filters)
+        resolved = message if message.external_url is None else await delivery.resolve(message)
         if resolved is None:
             self._receiver.finish(message, generation)
             return
@@ -164,8 +165,8 @@ class SerialConsumer:
 
     async def _deliver_resolved(self, message: Message, started: float) -> None:
         delivery = self._delivery
-        schema = await delivery.schema(message)
-        if await delivery.passes(message, schema):
+        schema = None if message.schema_version is None else await delivery.schema(message)
+        if not delivery.filtered or await delivery.passes(message, schema):
             delivery.trace(message, TraceStatus.INFLIGHT)
             if delay := delivery.subscription.serial_policy.sending_delay / 1000:
                 # counted from publishing, so a backlog of older messages goes at once; never longer than the
