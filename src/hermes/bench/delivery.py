@@ -283,7 +283,7 @@ async def slow_beside_fast(
         url = f"{system.frontend}/topics/{topic}"
         await api.subscription(topic, "fast", sink.url("fast"))
         if other is not None:
-            sink.delays[other] = delay
+            await sink.set_delay(other, delay)
             await api.subscription(topic, other, sink.url(other), inflightSize=200)
         if not await warm_up(system.frontend, topic, sink, ["fast", *([other] if other else [])]):
             return {"error": f"{phase}: the subscriptions never started receiving", "void": True}
@@ -295,7 +295,8 @@ async def slow_beside_fast(
         phases[phase] = _fold(runs)
         for name in ("fast", *others):
             await api.remove_subscription(topic, name)
-        sink.delays.pop(other or "", None)
+        if other is not None:
+            await sink.set_delay(other, 0.0)
 
     def p99(phase: str) -> float:
         return float(phases[phase]["latency_ms.p99"]["median"])

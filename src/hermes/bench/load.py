@@ -1,16 +1,17 @@
-"""Load generators (publishers) and the recording subscriber endpoint, both on the benchmark's event loop."""
+"""Load generators (publishers) on the benchmark's event loop, and the recording subscriber endpoint (a process of
+its own, ``hermes.bench.subscriber``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import gc
+import sys
 import time
+from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
-
-from aiohttp import web
 
 from hermes.bench.stats import achieved_rate, latency_ms, schedule
 from hermes.errors import EndpointProtocolError
@@ -165,47 +166,70 @@ def _result(sent: Sent, scheduled: list[float]) -> dict[str, Any]:
 
 class Sink:
     """A subscriber endpoint for many subscriptions (``/s/<name>``), recording each arrival's message id and
-    time; a subscription may be made slow (every answer delayed)."""
+    time; a subscription may be made slow (every answer delayed). The server is a process of its own
+    (``hermes.bench.subscriber``), which stamps the arrivals and streams them here: in this process, beside the
+    publisher, its request handling delayed the stamps of a fan-out's deliveries by milliseconds."""
 
     def __init__(self) -> None:
         self.arrivals: dict[str, list[tuple[str, float]]] = {}
-        self.delays: dict[str, float] = {}
         self.port = 0
-        self._runner: web.AppRunner | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._reading: asyncio.Task[None] | None = None
+        self._acks: asyncio.Queue[None] = asyncio.Queue()
         self._waiters: list[tuple[str, int, asyncio.Event]] = []
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.port}/s/{name}"
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=1024**3)
-        app.router.add_post("/s/{name}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=1024)
-        await site.start()
-        self.port = int(site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        self._process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "hermes.bench.subscriber", stdin=PIPE, stdout=PIPE
+        )
+        assert self._process.stdout is not None
+        line = await asyncio.wait_for(self._process.stdout.readline(), 30)
+        if not line:
+            raise RuntimeError(f"the benchmark's subscriber exited with {await self._process.wait()}")
+        self.port = int(line)
+        self._reading = asyncio.create_task(self._read(self._process.stdout))
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._process is None:
+            return
+        assert self._process.stdin is not None
+        self._process.stdin.close()  # its end
+        try:
+            await asyncio.wait_for(self._process.wait(), 10)
+        except TimeoutError:
+            self._process.kill()
+            await self._process.wait()
+        if self._reading is not None:
+            await self._reading
 
     def reset(self) -> None:
         self.arrivals.clear()
 
-    async def _handle(self, request: web.Request) -> web.Response:
-        await request.read()
-        at = time.monotonic()
-        name = request.match_info["name"]
-        got = self.arrivals.setdefault(name, [])
-        got.append((request.headers.get("Hermes-Message-Id", ""), at))
-        for waiter in self._waiters:
-            if waiter[0] == name and len(got) >= waiter[1]:
-                waiter[2].set()
-        delay = self.delays.get(name, 0.0)
-        if delay:
-            await asyncio.sleep(delay)
-        return web.Response()
+    async def set_delay(self, name: str, seconds: float) -> None:
+        """Every answer to ``name`` from now on after ``seconds`` (0: at once)."""
+        assert self._process is not None and self._process.stdin is not None
+        self._process.stdin.write(f"{name}\t{seconds!r}\n".encode())
+        await self._process.stdin.drain()
+        await asyncio.wait_for(self._acks.get(), 10)
+
+    async def _read(self, lines: asyncio.StreamReader) -> None:
+        rest = b""
+        while chunk := await lines.read(1 << 16):
+            *whole, rest = (rest + chunk).split(b"\n")
+            touched = set()
+            for line in whole:
+                if line == b"!":
+                    self._acks.put_nowait(None)
+                    continue
+                name, message_id, at = line.decode().split("\t")
+                self.arrivals.setdefault(name, []).append((message_id, float(at)))
+                touched.add(name)
+            for waiter in self._waiters:
+                if waiter[0] in touched and len(self.arrivals[waiter[0]]) >= waiter[1]:
+                    waiter[2].set()
 
     async def wait_for(self, name: str, count: int, within: float) -> bool:
         """True when ``name`` has at least ``count`` arrivals within ``within`` seconds."""
