@@ -200,6 +200,18 @@ def client(hermes: InProcessHermes) -> Iterator[HermesClient]:
     api.close()
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, which a run without it lacks
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Run by pytest-xdist with ``-n 2 --dist loadscope``, each worker with its own Kafka and ZooKeeper, the suite is
+    handed out in whole modules, so that a module-scoped Hermes starts once, and the whole Spark tier goes to one
+    worker, so that only that one starts Spark's JVMs (first: its longest scope)."""
+    if config.getoption("dist") != "loadscope":
+        return None  # pytest-xdist's own scheduler of that mode
+    from tests.support.scheduling import TierScheduling  # pytest-xdist is imported by the runs that use it only
+
+    return TierScheduling(config, log)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The Spark tier first: pyspark's callback server (foreachBatch) select()s its sockets, which fails once the
     process holds 1,024 descriptors ("filedescriptor out of range in select()"). Since stopped Hermes instances
