@@ -8,6 +8,7 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from hermes.cluster.coordinator import Coordinator, CoordinatorSettings
 from hermes.cluster.discovery import FrontendDiscovery
 from hermes.cluster.registry import CONSUMERS, ClusterStore
 from hermes.domain.message import RETRY_COUNT_HEADER
+from hermes.errors import MetadataUnreachable
 from hermes.runtime import Role
 from tests.support.cluster import FAILOVER_BOUND, Cluster, assigned, coordinator, expire_session, nodes
 from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings, unique
@@ -202,6 +204,19 @@ def test_the_coordinator_moves_by_the_loads_its_members_report(
         store.close()
 
 
+def _members_read_again_while_unreachable(store: ClusterStore) -> dict[str, dict[str, Any]]:
+    """The consumer nodes' registrations, read from a watch's callback: on a loaded machine the test's own session
+    was briefly unreachable there (the read refused at once), and the callback lost the version it was recording."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return store.members(CONSUMERS)
+        except MetadataUnreachable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def test_a_move_adds_the_new_node_before_removing_the_old(
     cluster: Cluster, front: HermesClient, subscriber: SubscriberServer
 ) -> None:
@@ -228,7 +243,7 @@ def test_a_move_adds_the_new_node_before_removing_the_old(
         owners = tuple(assignment.subscriptions.get(qualified, ()))
         if not seen or seen[-1] != owners:
             seen.append(owners)
-            members = store.members(CONSUMERS)
+            members = _members_read_again_while_unreachable(store)
             running.setdefault(owners, {n: qualified in members.get(n, {}).get("running", ()) for n in owners})
 
     sent = []
