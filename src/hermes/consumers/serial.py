@@ -44,8 +44,10 @@ class SerialConsumer:
         self._tasks: dict[asyncio.Task[None], int] = {}  # deliveries, with the generation of their message
         self._key_order = KeyOrder()  # with ordering: KEY
         self._stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # kept: get_running_loop costs a getpid system call
 
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._receiver.start(self)
 
     async def stop(self, drain_timeout: float) -> None:
@@ -117,7 +119,8 @@ class SerialConsumer:
                 if key is not None:
                     key_order.release(key)
                 continue
-            task = asyncio.create_task(self._deliver(message, generation))
+            assert self._loop is not None  # started
+            task = self._loop.create_task(self._deliver(message, generation))
             self._tasks[task] = generation
             task.add_done_callback(functools.partial(self._delivery_done, key))
         if self.read_ahead.low():
