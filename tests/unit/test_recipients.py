@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from hermes.consumers.recipients import Recipients
+from hermes.consumers.recipients import Outcome, Recipients
 from hermes.consumers.resolver import EndpointItself, StaticAddressList, load_resolver
 from hermes.consumers.sender.result import SendResult
 from hermes.domain.endpoint import EndpointAddress
@@ -59,6 +60,20 @@ def test_resolvers_are_loaded_by_name_with_clear_errors() -> None:
             load_resolver(spec)
 
 
+def attempt(
+    recipients: Recipients, addresses: list[str], send: Callable[[str, int], Awaitable[SendResult]]
+) -> tuple[Outcome, dict[str, SendResult]]:
+    """One attempt as ``Delivery.attempt`` makes it: to the recipients' targets, each with its retry count."""
+    targets = recipients.targets(addresses)
+    sent = asyncio.run(_gather([send(a, recipients.retries(a)) for a in targets]))
+    results = dict(zip(targets, sent, strict=True))
+    return recipients.record(results, False), results
+
+
+async def _gather(sends: list[Awaitable[SendResult]]) -> list[SendResult]:
+    return list(await asyncio.gather(*sends))
+
+
 class Instances:
     """Scripted answers per address: a list of statuses consumed one per attempt (the last one repeats)."""
 
@@ -76,7 +91,7 @@ def test_broadcast_retries_only_the_failed_instances_until_all_took_the_message(
     instances = Instances(a=[200], b=[500, 503, 200])
     recipients = Recipients(SubscriptionMode.BROADCAST)
     addresses = list(instances.answers)
-    outcomes = [asyncio.run(recipients.attempt(addresses, instances.send, False))[0] for _ in range(3)]
+    outcomes = [attempt(recipients, addresses, instances.send)[0] for _ in range(3)]
     assert instances.sent == [("http://a/", 0), ("http://b/", 0), ("http://b/", 1), ("http://b/", 2)]
     assert [o.retry for o in outcomes] == [True, True, False]
     assert outcomes[0].slow_down and outcomes[0].reason == (
@@ -89,30 +104,32 @@ def test_broadcast_retry_after_only_when_every_failed_instance_asked_for_it() ->
     async def send(address: str, _retries: int) -> SendResult:
         return SendResult.of_status(503, 2.0 if "a" in address else (5.0 if "b" in address else None))
 
-    outcome, _ = asyncio.run(Recipients(SubscriptionMode.BROADCAST).attempt(["http://a/", "http://b/"], send, False))
+    outcome, _ = attempt(Recipients(SubscriptionMode.BROADCAST), ["http://a/", "http://b/"], send)
     assert outcome.retry_after == 5.0
-    outcome, _ = asyncio.run(Recipients(SubscriptionMode.BROADCAST).attempt(["http://a/", "http://c/"], send, False))
+    outcome, _ = attempt(Recipients(SubscriptionMode.BROADCAST), ["http://a/", "http://c/"], send)
     assert outcome.retry_after is None
 
 
 def test_broadcast_does_not_wait_for_an_instance_that_is_no_longer_resolved() -> None:
     instances = Instances(a=[200], b=[500])
     recipients = Recipients(SubscriptionMode.BROADCAST)
-    assert asyncio.run(recipients.attempt(["http://a/", "http://b/"], instances.send, False))[0].retry
-    outcome, results = asyncio.run(recipients.attempt(["http://a/"], instances.send, False))
+    assert attempt(recipients, ["http://a/", "http://b/"], instances.send)[0].retry
+    outcome, results = attempt(recipients, ["http://a/"], instances.send)
     assert not outcome.retry and results == {}
 
 
 def test_anycast_sends_each_attempt_to_one_address_moving_on_after_a_failure() -> None:
     instances = Instances(a=[500], b=[200])
     recipients = Recipients(SubscriptionMode.ANYCAST)
-    first, _ = asyncio.run(recipients.attempt(list(instances.answers), instances.send, False))
-    second, _ = asyncio.run(recipients.attempt(list(instances.answers), instances.send, False))
+    first, _ = attempt(recipients, list(instances.answers), instances.send)
+    second, _ = attempt(recipients, list(instances.answers), instances.send)
     assert instances.sent == [("http://a/", 0), ("http://b/", 1)]
     assert first.reason == "Message sending failed with status code:500" and not second.retry
 
 
 def test_no_address_is_a_retried_failure() -> None:
-    outcome, results = asyncio.run(Recipients(SubscriptionMode.BROADCAST).attempt([], Instances().send, False))
-    assert outcome.retry and outcome.slow_down and results == {}
+    recipients = Recipients(SubscriptionMode.BROADCAST)
+    assert recipients.targets([]) == []
+    outcome = recipients.unresolved("the endpoint address resolver returned no address")
+    assert outcome.retry and outcome.slow_down
     assert "returned no address" in outcome.reason

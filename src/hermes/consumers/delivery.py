@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -17,6 +16,7 @@ from hermes.consumers.context import ConsumerContext
 from hermes.consumers.failure_log import FailureLog, describe
 from hermes.consumers.rate import AdaptiveRateLimiter, RateMode
 from hermes.consumers.recipients import Outcome, Recipients
+from hermes.consumers.resolver import EndpointItself
 from hermes.consumers.sender.result import SendResult
 from hermes.consumers.subscription_metrics import SubscriptionMetrics
 from hermes.domain.filters import MessageFilters
@@ -229,16 +229,27 @@ class Delivery:
         attempt failed, in the failure log."""
         policy = subscription.batch_policy if subscription.is_batch else subscription.serial_policy
         results: dict[str, SendResult] = {}
+        resolver = self.context.resolver
         try:
-            addresses = await self.context.resolver.resolve(
-                subscription.endpoint, subscription.endpoint_address_resolver_metadata
-            )
+            if type(resolver) is EndpointItself:  # the default's one address, without a coroutine to await
+                addresses = [subscription.endpoint.url]
+            else:
+                metadata = subscription.endpoint_address_resolver_metadata
+                addresses = await resolver.resolve(subscription.endpoint, metadata)
         except EndpointResolutionError as exc:
             outcome = recipients.unresolved(exc.message)
         else:
-            outcome, results = await recipients.attempt(
-                addresses, functools.partial(send, subscription), policy.retry_client_errors, subscription.retry_rules
-            )
+            targets = recipients.targets(addresses)
+            if not addresses:
+                outcome = recipients.unresolved("the endpoint address resolver returned no address")
+            else:
+                if len(targets) == 1:  # the usual case: no task and gathering future per delivery
+                    address = targets[0]
+                    results[address] = await send(subscription, address, recipients.retries(address))
+                elif targets:
+                    sent = await asyncio.gather(*(send(subscription, a, recipients.retries(a)) for a in targets))
+                    results = dict(zip(targets, sent, strict=True))
+                outcome = recipients.record(results, policy.retry_client_errors, subscription.retry_rules)
         for url, result in results.items():
             self.metrics.response(result.status, result.timed_out)
             if not result.succeeded:

@@ -9,8 +9,7 @@ discarded once done: kept as a dead letter unless every instance that refused it
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from hermes.consumers.sender.result import SendResult, Verdict, judge
@@ -36,8 +35,6 @@ class Outcome:
 # The outcome of almost every attempt, made once (a frozen dataclass's construction costs a few calls)
 _DELIVERED = Outcome(retry=False, slow_down=False, retry_after=None, reason="")
 
-Send = Callable[[str, int], Awaitable[SendResult]]  # (address, its retry count) -> result
-
 
 class Recipients:
     def __init__(self, mode: SubscriptionMode, earlier: int = 0) -> None:
@@ -48,25 +45,18 @@ class Recipients:
         self._attempts: dict[str, int] = {}
         self._round = earlier
 
-    async def attempt(
-        self, addresses: list[str], send: Send, retry_client_errors: bool, rules: RetryRules = NO_RULES
-    ) -> tuple[Outcome, dict[str, SendResult]]:
-        """Sends to this attempt's targets at once; the outcome and each address's result."""
+    def targets(self, addresses: list[str]) -> list[str]:
+        """This attempt's addresses (none when the resolver gave none): the caller sends to each with its
+        ``retries`` and hands the results to ``record``. (Sending is the caller's, so that an answer resumes one
+        coroutine fewer.)"""
         self._round += 1
         if not addresses:
-            return self.unresolved("the endpoint address resolver returned no address"), {}
+            return []
         if self._mode is SubscriptionMode.ANYCAST:
-            targets = [addresses[(self._round - 1) % len(addresses)]]
-        else:
-            targets = [a for a in addresses if a not in self._done]
-        if len(targets) == 1:  # the usual case: no task and gathering future per delivery
-            sent = [await send(targets[0], self._retries(targets[0]))]
-        else:
-            sent = await asyncio.gather(*(send(a, self._retries(a)) for a in targets))
-        results = dict(zip(targets, sent, strict=True))
-        return self._record(results, retry_client_errors, rules), results
+            return [addresses[(self._round - 1) % len(addresses)]]
+        return [a for a in addresses if a not in self._done]
 
-    def _retries(self, address: str) -> int:
+    def retries(self, address: str) -> int:
         """``Hermes-Retry-Count``: the message's earlier attempts (ANYCAST), or those at this instance."""
         return self._round - 1 if self._mode is SubscriptionMode.ANYCAST else self._attempts.get(address, 0)
 
@@ -74,7 +64,10 @@ class Recipients:
         """The outcome of an attempt that found no address to send to: retried like a network error."""
         return Outcome(retry=True, slow_down=True, retry_after=None, reason=f"Message sending failed: {reason}")
 
-    def _record(self, results: Mapping[str, SendResult], retry_client_errors: bool, rules: RetryRules) -> Outcome:
+    def record(
+        self, results: Mapping[str, SendResult], retry_client_errors: bool, rules: RetryRules = NO_RULES
+    ) -> Outcome:
+        """The outcome of an attempt from each of its addresses' results."""
         failed: dict[str, tuple[SendResult, Verdict]] = {}
         slow_down = False
         counters: tuple[str, ...] = ()

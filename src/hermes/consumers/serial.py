@@ -41,11 +41,14 @@ class SerialConsumer:
         self._receiver = receiver
         self._on_crash = on_crash
         self.read_ahead = ReadAhead(delivery.context.read_ahead_messages, delivery.context.read_ahead_bytes)
-        self._tasks: dict[asyncio.Task[None], int] = {}  # deliveries, with the generation of their message
+        # deliveries, with the generation of their message and the key they hold (ordering: KEY)
+        self._tasks: dict[asyncio.Task[None], tuple[int, bytes | None]] = {}
         self._key_order = KeyOrder()  # with ordering: KEY
         self._stopping = False
+        self._loop: asyncio.AbstractEventLoop | None = None  # kept: get_running_loop costs a getpid system call
 
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._receiver.start(self)
 
     async def stop(self, drain_timeout: float) -> None:
@@ -82,7 +85,7 @@ class SerialConsumer:
         self._start_deliveries()
 
     def moved(self, generation: int) -> None:
-        for task, task_generation in list(self._tasks.items()):
+        for task, (task_generation, _) in list(self._tasks.items()):
             if task_generation < generation:
                 task.cancel()
         self.read_ahead.drop_older_than(generation)
@@ -117,17 +120,18 @@ class SerialConsumer:
                 if key is not None:
                     key_order.release(key)
                 continue
-            task = asyncio.create_task(self._deliver(message, generation))
-            self._tasks[task] = generation
-            task.add_done_callback(functools.partial(self._delivery_done, key))
+            assert self._loop is not None  # started
+            task = self._loop.create_task(self._deliver(message, generation))
+            self._tasks[task] = generation, key
+            task.add_done_callback(self._delivery_done)
         if self.read_ahead.low():
             self._receiver.wake()
 
     def _drop_held(self, void: Callable[[Message, int], bool]) -> None:
         self.read_ahead.uncount(self._key_order.drop(void))
 
-    def _delivery_done(self, key: bytes | None, task: asyncio.Task[None]) -> None:
-        self._tasks.pop(task)
+    def _delivery_done(self, task: asyncio.Task[None]) -> None:
+        _, key = self._tasks.pop(task)
         if key is not None:
             self._key_order.release(key)
         if not task.cancelled() and (error := task.exception()) is not None:

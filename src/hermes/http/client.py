@@ -37,11 +37,8 @@ class Response:
 
 @dataclass(frozen=True)
 class _Target:
-    scheme: str
-    host: str
-    port: int
-    path: str  # with the query
-    host_header: str
+    key: tuple[str, str, int]  # scheme, host, port: the pool's
+    request_line: str  # the request line (path with the query) and Host, up to the Content-Length's value
 
 
 @lru_cache(maxsize=4096)
@@ -54,13 +51,16 @@ def _target(url: str) -> _Target:
     host = parts.hostname
     shown = f"[{host}]" if ":" in host else host
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return _Target(parts.scheme, host, port, path, shown if port == default else f"{shown}:{port}")
+    host_header = shown if port == default else f"{shown}:{port}"
+    return _Target((parts.scheme, host, port), f"POST {path} HTTP/1.1\r\nHost: {host_header}\r\nContent-Length: ")
 
 
 class _Connection(asyncio.Protocol):
     """One connection; parses one response at a time."""
 
     def __init__(self) -> None:
+        # made on the loop (by create_connection): kept, since get_running_loop costs a getpid system call each
+        self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.closed = False
         self.last_activity = time.monotonic()
@@ -124,7 +124,7 @@ class _Connection(asyncio.Protocol):
         """Writes ``data``; the answer's future fails with TimeoutError at ``deadline`` (``time.monotonic``),
         or after ``idle`` seconds without a byte of the answer."""
         assert self.transport is not None
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         self._waiter = loop.create_future()
         self._head = None
         self._received_any = False
@@ -153,7 +153,7 @@ class _Connection(asyncio.Protocol):
         elif self._idle_timeout is not None and now - self.last_activity >= self._idle_timeout:
             self._fail(TimeoutError("no answer from the endpoint within the socket timeout"))
         else:  # bytes came in the meantime: the idle timeout counts from the last of them
-            self._timer = asyncio.get_running_loop().call_later(self._next_check(now), self._check_time)
+            self._timer = self._loop.call_later(self._next_check(now), self._check_time)
 
     def _stop_timer(self) -> None:
         if self._timer is not None:
@@ -293,17 +293,15 @@ class HttpClient:
         answer; OSError or EndpointProtocolError when the connection fails."""
         target = _target(url)
         size = body.size if isinstance(body, StreamedBody) else len(body)
-        head = [f"POST {target.path} HTTP/1.1\r\nHost: {target.host_header}\r\nContent-Length: {size}\r\n"]
-        head.extend(f"{name}: {value}\r\n" for name, value in headers.items())
-        head.append("\r\n")
-        encoded = "".join(head).encode("latin-1")
+        fields = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+        encoded = f"{target.request_line}{size}\r\n{fields}\r\n".encode("latin-1")
         data: tuple[bytes, ...] | tuple[bytes, StreamedBody]
         if isinstance(body, StreamedBody):
             data = (encoded, body)
         else:  # a large body is written after its head, not copied behind it
             data = (encoded, body) if len(body) > _SEPARATE_BODY else (encoded + body,)
         deadline = time.monotonic() + total
-        key = (target.scheme, target.host, target.port)
+        key = target.key
         # no asyncio.timeout around it all (its cost is a tenth of a delivery's): connecting and streaming, rare,
         # have one each, and the connection's timer bounds the wait for the answer. An idle connection and a body in
         # memory, the usual case, take no coroutine of their own.

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import ssl
 import time
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from hermes.consumers.sender.oauth import OAuthTokens
@@ -68,53 +69,69 @@ class HttpSender:
             headers[header.name] = header.value
         return headers
 
-    async def send(
+    def send(
         self, subscription: Subscription, url: str, body: Body, headers: dict[str, str], timeout_ms: int
-    ) -> SendResult:
+    ) -> Awaitable[SendResult]:
         """Sends one attempt: a span of its own with tracing on; with it off, a traceparent that came with the
-        message is sent as that of a new span in its trace."""
-        if self._tracing is None:
-            if (traceparent := headers.get(TRACEPARENT)) is not None:
-                if valid_traceparent(traceparent):
-                    headers[TRACEPARENT] = child_traceparent(traceparent)
-                else:  # another Kafka producer's record: its header is not trusted
-                    del headers[TRACEPARENT]
-                    headers.pop(TRACESTATE, None)
-            return await self._send(subscription, url, body, headers, timeout_ms)
-        with self._tracing.attempt(
-            subscription.qualified_name.qualified, int(headers[RETRY_COUNT_HEADER]), headers
-        ) as span:
+        message is sent as that of a new span in its trace. (Each step that need not wait hands on the next one's
+        coroutine rather than awaiting it: an answer resumes every coroutine of the chain.)"""
+        if self._tracing is not None:
+            return self._traced(self._tracing, subscription, url, body, headers, timeout_ms)
+        if (traceparent := headers.get(TRACEPARENT)) is not None:
+            if valid_traceparent(traceparent):
+                headers[TRACEPARENT] = child_traceparent(traceparent)
+            else:  # another Kafka producer's record: its header is not trusted
+                del headers[TRACEPARENT]
+                headers.pop(TRACESTATE, None)
+        return self._send(subscription, url, body, headers, timeout_ms)
+
+    async def _traced(
+        self,
+        tracing: Tracing,
+        subscription: Subscription,
+        url: str,
+        body: Body,
+        headers: dict[str, str],
+        timeout_ms: int,
+    ) -> SendResult:
+        with tracing.attempt(subscription.qualified_name.qualified, int(headers[RETRY_COUNT_HEADER]), headers) as span:
             result = await self._send(subscription, url, body, headers, timeout_ms)
-            self._tracing.attempted(span, result.status, "timeout" if result.timed_out else result.error)
+            tracing.attempted(span, result.status, "timeout" if result.timed_out else result.error)
         return result
 
-    async def _send(
+    def _send(
         self, subscription: Subscription, url: str, body: Body, headers: dict[str, str], timeout_ms: int
-    ) -> SendResult:
+    ) -> Awaitable[SendResult]:
         """Sends with the subscription's OAuth bearer token if it has an OAuth policy, else with the
         endpoint's Basic credentials if it has some; signed when the subscription has signing secrets (the
         webhook id is the batch's or the message's id, the same on every retry)."""
         if subscription.signing_secrets:
-            webhook_id = headers.get(BATCH_ID_HEADER) or headers[MESSAGE_ID_HEADER]
-            now = time.time()
-            secrets = signing_now(
-                subscription.signing_secrets, subscription.previous_secret_expires_at, int(now * 1000)
-            )
-            if isinstance(body, StreamedBody):  # read from its file to be signed: off the event loop
-                signed = await asyncio.to_thread(signature_headers, secrets, webhook_id, body.chunks(), int(now))
-            else:
-                signed = signature_headers(secrets, webhook_id, body, int(now))
-            headers = {**headers, **signed}
+            return self._signed(subscription, url, body, headers, timeout_ms)
+        return self._authorized(subscription, url, body, headers, timeout_ms)
+
+    async def _signed(
+        self, subscription: Subscription, url: str, body: Body, headers: dict[str, str], timeout_ms: int
+    ) -> SendResult:
+        webhook_id = headers.get(BATCH_ID_HEADER) or headers[MESSAGE_ID_HEADER]
+        now = time.time()
+        secrets = signing_now(subscription.signing_secrets, subscription.previous_secret_expires_at, int(now * 1000))
+        if isinstance(body, StreamedBody):  # read from its file to be signed: off the event loop
+            signed = await asyncio.to_thread(signature_headers, secrets, webhook_id, body.chunks(), int(now))
+        else:
+            signed = signature_headers(secrets, webhook_id, body, int(now))
+        return await self._authorized(subscription, url, body, {**headers, **signed}, timeout_ms)
+
+    def _authorized(
+        self, subscription: Subscription, url: str, body: Body, headers: dict[str, str], timeout_ms: int
+    ) -> Awaitable[SendResult]:
         if self._oauth is not None and subscription.oauth_policy is not None:
-            return await self._oauth.send(
-                subscription, headers, lambda h: self._post(subscription, url, body, h, timeout_ms)
-            )
+            return self._oauth.send(subscription, headers, lambda h: self._post(subscription, url, body, h, timeout_ms))
         credentials = subscription.endpoint.credentials
         if credentials is not None:
             user, password = credentials
             token = base64.b64encode(f"{user}:{password}".encode()).decode()
             headers = {**headers, "Authorization": f"Basic {token}"}
-        return await self._post(subscription, url, body, headers, timeout_ms)
+        return self._post(subscription, url, body, headers, timeout_ms)
 
     async def _post(
         self, subscription: Subscription, url: str, body: Body, headers: dict[str, str], timeout_ms: int
