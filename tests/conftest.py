@@ -17,7 +17,7 @@ from hermes.broker.embedded import EmbeddedBroker
 from hermes.metadata.secrets import SecretKeys, StoredSecrets, key_file
 from hermes.metadata.sqlite import SqliteMetadataRepository
 from tests.support.activemq import ActiveMqServer
-from tests.support.hermes import HermesClient, InProcessHermes, hermes_settings
+from tests.support.hermes import HermesClient, InProcessHermes, own_hermes
 from tests.support.subscriber import SubscriberServer
 from tests.support.waiting import wait_until
 
@@ -79,15 +79,24 @@ class _DescriptorGuard:
 _guard = _DescriptorGuard()
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_fixture_setup(fixturedef: pytest.FixtureDef[Any]) -> Generator[None, object, object]:
-    if fixturedef.scope != "session":
-        return (yield)
-    before = len(_descriptors())
-    try:
-        return (yield)
-    finally:
-        _guard.session_descriptors += len(_descriptors()) - before
+class _SessionFixtures:
+    """Counts the descriptors session-scoped fixtures open in their set-up. A plugin (``pytest_configure``), not a
+    hook of this conftest: pytest calls a session fixture's set-up hook on the session's node, which the hooks of
+    tests/conftest.py do not reach, so every session fixture's descriptors were counted as its first module's."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef[Any]) -> Generator[None, object, object]:
+        if fixturedef.scope != "session":
+            return (yield)
+        before = len(_descriptors())
+        try:
+            return (yield)
+        finally:
+            _guard.session_descriptors += len(_descriptors()) - before
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_SessionFixtures(), "hermes-session-fixture-descriptors")
 
 
 def _module_of(item: pytest.Item | None) -> str:
@@ -187,10 +196,8 @@ def hermes(
     kafka: EmbeddedBroker, tmp_path_factory: pytest.TempPathFactory, hermes_overrides: dict[str, Any]
 ) -> Iterator[InProcessHermes]:
     """Every role of Hermes in this process, against the session's broker (one per test module)."""
-    settings = hermes_settings(tmp_path_factory.mktemp("hermes"), kafka.bootstrap_servers, **hermes_overrides)
-    running = InProcessHermes(settings).start()
-    yield running
-    running.stop()
+    with own_hermes(tmp_path_factory.mktemp("hermes"), kafka.bootstrap_servers, **hermes_overrides) as running:
+        yield running
 
 
 @pytest.fixture

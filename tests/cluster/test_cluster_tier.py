@@ -112,14 +112,16 @@ def ensemble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZookeeperEnse
 @pytest.fixture
 def cluster(tmp_path: Path, kafka_cluster: KafkaCluster, ensemble: ZookeeperEnsemble) -> Iterator[Cluster]:
     running = Cluster(tmp_path, kafka_cluster, ensemble, f"/{unique('tier')}")
-    with ThreadPoolExecutor(6) as pool:  # at once: each waits for its own start only
-        starts = [pool.submit(running.start, "m1", "management", SESSION_TIMEOUT)]
-        starts += [pool.submit(running.start, name, "frontend", SESSION_TIMEOUT) for name in ("f1", "f2")]
-        starts += [pool.submit(running.start, name, "consumers", SESSION_TIMEOUT) for name in ("n1", "n2", "n3")]
-        for started in starts:
-            started.result()
-    yield running
-    running.stop()
+    try:  # a start that fails must not leave the others running
+        with ThreadPoolExecutor(6) as pool:  # at once: each waits for its own start only
+            starts = [pool.submit(running.start, "m1", "management", SESSION_TIMEOUT)]
+            starts += [pool.submit(running.start, name, "frontend", SESSION_TIMEOUT) for name in ("f1", "f2")]
+            starts += [pool.submit(running.start, name, "consumers", SESSION_TIMEOUT) for name in ("n1", "n2", "n3")]
+            for started in starts:
+                started.result()
+        yield running
+    finally:
+        running.stop()
 
 
 def test_killing_a_leader_broker_a_zookeeper_server_and_a_consumer_node_loses_no_message(

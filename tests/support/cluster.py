@@ -72,8 +72,8 @@ class Cluster:
         env = {KEYS_VARIABLE: self.secrets_keys}
         process = HermesProcess(self.tmp / name, *self.flags(), *extra, *args, command=command, env=env)
         wait_for = {"consumers": "nothing", "frontend": "frontend"}.get(command, "management")
-        self.processes[name] = process.start(wait_for=wait_for, own_group=True)
-        return process
+        self.processes[name] = process  # before it starts: ``stop`` ends it even if its start fails
+        return process.start(wait_for=wait_for, own_group=True)
 
     def restart(self, name: str) -> HermesProcess:
         """The process again on its data directory and ports (a frontend replays its journal)."""
@@ -89,10 +89,11 @@ class Cluster:
         process.wait(30)
 
     def stop(self) -> None:
+        """Kills every process group, including those whose first process has exited already (a frontend's
+        workers outlive it)."""
         for process in self.processes.values():
-            if process.process is not None and process.process.poll() is None:
-                os.killpg(process.process.pid, signal.SIGKILL)
-                process.process.wait(30)
+            if process.process is not None:
+                process.kill()
 
 
 def nodes(management: httpx.Client) -> dict[str, dict[str, Any]]:

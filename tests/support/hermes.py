@@ -4,6 +4,7 @@ plus a small client for the management and frontend APIs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -103,6 +105,16 @@ def hermes_settings(data_dir: Path, bootstrap: str | None, **overrides: Any) -> 
     return load_settings(values)
 
 
+@contextlib.contextmanager
+def own_hermes(data_dir: Path, bootstrap: str, **overrides: Any) -> Iterator[InProcessHermes]:
+    """An ``InProcessHermes`` of the tests' settings (and ``overrides``), stopped at the end."""
+    running = InProcessHermes(hermes_settings(data_dir, bootstrap, **overrides)).start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -167,6 +179,7 @@ class HermesProcess:
             **(env or {}),
         }
         self.process: subprocess.Popen[bytes] | None = None
+        self.own_group = False
 
     @property
     def management_url(self) -> str:
@@ -179,6 +192,7 @@ class HermesProcess:
     def start(self, wait_for: str = "management", timeout: float = 60, own_group: bool = False) -> HermesProcess:
         """``own_group``: in a process group of its own, as a shell runs a command (see ``interrupt``)."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.own_group = own_group
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, process_group=0 if own_group else None
@@ -186,6 +200,7 @@ class HermesProcess:
         if wait_for == "nothing":  # a role without an HTTP server: just make sure it did not exit at once
             time.sleep(1.0)
             if self.process.poll() is not None:
+                self.kill()  # what it started in its group
                 raise AssertionError(f"hermes exited with {self.process.returncode}:\n{self.log()}")
             return self
         urls = [self.management_url if wait_for == "management" else self.frontend_url]
@@ -194,6 +209,7 @@ class HermesProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                self.kill()  # what it started in its group
                 raise AssertionError(f"hermes exited with {self.process.returncode}:\n{self.log()}")
             try:
                 if all(httpx.get(f"{url}/status/health", timeout=1).status_code == 200 for url in urls):
@@ -201,9 +217,18 @@ class HermesProcess:
             except httpx.HTTPError:
                 pass
             time.sleep(0.1)
-        self.process.kill()  # a failed start must not leave a hermes (and its broker) running after the test
-        self.process.wait()
+        self.kill()  # a failed start must not leave a hermes (and its broker) running after the test
         raise AssertionError(f"hermes did not become healthy in {timeout} s:\n{self.log()}")
+
+    def kill(self) -> None:
+        """SIGKILL to it, and to its whole group when it has one of its own (a frontend's workers, a Spark JVM)."""
+        assert self.process is not None
+        with contextlib.suppress(ProcessLookupError):  # a group whose every process has exited
+            if self.own_group:  # even when its first process has exited already
+                os.killpg(self.process.pid, signal.SIGKILL)
+            elif self.process.poll() is None:
+                self.process.kill()
+        self.process.wait(30)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

@@ -166,7 +166,9 @@ class PipelineCommand:
         self.process: HermesProcess | None = None
 
     def start(self) -> None:
-        self.process = HermesProcess(self.data_dir, *self.args, command="pipeline").start(wait_for="nothing")
+        """In a process group of its own, with the Spark JVM it starts: ``stop`` ends both, whatever the test."""
+        process = HermesProcess(self.data_dir, *self.args, command="pipeline")
+        self.process = process.start(wait_for="nothing", own_group=True)
 
     def kill(self) -> None:
         """SIGKILL, and wait until its Spark JVM is gone too (so nothing it started commits afterwards)."""
@@ -176,9 +178,15 @@ class PipelineCommand:
         wait_until(lambda: not any(alive(pid) for pid in spark), timeout=30)
 
     def stop(self) -> int | None:
-        if self.process is not None and self.process.process is not None and self.process.process.poll() is None:
-            return self.process.stop(signal.SIGTERM, timeout=60)
-        return None
+        """Its exit code after SIGTERM (None when it had exited); its group is killed in any case, so that a
+        pipeline that does not stop in time, or its JVM, outlives no test (it would hold the next one's Kafka
+        group and ports)."""
+        if self.process is None or self.process.process is None:
+            return None
+        try:
+            return self.process.stop(signal.SIGTERM, timeout=60) if self.process.process.poll() is None else None
+        finally:
+            self.process.kill()
 
 
 def retransmit_offline(
