@@ -4,7 +4,6 @@ session timeouts and intervals, and readers of what management's /consumers/node
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import time
 from pathlib import Path
@@ -83,10 +82,7 @@ class Cluster:
         return process.start(wait_for=wait_for, own_group=True)
 
     def kill(self, name: str) -> None:
-        process = self.processes[name].process
-        assert process is not None
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait(30)
+        self.processes[name].kill()
 
     def stop(self) -> None:
         """Kills every process group, including those whose first process has exited already (a frontend's
