@@ -129,10 +129,11 @@ class ConsumerProcess:
         cost."""
         if changed_only and self._at_rest():
             return None
+        sources = self._gauge_sources()  # before the gauges: a read meanwhile is seen at the next report
         self.delivery.failures.flush()
         self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value, self.receiver.lag)
         self._report_breaker()
-        self._reported = self._gauge_sources()
+        self._reported = sources
         if changed_only and self.metrics.unchanged(_UNCHANGED_REPORT_INTERVAL):
             return None
         return self.metrics.snapshot()
