@@ -5,8 +5,9 @@ without holding the others back, and comes back once it has caught up."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from confluent_kafka import Producer
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.consumers.offsets import Partition
 from hermes.consumers.shared_reading import SharedReceiver, _runs, _within, commit_in_turn
 from hermes.domain.message import Message
 from tests.conftest import wait_until
@@ -115,6 +117,58 @@ def test_partitions_added_to_a_topic_are_read_too(
     [received] = subscriber.wait_for(1, timeout=20)
     assert received.body == b'{"n": 3}'
     wait_until(lambda: receiver.in_lanes, timeout=20)
+
+
+def _quiet_for(calls: list[object], seconds: float) -> bool:
+    before = len(calls)
+    time.sleep(seconds)
+    return len(calls) == before
+
+
+def test_a_subscription_at_rest_is_passed_by_and_wakes_with_the_next_message(
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At rest, the commit rounds (every 0.2 s here) and the metrics reports (as often) leave a subscription alone:
+    no lag measured, no gauge computed. The next message is committed, and counted in its metrics, as before."""
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
+    consumer = hermes.consumer(topic, name)
+    receiver = _receiver(hermes, topic, name)
+    wait_until(lambda: receiver.in_lanes, timeout=20)
+    lags: list[object] = []
+    gauges: list[object] = []
+    reader_ends, unfinished = receiver._reader.ends, receiver.unfinished
+
+    def ends(partitions: Iterable[Partition]) -> dict[Partition, int]:
+        partitions = list(partitions)
+        if any(t == topic for t, _ in partitions):
+            lags.append(partitions)
+        return reader_ends(partitions)
+
+    def counted_unfinished() -> int:
+        gauges.append(None)
+        return unfinished()
+
+    monkeypatch.setattr(receiver._reader, "ends", ends)
+    monkeypatch.setattr(receiver, "unfinished", counted_unfinished)
+    metrics = f"/topics/{topic}/subscriptions/{name}/metrics"
+    for n in (1, 2):
+        client.publish(topic, f'{{"n": {n}}}')
+        subscriber.wait_for(n, timeout=20)
+        wait_until(lambda: committed(hermes, topic, name) == n, timeout=10, interval=0.2)  # noqa: B023
+        wait_until(lambda: client.management.get(metrics).json()["delivered"] == n, timeout=10)  # noqa: B023
+        assert lags and gauges, "its lag and gauges were looked at after the message"
+        # then at rest: five commit rounds and metrics intervals in a row pass it by
+        wait_until(lambda: _quiet_for(lags, 1.0) and _quiet_for(gauges, 1.0), timeout=10)
+        assert consumer.metrics.inflight == 0 and receiver.lag == 0
+        lags.clear()
+        gauges.clear()
+
+
+def committed(hermes: InProcessHermes, topic: str, name: str) -> int:
+    """Messages of the (fresh) topic below the subscription's committed offsets."""
+    assert hermes.hermes.connection is not None
+    return sum(BrokerAdmin(hermes.hermes.connection).committed_offsets(f"hermes_{topic}_{name}", topic).values())
 
 
 def _message(partition: int, offset: int, size: int = 10, topic: str = "t") -> Message:

@@ -72,3 +72,38 @@ def test_per_second_figures_after_unchanged_seconds_count_from_the_last_of_them(
     snapshot = metrics.snapshot()
     assert snapshot["parkedPerSecond"] == 3 and snapshot["parked"] == 3 and snapshot["deliveredPerSecond"] == 0
     assert "unparked" not in snapshot  # parking's counters appear once counted
+
+
+def test_at_rest_says_unchanged_without_the_gauges_and_wakes_on_what_moves_without_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``at_rest`` is asked instead of ``unchanged`` while the gauges' sources did not move: it must still see what
+    changes without them (counts, recent attempts ageing, parked messages, the snapshot's age)."""
+    clock = [1000.0]
+    monkeypatch.setattr(metrics_module.time, "monotonic", lambda: clock[0])
+    metrics = SubscriptionMetrics("g.t", "s")
+    assert not metrics.at_rest(10.0)  # never snapshotted
+    metrics.response(200, timed_out=False)
+    metrics.snapshot()
+    clock[0] += 1
+    assert not metrics.at_rest(10.0)  # its per-second figures fall to zero: said once
+    metrics.snapshot()
+    for _ in range(3):
+        clock[0] += 1
+        assert metrics.at_rest(10.0)
+    clock[0] += 1
+    metrics.count("delivered", 2)
+    assert not metrics.at_rest(10.0)
+    assert metrics.snapshot()["deliveredPerSecond"] == 2  # counted from the last rest, a second ago
+    clock[0] += 1
+    metrics.snapshot()
+    clock[0] += 1
+    metrics.parked(4)  # from the parking lot's thread
+    assert not metrics.at_rest(10.0)
+    metrics.snapshot()
+    clock[0] += 10
+    assert not metrics.at_rest(10.0)  # written again now and then
+    metrics.snapshot()
+    clock[0] += metrics_module.RECENT_WINDOW_S - 9
+    assert not metrics.at_rest(1000.0)  # its recent attempt grew too old
+    assert sum(metrics.snapshot()["recentAttempts"].values()) == 0

@@ -74,6 +74,11 @@ class FailureLog:
         self._discarded.add(count, reason)
         self.flush()
 
+    @property
+    def pending(self) -> bool:
+        """Whether events wait for their line (``flush`` has something to do, now or later)."""
+        return bool(self._failed.count or self._discarded.count)
+
     def flush(self) -> None:
         """Logs what was counted since the previous line once that line is an interval old; called after each
         event and periodically, so the last failures before a recovery are logged too."""

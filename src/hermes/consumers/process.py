@@ -59,6 +59,7 @@ class ConsumerProcess:
         self._retransmissions = RetransmissionRequests(context.repository, subscription.topic_name.qualified, self.name)
         self._suspending: asyncio.Task[None] | None = None  # the breaker's suspendAfter, under way
         self.redrives = Redrives(self.delivery, self.consumer.redeliver)
+        self._reported: tuple[object, ...] = ()  # what the last report's gauges came from (see _at_rest)
 
     @property
     def name(self) -> str:
@@ -126,12 +127,31 @@ class ConsumerProcess:
         of them at once); with ``changed_only``, None for an unchanged one (an idle subscription's) except every
         ``_UNCHANGED_REPORT_INTERVAL``: a write a second per idle subscription was most of what a thousand of them
         cost."""
+        if changed_only and self._at_rest():
+            return None
+        sources = self._gauge_sources()  # before the gauges: a read meanwhile is seen at the next report
         self.delivery.failures.flush()
         self.metrics.gauges(self.receiver.unfinished(), self.rate.rate, self.rate.mode.value, self.receiver.lag)
         self._report_breaker()
+        self._reported = sources
         if changed_only and self.metrics.unchanged(_UNCHANGED_REPORT_INTERVAL):
             return None
         return self.metrics.snapshot()
+
+    def _gauge_sources(self) -> tuple[object, ...]:
+        rate, breaker = self.rate, self.delivery.breaker
+        return self.receiver.changes, self.receiver.lag, rate.rate, rate.mode, breaker.state, breaker.opened
+
+    def _at_rest(self) -> bool:
+        """Whether nothing a report looks at moved since the last one, told without computing the gauges (a
+        thousand idle subscriptions' reports were half of what they cost): no message read nor finished, the same
+        lag, rate and breaker (closed), no failure to log, and the snapshot neither due nor with anything new."""
+        return (
+            self._reported == self._gauge_sources()
+            and self.delivery.breaker.closed
+            and not self.delivery.failures.pending
+            and self.metrics.at_rest(_UNCHANGED_REPORT_INTERVAL)
+        )
 
     def _report_breaker(self) -> None:
         breaker = self.delivery.breaker

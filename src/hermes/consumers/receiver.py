@@ -290,6 +290,11 @@ class Receiver:
         with self._lock:
             return self._tracker.inflight()
 
+    @property
+    def changes(self) -> int:
+        """Reads, finishes and forgets so far (``OffsetTracker.changes``): while it stays, ``unfinished`` does."""
+        return self._tracker.changes
+
 
 class MessageReceiver(Receiver):
     """Reads in the subscription's own Kafka consumer group, on a thread of its own (distributed mode, where the

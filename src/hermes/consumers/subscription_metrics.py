@@ -213,6 +213,22 @@ class SubscriptionMetrics:
         self._previous_at = now
         return True
 
+    def at_rest(self, within: float) -> bool:
+        """``unchanged`` when the gauges' sources are known not to have moved since they were last set: nothing
+        counted, no recent attempt to expire, the gauges as in the last snapshot, and that one recent."""
+        now = time.monotonic()
+        recent = self._recent
+        if (
+            self._interval
+            or self._snapshot_rates
+            or (recent and now - recent[0][0] > RECENT_WINDOW_S)
+            or now - self._snapshot_at >= within
+            or self._gauges() != self._snapshot_gauges
+        ):
+            return False
+        self._previous_at = now
+        return True
+
     def snapshot(self) -> dict[str, Any]:
         """Totals, gauges and per-second rates since the previous snapshot; what was counted since then goes to
         Prometheus too, so that its counters say what the snapshots say."""
