@@ -4,6 +4,7 @@ without holding the others back, and comes back once it has caught up."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections import Counter
@@ -14,10 +15,25 @@ import pytest
 from confluent_kafka import Producer
 
 from hermes.broker.admin import BrokerAdmin
+from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.consumers.context import ConsumerContext
+from hermes.consumers.delivery import Delivery
 from hermes.consumers.offsets import Partition
-from hermes.consumers.shared_reading import SharedReceiver, _runs, _within, commit_in_turn
+from hermes.consumers.serial import SerialConsumer
+from hermes.consumers.shared_reading import (
+    Handoff,
+    SharedReader,
+    SharedReceiver,
+    _Run,
+    _runs,
+    _within,
+    commit_in_turn,
+)
+from hermes.domain.endpoint import EndpointAddress
 from hermes.domain.message import Message
+from hermes.domain.subscription import DEFAULT_INFLIGHT_SIZE, Subscription
+from hermes.domain.topic import TopicName
 from tests.conftest import wait_until
 from tests.support.hermes import HermesClient, InProcessHermes
 from tests.support.subscriber import Reply, SubscriberServer
@@ -229,3 +245,61 @@ def test_a_commit_round_goes_in_steps() -> None:
     turn, asked, sent = commit_in_turn(receivers, turn, budget=2, visits=5 - asked)
     assert (turn, asked, sent) == (0, 2, 2)  # the round's visits are spent: it stops where it began
     assert [r.commits for r in receivers] == [1, 0, 1, 1, 1]
+
+
+def _members(kafka: EmbeddedBroker, count: int) -> list[tuple[SerialConsumer, SharedReceiver]]:
+    """``count`` SERIAL subscriptions' consumers in the lane of partition ("t", 0) at offset 0, as the head sees them
+    (not started: nothing is delivered)."""
+    context = ConsumerContext(
+        connection=KafkaConnection(kafka.bootstrap_servers),
+        sender=None,  # type: ignore[arg-type]
+        repository=None,  # type: ignore[arg-type]
+        content=None,  # type: ignore[arg-type]
+        node_id="n",
+        cluster="c",
+        read_ahead_messages=3,
+        read_ahead_bytes=4096,
+    )
+    reader = SharedReader(context)
+    members = []
+    for index in range(count):
+        subscription = Subscription(TopicName("g", "t"), f"s{index}", EndpointAddress("http://x"))
+        receiver = reader.receiver(f"g.t$s{index}", "t", f"group{index}", context, lambda _: None)
+        consumer = SerialConsumer(Delivery(subscription, context), receiver, lambda _: None)
+        receiver._flow = consumer
+        receiver._next[("t", 0)] = 0
+        members.append((consumer, receiver))
+    return members
+
+
+@pytest.mark.unit
+def test_a_run_goes_whole_to_members_with_room_and_in_part_to_the_others(kafka: EmbeddedBroker) -> None:
+    (whole, a), (ahead, b), (short, c), (few_bytes, d) = _members(kafka, 4)
+    b._next[("t", 0)] = 2  # had offsets 0 and 1 already
+    c._tracker.read(("t", 0), list(range(100, 201)))  # room for 100 + 3 - 101 = 2 more
+    few_bytes.read_ahead.count([_message(0, 99, size=4096 - 25)])  # room for 25 bytes: 2 of the run's 10 each
+    run = _Run([_message(0, offset) for offset in range(4)])
+    handoffs: list[Handoff] = []
+    assert [r.offer(("t", 0), run, handoffs) for r in (a, b, c, d)] == [True, True, False, False]
+    assert [[m.offset for m in taken] for _, taken, _ in handoffs] == [[0, 1, 2, 3], [2, 3], [0, 1], [0, 1]]
+    assert [r.next_offset(("t", 0)) for r in (a, b, c, d)] == [4, 4, 2, 2]
+    assert [r.unfinished() for r in (a, b, c, d)] == [4, 2, 103, 2]
+    # what each took counts in its read-ahead's bytes (the budget of its next read)
+    assert whole.read_ahead.byte_budget() == 4096 - 40
+    assert ahead.read_ahead.byte_budget() == 4096 - 20
+    assert short.read_ahead.byte_budget() == 4096 - 20
+
+
+@pytest.mark.unit
+def test_a_subscription_changed_to_a_larger_inflight_size_takes_more(kafka: EmbeddedBroker) -> None:
+    [(consumer, receiver)] = _members(kafka, 1)
+    assert consumer.bounds()[0] == DEFAULT_INFLIGHT_SIZE + 3
+    receiver._tracker.read(("t", 0), list(range(1000, 1000 + DEFAULT_INFLIGHT_SIZE + 3)))  # full
+    run = _Run([_message(0, 0)])
+    handoffs: list[Handoff] = []
+    assert not receiver.offer(("t", 0), run, handoffs)
+    policy = dataclasses.replace(consumer._delivery.subscription.serial_policy, inflight_size=DEFAULT_INFLIGHT_SIZE + 1)
+    consumer._delivery.update(dataclasses.replace(consumer._delivery.subscription, serial_policy=policy))
+    assert consumer.bounds()[0] == DEFAULT_INFLIGHT_SIZE + 4
+    assert receiver.offer(("t", 0), run, handoffs)
+    assert [m.offset for _, taken, _ in handoffs for m in taken] == [0]

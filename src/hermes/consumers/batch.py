@@ -129,7 +129,10 @@ class BatchConsumer:
         size = self._delivery.subscription.batch_policy.batch_size
         return Limits(capacity=3 * size, refill_at=size)
 
-    def read(self, messages: list[Message]) -> None:
+    def bounds(self) -> tuple[int, int | None]:
+        return 3 * self._delivery.subscription.batch_policy.batch_size, None
+
+    def read(self, messages: list[Message], size: int | None = None) -> None:
         """Nothing to count: the capacity bounds what waits in the queue."""
 
     def receive(self, messages: list[Message], generation: int) -> None:

@@ -8,6 +8,7 @@ thread reads the messages, before the loop gets them, so that its next read alre
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Container, Iterable
@@ -29,13 +30,15 @@ class ReadAhead:
         return max(1, self.messages // 2)
 
     def byte_budget(self) -> int:
-        """Bytes the Kafka thread may still read."""
-        with self._lock:
-            return self.max_bytes - self._bytes
+        """Bytes the Kafka thread may still read. (Read without the lock, as ``low``: asked for every record handed
+        to every subscription, and the loop may uncount right after, lock or not.)"""
+        return self.max_bytes - self._bytes
 
-    def count(self, messages: Iterable[Message]) -> None:
-        """Called by the Kafka thread for the messages it read, before handing them to the loop."""
-        size = sum(m.size for m in messages)
+    def count(self, messages: Iterable[Message], size: int | None = None) -> None:
+        """Called by the Kafka thread for the messages it read (``size``: their bytes, if summed already), before
+        handing them to the loop."""
+        if size is None:
+            size = sum(m.size for m in messages)
         with self._lock:
             self._bytes += size
 
@@ -45,7 +48,7 @@ class ReadAhead:
             self._bytes -= size
 
     def add(self, messages: Iterable[Message], generation: int) -> None:
-        self._queue.extend((message, generation) for message in messages)
+        self._queue.extend(zip(messages, itertools.repeat(generation)))
 
     def take(self) -> tuple[Message, int] | None:
         """The oldest buffered message and its generation (None when empty)."""

@@ -71,8 +71,14 @@ class Flow(Protocol):
         """Asked by the Kafka thread before each read."""
         ...
 
-    def read(self, messages: list[Message]) -> None:
-        """Called by the Kafka thread with what it just read, before the loop gets it."""
+    def bounds(self) -> tuple[int, int | None]:
+        """``limits``' capacity and byte budget, without building a ``Limits``: the shared reader asks for them for
+        every record it hands to every subscription."""
+        ...
+
+    def read(self, messages: list[Message], size: int | None = None) -> None:
+        """Called by the Kafka thread with what it just read, before the loop gets it (``size``: their bodies'
+        bytes, when the caller has them already)."""
         ...
 
     def receive(self, messages: list[Message], generation: int) -> None:

@@ -46,6 +46,8 @@ class SerialConsumer:
         self._key_order = KeyOrder()  # with ordering: KEY
         self._stopping = False
         self._loop: asyncio.AbstractEventLoop | None = None  # kept: get_running_loop costs a getpid system call
+        self._sized_for: Subscription | None = None  # the subscription ``_capacity`` was computed for
+        self._capacity = 0
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -67,15 +69,18 @@ class SerialConsumer:
     # --- the receiver's flow ---
 
     def limits(self) -> Limits:
-        return Limits(
-            capacity=self._delivery.subscription.serial_policy.inflight_limit + self.read_ahead.messages,
-            refill_at=self.read_ahead.refill_at,
-            byte_budget=self.read_ahead.byte_budget(),
-            failing=self._delivery.failing,
-        )
+        capacity, budget = self.bounds()
+        return Limits(capacity, self.read_ahead.refill_at, budget, self._delivery.failing)
 
-    def read(self, messages: list[Message]) -> None:
-        self.read_ahead.count(messages)
+    def bounds(self) -> tuple[int, int | None]:
+        subscription = self._delivery.subscription
+        if subscription is not self._sized_for:  # an update is a new Subscription: computed again only then
+            self._sized_for = subscription
+            self._capacity = subscription.serial_policy.inflight_limit + self.read_ahead.messages
+        return self._capacity, self.read_ahead.byte_budget()
+
+    def read(self, messages: list[Message], size: int | None = None) -> None:
+        self.read_ahead.count(messages, size)
 
     def receive(self, messages: list[Message], generation: int) -> None:
         if generation != self._receiver.generation:

@@ -244,18 +244,21 @@ class SharedReader:
             consumer.seek(topic, number, offset)
 
     def _dispatch(self, messages: list[Message]) -> None:
+        """Hands each run of one partition to every member of its lane in one pass, and all of it to the loop in one
+        call: what the members share (the run's offsets and bytes) is worked out once, not per member."""
         handoffs: list[Handoff] = []
         behind: list[SharedReceiver] = []
         with self.lock:
-            for partition, run in _runs(messages):
+            for partition, messages_of_run in _runs(messages):
                 lane = self._lanes.get(partition)
                 if lane is None:
                     continue
-                lane.position = run[-1].offset + 1
-                for receiver in list(lane.members):
-                    if not receiver.offer(partition, run, handoffs):
-                        self._leave(receiver)
-                        behind.append(receiver)
+                run = _Run(messages_of_run)
+                lane.position = run.last + 1
+                left = [r for r in lane.members if not r.offer(partition, run, handoffs)]
+                for receiver in left:  # before the next run: a later run of its partition must not skip what it left
+                    self._leave(receiver)
+                behind += left
         if handoffs:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(_hand_over, handoffs)
@@ -294,6 +297,19 @@ def commit_in_turn(
         if receivers[(turn + step) % count].commit():
             sent += 1
     return ((turn + limit) % count if count else 0), limit, sent
+
+
+class _Run:
+    """One partition's records of a read, in order, with what every member taking them whole needs of them."""
+
+    __slots__ = ("first", "last", "messages", "offsets", "size")
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+        self.offsets = [m.offset for m in messages]
+        self.first = self.offsets[0]
+        self.last = self.offsets[-1]
+        self.size = sum(len(m.body) for m in messages)
 
 
 def _runs(messages: list[Message]) -> Iterator[tuple[Partition, list[Message]]]:
@@ -368,29 +384,36 @@ class SharedReceiver(Receiver):
 
     # --- in the lanes: called by the head's thread under the reader's lock ---
 
-    def offer(self, partition: Partition, run: list[Message], handoffs: list[Handoff]) -> bool:
-        """Takes what it has not had of ``run`` (one partition's records, in order) as far as it has room: whether
-        it took all (if not, it reads on its own from where it stopped)."""
-        assert self._flow is not None
-        limits = self._flow.limits()
+    def offer(self, partition: Partition, run: _Run, handoffs: list[Handoff]) -> bool:
+        """Takes what it has not had of ``run`` as far as it has room: whether it took all (if not, it reads on its own
+        from where it stopped). Called for every member for every record: the usual case, the whole run fitting,
+        takes nothing per message."""
+        flow = self._flow
+        assert flow is not None
+        capacity, budget = flow.bounds()
         with self._lock:
             if self._stopping.is_set():
                 return True  # closing: it leaves the lanes in a moment
             first = self._next[partition]
-            if run[-1].offset < first:
+            if run.last < first:
                 return True
-            fresh = run if run[0].offset >= first else [m for m in run if m.offset >= first]
-            room = limits.capacity - self._tracker.inflight()
-            taken = fresh[: max(room, 0)]
-            if limits.byte_budget is not None:
-                taken = _within(taken, limits.byte_budget)
+            room = capacity - self._tracker.inflight()
+            if run.first >= first and room >= len(run.offsets) and (budget is None or budget >= run.size):
+                fresh = taken = run.messages
+                offsets, size = run.offsets, run.size
+            else:
+                fresh = [m for m in run.messages if m.offset >= first]
+                taken = fresh[: max(room, 0)]
+                if budget is not None:
+                    taken = _within(taken, budget)
+                offsets, size = [m.offset for m in taken], sum(len(m.body) for m in taken)
             if taken:
-                self._tracker.read(partition, [m.offset for m in taken])
-                self._next[partition] = taken[-1].offset + 1
+                self._tracker.read(partition, offsets)
+                self._next[partition] = offsets[-1] + 1
                 generation = self.generation
         if taken:
-            self._flow.read(taken)
-            handoffs.append((self._flow.receive, taken, generation))
+            flow.read(taken, size)
+            handoffs.append((flow.receive, taken, generation))
         return len(taken) == len(fresh)
 
     # --- reading on its own ---
