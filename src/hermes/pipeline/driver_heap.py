@@ -85,8 +85,12 @@ class HeapRelease(LoopingJob):
         if seen is None or seen != self._seen:
             self._seen, self._since, self._released = seen, now, False
         elif not self._released and now - self._since >= self._after:
-            before, after = release_heap(spark.sparkContext._jvm)
             self._released = True
+            try:
+                before, after = release_heap(spark.sparkContext._jvm)
+            except Exception as exc:  # py4j's: a JVM without HotSpot's manageable flags; tried again next idle period
+                log.warning("pipeline: the Spark driver's heap could not be given back: %s", exc)
+                return _LONGEST_CHECK
             self.releases += 1
             log.info("pipeline idle for %.0f s: driver heap %d -> %d MiB", self._after, before >> 20, after >> 20)
         return min(self._after / 4, _LONGEST_CHECK)
