@@ -356,6 +356,12 @@ class Settings(BaseSettings):
         "runs the executors too). The heap starts at 64 MiB and grows only as far as the work needs, so an idle "
         "pipeline holds far less; below 1g archiving a backlog mostly collects garbage. Spark needs at least 450m.",
     )
+    pipeline_heap_release_after: float = Field(
+        60.0,
+        ge=0,
+        description="Seconds without a Spark job or micro-batch after which the pipeline's Spark driver gives back "
+        "the heap a backlog grew (a few full collections, once per idle period); 0: never.",
+    )
     pipeline_lake: str | None = Field(
         None,
         description="Root of the offline storage lake: a directory or any Spark-writable URI "

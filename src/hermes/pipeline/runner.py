@@ -90,6 +90,7 @@ class Pipeline:
     def start(self) -> None:
         from hermes.http.edge import EdgeLimits
         from hermes.pipeline.connector import client_options
+        from hermes.pipeline.driver_heap import HeapRelease
         from hermes.pipeline.prometheus import StatusServer
         from hermes.pipeline.session import build_session
         from hermes.security.scrape import scrape_guard
@@ -136,6 +137,10 @@ class Pipeline:
             job.start()
             self.jobs.append(job)
             log.info("pipeline: job %s started", job.name)
+        if settings.spark_remote is None:  # stopped first, before the jobs whose work it watches
+            heap = HeapRelease(context)
+            heap.start()
+            self.jobs.append(heap)
 
     def stop(self) -> None:
         for job in reversed(self.jobs):
