@@ -1,8 +1,6 @@
 """Status rules, backoff jitter and the stop-retry header (``subscriptionPolicy`` extensions): their JSON, the
 matcher and what they make of an answer."""
 
-import asyncio
-
 import pytest
 
 from hermes.consumers.recipients import Recipients
@@ -176,10 +174,9 @@ def test_broadcast_keeps_a_dead_letter_unless_every_refusing_instance_discarded_
     table = rules({"status": "404", "action": "DISCARD"}, {"status": "410", "action": "DEAD_LETTER"})
 
     def outcome(statuses: dict[str, int]) -> tuple[bool, bool, str, tuple[str, ...]]:
-        async def send(address: str, _retries: int) -> SendResult:
-            return SendResult.of_status(statuses[address])
-
-        result, _ = asyncio.run(Recipients(SubscriptionMode.BROADCAST).attempt(list(statuses), send, False, table))
+        recipients = Recipients(SubscriptionMode.BROADCAST)
+        targets = recipients.targets(list(statuses))
+        result = recipients.record({a: SendResult.of_status(statuses[a]) for a in targets}, False, table)
         return result.rejected, result.dead_letter, result.reason, result.counters
 
     rejected, dead_letter, reason, counters = outcome({"http://a/": 404, "http://b/": 404})
