@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,26 +203,23 @@ class SubscriptionMetrics:
         old: then none need be taken (an idle subscription's), and the next one's per-second figures count from
         now, as if this one had been taken. Checked without building a snapshot."""
         now = time.monotonic()
-        if (
-            self._interval
-            or self._snapshot_rates
-            or self._expire(now)
-            or now - self._snapshot_at >= within
-            or self._gauges() != self._snapshot_gauges
-        ):
-            return False
-        self._previous_at = now
-        return True
+        return self._as_snapshotted(now, within, lambda: self._expire(now))
 
     def at_rest(self, within: float) -> bool:
         """``unchanged`` when the gauges' sources are known not to have moved since they were last set: nothing
-        counted, no recent attempt to expire, the gauges as in the last snapshot, and that one recent."""
+        counted, no recent attempt to expire, the gauges as in the last snapshot, and that one recent. Expires
+        nothing: a report that finds it not at rest snapshots what aged."""
         now = time.monotonic()
         recent = self._recent
+        return self._as_snapshotted(now, within, lambda: bool(recent) and now - recent[0][0] > RECENT_WINDOW_S)
+
+    def _as_snapshotted(self, now: float, within: float, aged: Callable[[], bool]) -> bool:
+        """Whether nothing was counted, nothing ``aged``, and the last snapshot is under ``within`` seconds old with
+        today's gauges; if so, the next per-second figures count from ``now``."""
         if (
             self._interval
             or self._snapshot_rates
-            or (recent and now - recent[0][0] > RECENT_WINDOW_S)
+            or aged()
             or now - self._snapshot_at >= within
             or self._gauges() != self._snapshot_gauges
         ):
