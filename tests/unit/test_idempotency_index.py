@@ -89,8 +89,15 @@ def test_a_first_publish_is_kept_at_the_flush_and_answers_its_repeats_before_it(
         assert records.values == []
         await asyncio.sleep(0.05)  # the 10 ms flush
         [value] = records.values
-        [[name, digest, status, message_id, until]] = orjson.loads(value)
-        assert (name, digest, status, message_id) == ("g.t/k", DIGEST, 201, ID_1)
+        written = orjson.loads(value)
+        until = written.pop("until")
+        assert written == {
+            "topic": "g.t",
+            "keys": ["k"],
+            "digests": [xxhash.xxh3_64_intdigest(BODY)],
+            "ids": [ID_1],
+            "acknowledged": [True],
+        }
         assert until >= answered_at + TOPIC.idempotency_window.seconds * 1000  # late, never early
         assert "g.t/k" in index
         index.publish(produced, TOPIC, ID_2, BODY, {}, "k", answers.append)  # from the index
@@ -199,3 +206,48 @@ def test_keys_answered_before_the_flush_keep_no_object_of_their_own_for_the_coll
         assert len(tracked) <= 1, len(tracked)  # the topic's keys' settings, shared by all
 
     asyncio.run(scenario())
+
+
+def test_a_flush_writes_a_record_per_topic_that_another_frontend_learns() -> None:
+    """The keys of one flush are written as columns, a record per topic; another index learns them from it."""
+
+    async def scenario() -> None:
+        records = Records()
+        index, produced = keys(records), Produced()
+        other = Topic(TopicName.parse("g.other"))
+        for n, topic in enumerate((TOPIC, other, TOPIC)):
+            index.publish(produced, topic, ID_1, BODY, {}, f"k{n}", lambda _: None)
+        outcomes = (PublishResult(ID_1, True), PublishResult(ID_2, False), PublishResult(ID_2, True))
+        for first, outcome in zip(produced.answers, outcomes, strict=True):
+            first(outcome)
+        await asyncio.sleep(0.05)  # the 10 ms flush
+        assert sorted(orjson.loads(v)["keys"] for v in records.values) == [["k0", "k2"], ["k1"]]
+        follower, answers = keys(), []
+        follower._learn(records.values)
+        for n, topic in enumerate((TOPIC, other, TOPIC)):
+            follower.publish(Produced(), topic, ID_1, BODY, {}, f"k{n}", answers.append)
+        assert answers == [
+            PublishResult(ID_1, True, replayed=True),
+            PublishResult(ID_2, False, replayed=True),
+            PublishResult(ID_2, True, replayed=True),
+        ]
+        time.sleep(0.001)
+        follower._forget_expired()  # their windows are a day: kept
+        assert len(follower) == 3
+
+    asyncio.run(scenario())
+
+
+def test_a_record_of_columns_with_bad_fields_is_ignored_key_by_key() -> None:
+    index = keys()
+    until = int(time.time() * 1000) + 60_000
+    good = {"topic": "g.t", "until": until, "keys": ["a", "b", "c", "d"], "ids": [ID_1, "x" * 36, ID_1, ID_2]}
+    index._learn(
+        [
+            orjson.dumps({**good, "digests": [1, 2, -3, "4"], "acknowledged": [True, True, True, False]}),
+            orjson.dumps({**good, "digests": [1, 2, 3, 4], "acknowledged": [True, 1, 0, "yes"]}),
+            orjson.dumps({**good, "until": 10**13, "digests": [1, 2, 3, 4], "acknowledged": [True] * 4}),
+            orjson.dumps({"topic": "g.t", "until": until}),
+        ]
+    )
+    assert len(index) == 1 and "g.t/a" in index
