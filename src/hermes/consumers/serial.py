@@ -48,6 +48,7 @@ class SerialConsumer:
         self._loop: asyncio.AbstractEventLoop | None = None  # kept: get_running_loop costs a getpid system call
         self._sized_for: Subscription | None = None  # the subscription ``_capacity`` was computed for
         self._capacity = 0
+        self._done_callback = self._delivery_done  # one bound method, not one made for every delivery
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -128,7 +129,7 @@ class SerialConsumer:
             assert self._loop is not None  # started
             task = self._loop.create_task(self._deliver(message, generation))
             self._tasks[task] = generation, key
-            task.add_done_callback(self._delivery_done)
+            task.add_done_callback(self._done_callback)
         if self.read_ahead.low():
             self._receiver.wake()
 
@@ -144,49 +145,41 @@ class SerialConsumer:
             self._on_crash(error)
         self._start_deliveries()
 
-    async def _deliver(self, message: Message, generation: int) -> None:
-        """Delivers until success, a final failure or the TTL. A cancelled delivery stays unfinished, so its
-        offset is never committed and the message comes again after a restart."""
+    async def _deliver(self, message: Message, generation: int | None) -> None:
+        """Delivers until success, a final failure or the TTL, then finishes the message (``generation`` None: a
+        message from outside the topic's reading, with nothing to finish). A cancelled delivery stays unfinished,
+        so its offset is never committed and the message comes again after a restart. (One coroutine from the
+        task to the retries: each level is resumed again by every answer.)"""
         started = time.monotonic()  # messageTtl counts from here
         delivery = self._delivery
         # most messages are not offloaded: no coroutine to resolve them (nor, below, for a schema or filters)
         resolved = message if message.external_url is None else await delivery.resolve(message)
-        if resolved is None:
+        if resolved is not None:
+            try:
+                schema = None if resolved.schema_version is None else await delivery.schema(resolved)
+                if not delivery.filtered or await delivery.passes(resolved, schema):
+                    delivery.trace(resolved, TraceStatus.INFLIGHT)
+                    if delay := delivery.subscription.serial_policy.sending_delay / 1000:
+                        # counted from publishing, so a backlog of older messages goes at once; never longer than
+                        # the delay itself, whatever the publishing node's clock said
+                        await asyncio.sleep(min(delay, resolved.publish_timestamp / 1000 + delay - time.time()))
+                    send = functools.partial(self._send, resolved, schema)
+                    earlier = self._receiver.attempts(resolved)
+                    try:
+                        await retry_until_ttl(delivery, [resolved], started, send, paced=True, attempts=earlier)
+                    except UndeliverableMessage as exc:  # no retry can convert it
+                        await delivery.discard([resolved], exc.message)
+            finally:
+                if resolved.stored is not None:
+                    delivery.finished([resolved])
+        if generation is not None:
             self._receiver.finish(message, generation)
-            return
-        try:
-            await self._deliver_resolved(resolved, started)
-        finally:
-            delivery.finished([resolved])
-        self._receiver.finish(message, generation)
 
     async def redeliver(self, messages: list[Message]) -> None:
         """Delivers messages from outside the topic's reading (a redrive): the same way, each on its own, with
         nothing to finish in the topic's offsets."""
         for message in messages:
-            started = time.monotonic()
-            resolved = await self._delivery.resolve(message)
-            if resolved is not None:
-                try:
-                    await self._deliver_resolved(resolved, started)
-                finally:
-                    self._delivery.finished([resolved])
-
-    async def _deliver_resolved(self, message: Message, started: float) -> None:
-        delivery = self._delivery
-        schema = None if message.schema_version is None else await delivery.schema(message)
-        if not delivery.filtered or await delivery.passes(message, schema):
-            delivery.trace(message, TraceStatus.INFLIGHT)
-            if delay := delivery.subscription.serial_policy.sending_delay / 1000:
-                # counted from publishing, so a backlog of older messages goes at once; never longer than the
-                # delay itself, whatever the publishing node's clock said
-                await asyncio.sleep(min(delay, message.publish_timestamp / 1000 + delay - time.time()))
-            send = functools.partial(self._send, message, schema)
-            earlier = self._receiver.attempts(message)
-            try:
-                await retry_until_ttl(delivery, [message], started, send, paced=True, attempts=earlier)
-            except UndeliverableMessage as exc:  # no retry can convert it
-                await delivery.discard([message], exc.message)
+            await self._deliver(message, None)
 
     async def unpark(self, message: Message, attempts: int, started: float) -> None:
         """Delivers a parked message, now due, after its ``attempts`` so far (its filters were passed before it
