@@ -41,7 +41,7 @@ def test_a_stopped_consumers_role_is_freed_with_its_kafka_clients_after_its_obje
     try:
         topic = client.create_topic()
         running.consumer(topic, client.create_subscription(topic, subscriber.url))
-        _freeze()  # as the supervisor does once its consumers stopped coming and going for a while
+        _freeze(thaw=False)  # as the supervisor does once consumers stopped coming for a while
         supervisor = weakref.ref(running.hermes.supervisor)
     finally:
         client.close()

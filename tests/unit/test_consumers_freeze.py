@@ -1,5 +1,6 @@
 """The consumers process freezes its long-lived objects again once its consumers came or went (supervisor._freeze):
-what stopped consumers left in cycles, frozen before, must still be collected."""
+what stopped consumers left in cycles, frozen before, must still be collected; after consumers only started, the
+frozen are not walked again."""
 
 import gc
 import weakref
@@ -14,17 +15,36 @@ class _Node:
         self.other: _Node | None = None
 
 
-@pytest.mark.unit
-def test_a_frozen_cycle_let_go_is_collected_and_the_living_are_frozen() -> None:
+def _cycle() -> weakref.ref[_Node]:
     first, second = _Node(), _Node()
     first.other, second.other = second, first  # a cycle, as a consumer and its receiver's callbacks make
-    gone = weakref.ref(first)
+    return weakref.ref(first)
+
+
+@pytest.mark.unit
+def test_a_frozen_cycle_let_go_is_collected_and_the_living_are_frozen() -> None:
+    gone = _cycle()
     gc.freeze()  # frozen as the process does at start, or after the last change
-    del first, second
     kept = [_Node()]
     try:
-        _freeze()
+        _freeze(thaw=True)
         assert gone() is None
         assert not any(o is kept for o in gc.get_objects())  # frozen: out of the collector's generations
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.unit
+def test_without_thawing_the_frozen_stay_frozen_and_the_new_are_collected_or_frozen() -> None:
+    frozen_garbage = _cycle()
+    gc.freeze()
+    new_garbage = _cycle()
+    kept = [_Node()]
+    try:
+        _freeze(thaw=False)
+        assert new_garbage() is None
+        assert frozen_garbage() is not None  # left for the next freeze that thaws
+        assert not any(o is kept for o in gc.get_objects())
+    finally:
+        gc.unfreeze()
+        gc.collect()

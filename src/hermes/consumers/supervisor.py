@@ -94,6 +94,7 @@ class ConsumersSupervisor:
         self._crashes: dict[tuple[str, str], tuple[int, float]] = {}  # crashes in a row, last restart time
         self._restarts: set[asyncio.Task[None]] = set()
         self._started_or_stopped: float | None = None  # when consumers last came or went, until frozen again
+        self._stopped = False  # whether a consumer stopped since the last freeze: its cycles may be frozen
         self._reporter: asyncio.Task[None] | None = None
         self._gc_threshold = gc.get_threshold()  # the process's, put back on stop
         self._redriving: set[str] = set()  # subscriptions (group.topic$name) that had an unfinished redrive
@@ -187,7 +188,8 @@ class ConsumersSupervisor:
             await asyncio.sleep(self._settings.consumer_metrics_interval)
             if self._started_or_stopped is not None and time.monotonic() - self._started_or_stopped > _FREEZE_AFTER:
                 self._started_or_stopped = None
-                _freeze()
+                _freeze(thaw=self._stopped)
+                self._stopped = False
             assert self._context is not None
             async with self._context.metrics_writes:  # a consumer stopping meanwhile writes its last one after
                 await self._write_snapshots()
@@ -311,11 +313,13 @@ class ConsumersSupervisor:
             ):
                 del self._consumers[key]  # the delivery type changed: the other kind of consumer takes over
                 await current.stop()
+                self._stopped = True
                 current = None
             if current is not None and not active:
                 del self._consumers[key]
                 await current.stop()
                 self._started_or_stopped = time.monotonic()
+                self._stopped = True
                 log.info("stopped consumer of %s$%s", topic, name)
             elif current is not None and subscription is not None:
                 current.update(subscription)
@@ -347,12 +351,15 @@ class ConsumersSupervisor:
             log.warning("could not mark %s$%s ACTIVE: %s", topic, name, exc.message)
 
 
-def _freeze() -> None:
-    """Moves every object alive now out of the collector's reach (as the process does once started), after
-    collecting what the consumers stopped since the last time left in cycles. Unfrozen, a thousand subscriptions'
-    consumers (45,000 objects) were walked by every full collection, one every second or two at 2 msg/s each
-    (docs/benchmarks.md, "Latency at a low rate per subscription")."""
-    gc.unfreeze()
+def _freeze(thaw: bool) -> None:
+    """Moves every object alive now out of the collector's reach (as the process does once started). Unfrozen, a
+    thousand subscriptions' consumers (45,000 objects) were walked by every full collection, one every second or two
+    at 2 msg/s each (docs/benchmarks.md, "Latency at a low rate per subscription"). ``thaw`` (consumers stopped since
+    the last time): first collects what they left in cycles among the frozen, a collection walking every object of
+    the process (40-64 ms at a thousand subscriptions, a pause of every delivery); consumers only started need just
+    their own new objects walked."""
+    if thaw:
+        gc.unfreeze()
     gc.collect()
     gc.freeze()
 
