@@ -71,6 +71,26 @@ def test_a_closed_admin_frees_its_threads_and_descriptors_at_once(kafka: Embedde
     admin.close()  # again: nothing
 
 
+def _clients() -> int:
+    """librdkafka clients of this process (one main thread each)."""
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/comm") as comm:
+            names.append(comm.read().strip())
+    return names.count("rdk:main")
+
+
+def test_an_admin_makes_its_group_requests_client_with_its_first_group_request(kafka: EmbeddedBroker) -> None:
+    gc.collect()
+    before = _clients()
+    with BrokerAdmin(KafkaConnection(kafka.bootstrap_servers)) as admin:
+        admin.create_topic(topic := unique("admin"), 1)
+        assert _clients() == before + 1, "an admin making no group request holds one client"
+        assert admin.committed_offsets(unique("group"), topic) == {}
+        assert _clients() == before + 2
+    assert _clients() == before
+
+
 class _Started:
     """An admin client noting when its metadata request started and returned."""
 

@@ -17,6 +17,7 @@ from confluent_kafka import Producer
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
 from hermes.broker.embedded import EmbeddedBroker
+from hermes.broker.kafka_consumer import BrokerConsumer
 from hermes.consumers.context import ConsumerContext
 from hermes.consumers.delivery import Delivery
 from hermes.consumers.offsets import Partition
@@ -179,6 +180,50 @@ def test_a_subscription_at_rest_is_passed_by_and_wakes_with_the_next_message(
         assert consumer.metrics.inflight == 0 and receiver.lag == 0
         lags.clear()
         gauges.clear()
+
+
+def test_the_head_at_rest_waits_until_its_next_commit_round_and_a_record_or_a_new_lane_ends_the_rest(
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At rest the head waits for a record until its next commit round (0.2 s here), not every 0.1 s; a record
+    still ends the wait at once and is committed, and a subscription created meanwhile gets its lane without a
+    Kafka consumer of its own."""
+    topic = client.create_topic()
+    name = client.create_subscription(topic, subscriber.url, subscriptionPolicy=FAST)
+    receiver = _receiver(hermes, topic, name)
+    wait_until(lambda: receiver.in_lanes, timeout=20)
+    polls: list[tuple[float, float, int]] = []  # (timeout, seconds waited, the topic's records) of the head's polls
+    own_consumers: list[str] = []
+    poll, own_consumer = BrokerConsumer.poll, SharedReceiver._own_consumer
+
+    def counted_poll(self: BrokerConsumer, max_messages: int = 500, timeout: float = 0.1, **kw: Any) -> list[Message]:
+        started = time.monotonic()
+        messages = poll(self, max_messages, timeout, **kw)
+        if threading.current_thread().name == "shared-reader":
+            polls.append((timeout, time.monotonic() - started, sum(m.topic == topic for m in messages)))
+        return messages
+
+    def counted_own_consumer(self: SharedReceiver) -> BrokerConsumer:
+        own_consumers.append(self._name)
+        return own_consumer(self)
+
+    monkeypatch.setattr(BrokerConsumer, "poll", counted_poll)
+    monkeypatch.setattr(SharedReceiver, "_own_consumer", counted_own_consumer)
+    time.sleep(2.0)
+    rested = list(polls)
+    assert len(rested) <= 15, f"the head woke {len(rested)} times in 2 s at rest (every 0.1 s: 20)"
+    assert max(timeout for timeout, _, _ in rested) > 0.1
+    client.publish(topic, '{"n": 1}')
+    subscriber.wait_for(1, timeout=20)
+    wait_until(lambda: committed(hermes, topic, name) == 1, timeout=10, interval=0.2)
+    [(timeout, waited)] = [(t, w) for t, w, n in polls if n]
+    assert waited < timeout, "the record ended the head's wait"
+    other = client.create_topic()
+    later = client.create_subscription(other, subscriber.url, subscriptionPolicy=FAST)
+    wait_until(lambda: _receiver(hermes, other, later).in_lanes, timeout=20)
+    assert not [n for n in own_consumers if n.endswith(f"${later}")], (
+        "its lane came within the wait a new subscription gives the head"
+    )
 
 
 def committed(hermes: InProcessHermes, topic: str, name: str) -> int:

@@ -50,8 +50,11 @@ class BrokerAdmin:
         # and made again once a broker answers: a coordinator look-up left waiting for a broker when none was up
         # made librdkafka 2.16 abort the process (rd_kafka_enq_once_del_source_return: Assertion `eonce->refcnt >
         # 0') when a broker came back, e.g. after each restart of the embedded broker (confluentinc/librdkafka#4605).
-        # A client destroyed before then does not; meanwhile group requests fail at once, unsent.
-        self._groups: AdminClient | None = AdminClient(connection.config())
+        # A client destroyed before then does not; meanwhile group requests fail at once, unsent. It is made with
+        # the first group request: an admin that makes none (most of a consumers process's) holds one client's
+        # threads, each waking once a second, instead of two.
+        self._groups: AdminClient | None = None
+        self._groups_made = False
         self._groups_timed_out = False  # set on the client's own thread, which must not destroy it
         self._next_probe = 0.0
 
@@ -388,15 +391,16 @@ class BrokerAdmin:
             self._groups_timed_out = False
             self._groups = None
         if self._groups is None:
-            now = time.monotonic()
-            if now < self._next_probe:
-                raise BrokerUnavailable("no Kafka broker answers: a request to a group's coordinator timed out")
-            self._next_probe = now + _PROBE_INTERVAL
-            try:
-                self._admin.list_topics(timeout=_PROBE_TIMEOUT)
-            except KafkaException as exc:
-                raise BrokerUnavailable(f"no Kafka broker answers: {exc.args[0].str()}") from None
-            self._groups = AdminClient(self._connection.config())
+            if self._groups_made:  # destroyed after a timeout: made again once a broker answers
+                now = time.monotonic()
+                if now < self._next_probe:
+                    raise BrokerUnavailable("no Kafka broker answers: a request to a group's coordinator timed out")
+                self._next_probe = now + _PROBE_INTERVAL
+                try:
+                    self._admin.list_topics(timeout=_PROBE_TIMEOUT)
+                except KafkaException as exc:
+                    raise BrokerUnavailable(f"no Kafka broker answers: {exc.args[0].str()}") from None
+            self._groups, self._groups_made = AdminClient(self._connection.config()), True
         return self._groups
 
     def _group_request_failed(self, exc: Exception, doing: str, replace: bool = True) -> Exception:

@@ -54,6 +54,11 @@ _COMMIT_WAIT = 5.0
 _COMMITS_PER_SECOND = 200
 # Seconds a lane without members is kept (the subscription that asked for it joins it a moment later).
 _EMPTY_LANE_KEPT = 1.0
+# Seconds the head waits for a record while its commit round is under way, and at most at rest. A record ends the
+# wait at once; what else waits on it is a new lane (created after the wait) and the next commit round, so at rest
+# it wakes twice a second, not ten times (about 0.2 % of a core on a quiet machine).
+_STEP_POLL = 0.1
+_REST_POLL = 0.5
 
 Handoff = tuple[Callable[[list[Message], int], None], list[Message], int]
 
@@ -176,12 +181,13 @@ class SharedReader:
         to_ask = sends_left = 0  # receivers the round has still to ask, and commits it may still send
         while not self._stopping.is_set():
             self._change_lanes(consumer, realign=time.monotonic() - last_commit >= c.commit_interval)
+            wait = _STEP_POLL if to_ask and sends_left else self._rest_wait(last_commit)
             if self._lanes:
-                messages = consumer.poll(max_messages=500, timeout=0.1)
+                messages = consumer.poll(max_messages=500, timeout=wait)
                 if messages:
                     self._dispatch(messages)
             else:
-                self._woken.wait(0.1)
+                self._woken.wait(wait)  # a subscription asking for a lane wakes it
                 self._woken.clear()
             now = time.monotonic()
             if now - last_commit >= c.commit_interval:
@@ -203,6 +209,12 @@ class SharedReader:
             if now - last_metadata >= _METADATA_INTERVAL:
                 last_metadata = now
                 self._look_for_new_partitions(consumer)
+
+    def _rest_wait(self, last_commit: float) -> float:
+        """Until just after the next commit round is due (a wait's end rounded down would leave the round to one
+        more wake-up), within ``_REST_POLL``."""
+        due = last_commit + self._context.commit_interval - time.monotonic()
+        return min(max(due, 0.0) + 0.01, _REST_POLL)
 
     def ends(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
         """The partitions' ends as the head last fetched them (those it reads), as of the last commit round."""
