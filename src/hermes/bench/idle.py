@@ -22,6 +22,10 @@ IDLE_SECONDS = 20.0
 # Subscriptions to a topic: an installation's topics have a few each (one topic with a thousand would make each
 # message a burst of a thousand deliveries; the fan-out scenario measures that shape up to a hundred)
 PER_TOPIC = 10
+# Seconds from the probes' last delivery to the idle measurement: what their traffic leaves runs first (commits, a
+# metrics snapshot of every consumer until one under 10 s old says nothing moved, the freeze of the new consumers'
+# objects 5 s after the last started). Measured apart, as the cost of having just had traffic, not of rest.
+SETTLE_SECONDS = 12.0
 
 
 def _threads(pid: int) -> int:
@@ -56,8 +60,10 @@ async def idle_cost(
         warm = await asyncio.gather(*(warm_up(system.frontend, t, sink, names, 300.0) for t, names in topics.items()))
         if not all(warm):
             raise RuntimeError(f"{count} subscriptions did not all receive a probe in 300 s")
-        await asyncio.sleep(3.0)  # the probes' deliveries and commits settle
-        runs.append(await _measure(pid, count))
+        before, started = cpu_seconds(pid), time.monotonic()
+        await asyncio.sleep(SETTLE_SECONDS)
+        settling = (cpu_seconds(pid) - before) / (time.monotonic() - started) * 100
+        runs.append({**await _measure(pid, count), "settling_cpu_pct": round(settling, 2)})
     base = runs[0]
     for run in runs[1:]:
         run["per_subscription_cpu_pct"] = round((run["cpu_pct"] - base["cpu_pct"]) / run["subscriptions"], 4)
@@ -66,6 +72,7 @@ async def idle_cost(
     subscriptions = sum(map(len, topics.values()))
     return {
         "idle_seconds": IDLE_SECONDS,
+        "settle_seconds": SETTLE_SECONDS,
         "per_topic": per_topic,
         "runs": runs,
         "at_rate": {"subscriptions": subscriptions, "rate_each": rate, "seconds": seconds, **at_rate},
