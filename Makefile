@@ -15,10 +15,11 @@ setup-run:
 run: setup-run
 	.venv/bin/hermes run
 
+# The suite in two pytest-xdist workers (tests/conftest.py: whole modules each, the Spark tier in one).
 test: setup
 	.venv/bin/ruff check src tests
 	.venv/bin/mypy
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest -n 2 --dist loadscope
 
 lint: setup
 	.venv/bin/ruff check src tests

@@ -35,6 +35,9 @@ DESCRIPTORS_AT_MOST = 512
 # The session's SparkSession opens py4j connections as threads call it (both ways: to the JVM's gateway, and the
 # JVM's to the callback server of foreachBatch), kept in py4j's pools: 21 sockets after the tier's first module.
 DESCRIPTORS_A_SPARK_MODULE_MAY_LEAVE = 40
+# How long the session's servers may take to start: a bound for a machine whose other work (CI's neighbours, the
+# other pytest-xdist worker starting its own) leaves them a fraction of a core; a quiet one takes seconds.
+STARTING_AT_MOST = 180.0
 
 
 def _descriptors() -> dict[str, str]:
@@ -129,7 +132,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     """The embedded Apache Kafka broker, shared by the session's tests: use unique topic names."""
     broker = EmbeddedBroker(tmp_path_factory.mktemp("kafka"))
-    broker.start()
+    broker.start(timeout=STARTING_AT_MOST)
     yield broker
     broker.stop()
 
@@ -137,7 +140,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
 @pytest.fixture(scope="session")
 def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZookeeperServer]:
     """A real ZooKeeper server (Debian's package), shared by the session's tests: use unique roots."""
-    server = ZookeeperServer(tmp_path_factory.mktemp("zookeeper")).start()
+    server = ZookeeperServer(tmp_path_factory.mktemp("zookeeper")).start(timeout=STARTING_AT_MOST)
     yield server
     server.stop()
 
@@ -146,7 +149,7 @@ def zookeeper(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ZookeeperSer
 def activemq(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ActiveMqServer]:
     """A real ActiveMQ broker (Debian's package) for jms:// endpoints, shared by the session's tests: use unique
     destination names."""
-    server = ActiveMqServer(tmp_path_factory.mktemp("activemq")).start()
+    server = ActiveMqServer(tmp_path_factory.mktemp("activemq")).start(timeout=STARTING_AT_MOST)
     yield server
     server.stop()
 
@@ -219,9 +222,19 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return TierScheduling(config, log)
 
 
+# The tiers in the order they run: the longest modules first, so that in a parallel run (``-n 2 --dist loadscope``,
+# whole modules handed out in this order as workers free up) the short ones are left to even out the workers' ends.
+TIERS = ("tests/spark/", "tests/cluster/", "tests/e2e/", "tests/integration/", "tests/contract/", "tests/unit/")
+
+
+def _tier(item: pytest.Item) -> int:
+    path = str(item.fspath).replace("\\", "/")
+    return next((rank for rank, tier in enumerate(TIERS) if tier in path), len(TIERS))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The Spark tier first: pyspark's callback server (foreachBatch) select()s its sockets, which fails once the
-    process holds 1,024 descriptors ("filedescriptor out of range in select()"). Since stopped Hermes instances
-    are freed (``InProcessHermes.stop``) the integration tier's process holds at most 69 (it held 1,604), the guard
-    above fails a module that leaks, and the order is no longer needed; it stays as a cheap safeguard."""
-    items.sort(key=lambda item: "tests/spark/" not in str(item.fspath).replace("\\", "/"))
+    """The tiers in the order of TIERS, the Spark tier first: pyspark's callback server (foreachBatch) select()s its
+    sockets, which fails once the process holds 1,024 descriptors ("filedescriptor out of range in select()"). Since
+    stopped Hermes instances are freed (``InProcessHermes.stop``) the integration tier's process holds at most 69
+    (it held 1,604), and the guard above fails a module that leaks; Spark first stays as a cheap safeguard."""
+    items.sort(key=_tier)

@@ -65,7 +65,7 @@ def test_the_pipeline_runs_every_job_through_spark_connect(
     # tracking: the server writes the trace table where management reads it
     store = TrackingStore(tracking_root(hermes.hermes.settings))
     for message_id in (published[0], published[-1]):
-        wait_until(lambda m=message_id: [e["status"] for e in store.trace(topic, "any", m)] == FRONTEND, 60, 0.5)
+        wait_until(lambda m=message_id: [e["status"] for e in store.trace(topic, "any", m)] == FRONTEND, 180, 0.5)
 
     # offline retransmission: a Spark batch job on the server republishes the range into a live subscription
     end = datetime.now(UTC)

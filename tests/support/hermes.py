@@ -189,8 +189,9 @@ class HermesProcess:
     def frontend_url(self) -> str:
         return f"http://127.0.0.1:{self.frontend_port}"
 
-    def start(self, wait_for: str = "management", timeout: float = 60, own_group: bool = False) -> HermesProcess:
-        """``own_group``: in a process group of its own, as a shell runs a command (see ``interrupt``)."""
+    def start(self, wait_for: str = "management", timeout: float = 180, own_group: bool = False) -> HermesProcess:
+        """``own_group``: in a process group of its own, as a shell runs a command (see ``interrupt``). ``timeout``
+        bounds the wait for its health on a loaded machine (a `run` starts a Kafka broker): quiet, it takes seconds."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.own_group = own_group
         with open(self.log_path, "ab") as log:
