@@ -57,6 +57,7 @@ typedef struct {
     size_t mask; /* the capacity (a power of 2) - 1 */
     size_t count;
     size_t cursor; /* where the sweep goes on */
+    uint64_t moves; /* how many times slots moved (a growth, a deletion): a slot's address is good until the next */
     Slot *outbox;  /* answered since the last flush */
     size_t outbox_count, outbox_capacity;
     TopicKeys topics[TOPICS];
@@ -74,6 +75,8 @@ typedef struct {
     vectorcallfunc vectorcall;
     KeyTable *table;
     PyObject *answer; /* the publish's; NULL once called */
+    Slot *slot;       /* its key's, while the table's slots have not moved since */
+    uint64_t moves;
     uint64_t hi, lo, digest, window_ms;
 } FirstPublish;
 
@@ -81,13 +84,15 @@ static PyTypeObject KeyTableType;
 static PyTypeObject FirstPublishType;
 static PyObject *FirstPublish_vectorcall(FirstPublish *self, PyObject *const *args, size_t nargsf, PyObject *kwnames);
 
-/* Epoch milliseconds, rounded down; up (`late`) for the start of a window, which ends a little late, never early. */
+/* Epoch milliseconds. `precise`: rounded up, for the start of a window, which ends a little late, never early.
+ * Else from the kernel's coarse clock, behind by a tick or so, for what is over (a key is then forgotten a little
+ * late): reading the precise clock took 0.1 µs in a virtual machine, and a publish read it three times. */
 static uint64_t
-now_ms(int late)
+now_ms(int precise)
 {
     struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    return (uint64_t)now.tv_sec * 1000 + ((uint64_t)now.tv_nsec + (late ? 999999 : 0)) / 1000000;
+    clock_gettime(precise ? CLOCK_REALTIME : CLOCK_REALTIME_COARSE, &now);
+    return (uint64_t)now.tv_sec * 1000 + ((uint64_t)now.tv_nsec + (precise ? 999999 : 0)) / 1000000;
 }
 
 static inline int
@@ -145,6 +150,7 @@ rehash(KeyTable *self, size_t capacity)
     self->mask = capacity - 1;
     self->count = count;
     self->cursor = 0;
+    self->moves++;
     return 0;
 }
 
@@ -188,6 +194,7 @@ delete_at(KeyTable *self, size_t i)
     }
     memset(&slots[i], 0, sizeof(Slot));
     self->count--;
+    self->moves++;
 }
 
 /* Looks at `steps` more slots (the whole table at most) and empties those whose window is over. */
@@ -415,15 +422,7 @@ KeyTable_publish(KeyTable *self, PyObject *const *args, Py_ssize_t nargs)
     if (key_utf8 == NULL) {
         return PyErr_Occurred() ? NULL : reject(self, topic, key, 0);
     }
-    uint64_t digest;
-    if (nargs == 8) {
-        digest = PyLong_AsUnsignedLongLong(args[7]);
-        if (digest == (uint64_t)-1 && PyErr_Occurred()) {
-            return NULL;
-        }
-    } else if (PyBytes_CheckExact(body)) {
-        digest = XXH3_64bits(PyBytes_AS_STRING(body), (size_t)PyBytes_GET_SIZE(body));
-    } else { /* a large body is read in a thread */
+    if (nargs == 7 && !PyBytes_CheckExact(body)) { /* a large body is read in a thread */
         return PyObject_Vectorcall(self->spooled, args, 7, NULL);
     }
     TopicKeys *keyed = topic_keys(self, topic);
@@ -432,6 +431,16 @@ KeyTable_publish(KeyTable *self, PyObject *const *args, Py_ssize_t nargs)
     }
     uint64_t hi, lo;
     split(XXH3_128bits_withSeed(key_utf8, (size_t)key_size, keyed->seed), &hi, &lo);
+    __builtin_prefetch(&self->slots[lo & self->mask]); /* a miss of the cache, mostly: fetched meanwhile */
+    uint64_t digest;
+    if (nargs == 8) {
+        digest = PyLong_AsUnsignedLongLong(args[7]);
+        if (digest == (uint64_t)-1 && PyErr_Occurred()) {
+            return NULL;
+        }
+    } else {
+        digest = XXH3_64bits(PyBytes_AS_STRING(body), (size_t)PyBytes_GET_SIZE(body));
+    }
     Slot *slot = find(self->slots, self->mask, hi, lo);
     if (!is_empty(slot) && is_live(slot, now_ms(0))) {
         if (slot->digest != digest) {
@@ -476,6 +485,8 @@ KeyTable_publish(KeyTable *self, PyObject *const *args, Py_ssize_t nargs)
     first->lo = lo;
     first->digest = digest;
     first->window_ms = keyed->window_ms;
+    first->slot = slot;
+    first->moves = self->moves;
     first->vectorcall = (vectorcallfunc)FirstPublish_vectorcall;
     PyObject *produce_args[] = {topic, message_id, body, args[4], (PyObject *)first};
     PyObject *produced = PyObject_Vectorcall(produce, produce_args, 5, NULL);
@@ -530,21 +541,21 @@ FirstPublish_vectorcall(FirstPublish *self, PyObject *const *args, size_t nargsf
     }
     self->answer = NULL;
     KeyTable *table = self->table;
-    Slot *slot = find(table->slots, table->mask, self->hi, self->lo);
+    Slot *slot = self->moves == table->moves ? self->slot : find(table->slots, table->mask, self->hi, self->lo);
     int ours = !is_empty(slot) && in_flight(slot) && slot->digest == self->digest; /* not learnt meanwhile */
     int waited = ours && slot->until == WAITED;
     int failed = 0;
     uint64_t id_hi, id_lo;
     if (Py_IS_TYPE(outcome, (PyTypeObject *)table->result) && PyTuple_GET_SIZE(outcome) >= 2 &&
         uuid_bits(PyTuple_GET_ITEM(outcome, 0), &id_hi, &id_lo)) { /* no UUID (none of ours): not kept */
-        uint64_t now = now_ms(0);
+        uint64_t now = now_ms(1);
         Slot kept = {
             .hi = self->hi,
             .lo = self->lo,
             .digest = self->digest,
             .id_hi = id_hi,
             .id_lo = id_lo,
-            .until = (now + 1 + self->window_ms) << 1 | (PyTuple_GET_ITEM(outcome, 1) == Py_True),
+            .until = (now + self->window_ms) << 1 | (PyTuple_GET_ITEM(outcome, 1) == Py_True),
         };
         if (ours) {
             *slot = kept;
@@ -559,7 +570,7 @@ FirstPublish_vectorcall(FirstPublish *self, PyObject *const *args, size_t nargsf
         if (!failed) {
             int first_since_flush = table->outbox_count == 0;
             failed = outbox_add(table, &kept) < 0;
-            sweep(table, 4, now);
+            sweep(table, 4, now - 1); /* now is rounded up */
             if (!failed && first_since_flush) {
                 PyObject *due = PyObject_CallNoArgs(table->kept);
                 failed = due == NULL;
