@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import time
 import tracemalloc
 import uuid
@@ -295,3 +296,32 @@ def test_a_key_of_printable_characters_beyond_ascii_is_a_key() -> None:
         assert "g.t/zamówienie-ß-東京" in index
 
     asyncio.run(scenario())
+
+
+def test_a_first_publish_holds_its_answer_only_until_it_is_answered() -> None:
+    """The table's C code takes and lets go of what a publish hands it: a reference kept would leak a request's
+    objects per keyed publish."""
+
+    async def scenario() -> None:
+        index, produced = keys(), Produced()
+        answers: list[PublishResult | Exception] = []
+        answer = answers.append
+        before = sys.getrefcount(answer)
+        for n in range(100):
+            index.publish(produced, TOPIC, ID_1, BODY, {}, f"k{n}", answer)
+        assert sys.getrefcount(answer) == before + 100  # each first publish, until answered
+        for n, first in enumerate(produced.answers):
+            first(PublishResult(str(uuid.UUID(int=n + 1)), True))
+            first(PublishResult(ID_2, True))  # a second answer is none
+        assert sys.getrefcount(answer) == before and len(answers) == 100
+        for n in range(100):  # repeats, answered at once
+            index.publish(produced, TOPIC, ID_2, BODY, {}, f"k{n}", answer)
+        assert sys.getrefcount(answer) == before and len(answers) == 200
+
+    asyncio.run(scenario())
+
+
+def test_a_record_of_this_format_that_is_cut_short_is_ignored() -> None:
+    index = keys()
+    index._learn([RECORD_MAGIC + b"\x01" * 47, RECORD_MAGIC[:4]])
+    assert len(index) == 0
