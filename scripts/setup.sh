@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Hermes needs on a fresh Debian machine, in steps it names as it goes: the Debian packages (Java
-# for Kafka and Spark, Maven to fetch jars, npm to fetch the web console's htmx; with the test and benchmark tools
-# also ZooKeeper for the ZooKeeper metadata repository's tests, Chromium and its driver for the console's browser
-# tests, wrk and a C compiler), a virtualenv in .venv with the package and the extras of HERMES_EXTRAS (default
+# for Kafka and Spark, Maven to fetch jars, npm to fetch the web console's htmx, a C compiler with Python's and
+# xxHash's headers for the package's compiled module; with the test and benchmark tools also ZooKeeper for the
+# ZooKeeper metadata repository's tests, Chromium and its driver for the console's browser tests, wrk), a virtualenv in .venv with the package and the extras of HERMES_EXTRAS (default
 # all,dev: everything; `make run` asks only for what running needs), the benchmark's open-loop generator
 # (bench/openloop/openloop.c) built into .venv/bin, htmx in .venv/share/hermes/js, and the pinned jars of
 # jars/*.pom.xml (the embedded Apache Kafka broker, Spark's Kafka connector) in .venv/share/hermes/jars. Safe to
@@ -22,6 +22,13 @@ need_apt=()
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)  # fetches htmx, the web console's script, from the npm registry
+# the package's compiled module (src/hermes/frontend/key_table.c, the idempotency keys) is built by pip install: a C
+# compiler, libc's, Python's and xxHash's headers (XXH3 inlined from Debian's libxxhash-dev: no library at run time)
+command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+[ -f /usr/include/stdio.h ] || need_apt+=(libc6-dev)
+[ -f /usr/include/xxhash.h ] || need_apt+=(libxxhash-dev)
+python3 -c 'import os, sysconfig; os.stat(sysconfig.get_paths()["include"] + "/Python.h")' 2>/dev/null \
+  || need_apt+=(python3-dev)
 if has_extra dev; then  # the tests' ZooKeeper server, and Debian's Chromium for the console's browser tests
   [ -x /usr/share/zookeeper/bin/zkServer.sh ] || need_apt+=(zookeeper)
   command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
@@ -32,8 +39,6 @@ if has_extra dev; then  # the tests' ZooKeeper server, and Debian's Chromium for
 fi
 if has_extra bench; then
   command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)  # the load generator of hermes bench's publish maxima
-  command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)  # builds hermes-openloop, hermes bench's fixed-rate generator
-  [ -f /usr/include/stdio.h ] || need_apt+=(libc6-dev)
 fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   say "  installing ${need_apt[*]}"
@@ -48,10 +53,12 @@ next "Python packages: hermes-broker[$extras] in .venv"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
 fi
-# One stamp per pyproject.toml and set of extras; a stamp of all,dev covers every smaller set.
-hash="$(sha1sum pyproject.toml | cut -c1-12)"
+# One stamp per pyproject.toml, compiled module and set of extras; a stamp of all,dev covers every smaller set. The
+# module is built into the source tree (an editable install): a tree without it installs again.
+hash="$(cat pyproject.toml setup.py src/hermes/frontend/key_table.c | sha1sum | cut -c1-12)"
 stamp=".venv/.installed-$hash-${extras//,/_}"
-if [ -f "$stamp" ] || [ -f ".venv/.installed-$hash-all_dev" ]; then
+built=(src/hermes/frontend/key_table.*.so)
+if [ -f "${built[0]}" ] && { [ -f "$stamp" ] || [ -f ".venv/.installed-$hash-all_dev" ]; }; then
   say "  already installed"
 else
   say "  the first time takes minutes (pyspark alone is 300 MB); each package as it comes:"
