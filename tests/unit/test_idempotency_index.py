@@ -19,7 +19,7 @@ from hermes.domain.names import TopicName
 from hermes.domain.topic import Topic
 from hermes.errors import IdempotencyKeyReused, ValidationError
 from hermes.frontend.idempotency import IdempotencyKeys, _name_digest
-from hermes.frontend.key_table import RECORD_MAGIC
+from hermes.frontend.key_table import RECORD_MAGIC, KeyTable
 from hermes.frontend.publishing import Answer, PublishResult
 
 BODY = b'{"order": 1}'
@@ -325,3 +325,20 @@ def test_a_record_of_this_format_that_is_cut_short_is_ignored() -> None:
     index = keys()
     index._learn([RECORD_MAGIC + b"\x01" * 47, RECORD_MAGIC[:4]])
     assert len(index) == 0
+
+
+def test_a_sweep_empties_the_slots_of_windows_over_and_every_other_key_is_still_found() -> None:
+    """Keys of short and long windows mixed in one table: emptying the short ones moves slots back along their
+    probe runs, and none of the long ones may be lost by that."""
+    index = keys()
+    now = int(time.time() * 1000)
+    short = [(_name_digest("g.t", f"s{n}"), 1, ID_1, True, now + 40) for n in range(3000)]
+    long = [(_name_digest("g.t", f"l{n}"), 2, ID_2, False, now + 60_000) for n in range(3000)]
+    mixed = [key for pair in zip(short, long, strict=True) for key in pair]
+    index._table.learn(KeyTable.record(mixed))
+    assert len(index) == 6000
+    time.sleep(0.06)
+    index._table.sweep(index._table.capacity)
+    assert len(index) == 3000
+    assert all(index._table.find(named) == (2, ID_2, False, now + 60_000) for named, *_ in long)
+    assert not any(index._table.find(named) for named, *_ in short)

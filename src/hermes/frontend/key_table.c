@@ -206,13 +206,14 @@ sweep(KeyTable *self, size_t steps, uint64_t now)
         steps = self->mask + 1;
     }
     size_t i = self->cursor;
-    while (steps-- > 0) {
+    while (steps > 0) {
         Slot *slot = &self->slots[i];
         if (!is_empty(slot) && !is_live(slot, now)) {
-            delete_at(self, i); /* a slot after it may have moved here: looked at again */
-        } else {
-            i = (i + 1) & self->mask;
+            delete_at(self, i); /* a slot after it may have moved here: looked at again, in the same step */
+            continue;
         }
+        i = (i + 1) & self->mask;
+        steps--;
     }
     self->cursor = i;
 }
