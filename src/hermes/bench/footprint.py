@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from hermes.bench.interrupt import alone
 from hermes.bench.startup import _healthy
 from hermes.bench.system import child
 from hermes.broker.embedded import free_port
@@ -166,4 +167,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    alone(main)

@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 
+from hermes.bench.interrupt import alone
 from hermes.bench.load import JSON_HEADERS
 from hermes.bench.publish import BODY, closed
 from hermes.bench.stats import ratio
@@ -95,4 +96,4 @@ def publish_auth(seconds: float, concurrency: int, reps: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(publish_auth(float(sys.argv[1]) if len(sys.argv) > 1 else 4.0, 32, 3), indent=2))
+    alone(lambda: print(json.dumps(publish_auth(float(sys.argv[1]) if len(sys.argv) > 1 else 4.0, 32, 3), indent=2)))

@@ -34,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from hermes.bench import wrk
+from hermes.bench.interrupt import alone
 from hermes.bench.publish import BODY
 from hermes.bench.stats import ratio, summarize
 from hermes.bench.system import Management, System, run_alone
@@ -184,4 +185,4 @@ if __name__ == "__main__":
     rounds = int(arguments[1]) if len(arguments) > 1 else 6
     connections = int(arguments[2]) if len(arguments) > 2 else 128
     pause_ms = arguments[3] if len(arguments) > 3 else None
-    print(json.dumps(overhead(seconds, rounds, connections, pause_ms), indent=1))
+    alone(lambda: print(json.dumps(overhead(seconds, rounds, connections, pause_ms), indent=1)))

@@ -16,6 +16,7 @@ from typing import Any
 
 from hermes.bench.stats import summarize
 from hermes.broker.embedded import free_port
+from hermes.children import spawn_tied
 
 # The pipeline is a child that `hermes run` starts beside the roles, not on their way to ready: left out, its
 # Spark JVM would only take the cores the start-up is measured on.
@@ -63,7 +64,7 @@ def _seconds_to_ready(data_dir: Path, timeout: float, when_ready: Callable[[str]
         argv += [f"--{role}-port", str(port)]
     urls = [f"http://127.0.0.1:{ports[role]}/status/health" for role in ("management", "frontend")]
     began = time.monotonic()
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = spawn_tied(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while not all(_healthy(url) for url in urls):
             if process.poll() is not None:

@@ -21,6 +21,7 @@ import aiohttp
 
 from hermes.bench.load import Sink
 from hermes.broker.embedded import EmbeddedBroker, free_port
+from hermes.children import spawn_tied
 
 _T = TypeVar("_T")
 
@@ -41,7 +42,7 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes] | None = None, tim
 @contextlib.contextmanager
 def child(argv: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
     """A child process that serves ``port``; stopped (SIGTERM, then SIGKILL) when the block ends."""
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = spawn_tied(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port, process)
         yield process
