@@ -6,8 +6,6 @@ thread that lives as long as the process (the spawner), whichever thread asks fo
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -17,13 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from hermes.tasks import name_os_thread, prctl
+
 _PR_SET_PDEATHSIG = 1
-
-
-def prctl(option: int, value: int | bytes) -> None:
-    """Linux's prctl(2); nothing where there is no such call."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, value)
 
 
 def die_with_parent() -> None:  # runs in the child between fork and exec
@@ -41,7 +35,7 @@ class _Spawner:
     def popen(self, argv: Sequence[str | Path], popen: dict[str, Any]) -> subprocess.Popen[bytes]:
         with self._lock:
             if self._thread is None:
-                self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tied-children")
+                self._thread = ThreadPoolExecutor(1, "tied-children", name_os_thread)
             thread = self._thread
 
         def fork() -> subprocess.Popen[bytes]:

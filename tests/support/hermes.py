@@ -116,6 +116,15 @@ def own_hermes(data_dir: Path, bootstrap: str, **overrides: Any) -> Iterator[InP
         running.stop()
 
 
+def thread_names() -> list[str]:
+    """The OS's names of this process's threads (``/proc/self/task/*/comm``)."""
+    names = []
+    for comm in Path("/proc/self/task").glob("*/comm"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            names.append(comm.read_text().strip())
+    return names
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -18,7 +18,7 @@ _BASE = {"children", "errors", "tasks"}
 MAY_IMPORT: dict[str, set[str]] = {
     "errors": set(),
     "tasks": set(),
-    "children": set(),
+    "children": {"tasks"},
     "domain": _BASE,
     "config_errors": _BASE,
     "config": _BASE | {"config_errors"},
