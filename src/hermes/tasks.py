@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -22,10 +23,17 @@ _PR_SET_NAME = 15
 _OS_NAME_BYTES = 15  # Linux keeps 16 bytes of a thread's name, its NUL included
 
 
+_prctl: Callable[..., int] | None
+try:  # resolved once, not between a fork and an exec (``hermes.children``) nor at each thread's start
+    _prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except (OSError, AttributeError):  # no Linux C library
+    _prctl = None
+
+
 def prctl(option: int, value: int | bytes) -> None:
     """Linux's prctl(2); nothing where there is no such call."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(option, value)
+    if _prctl is not None:
+        _prctl(option, value)
 
 
 def name_os_thread() -> None:
