@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -40,9 +39,8 @@ def test_one_sigint_stops_publish_overhead_and_everything_it_started() -> None:
         try:
             wait_until(measuring, timeout=240, interval=0.2)
             os.kill(bench.pid, signal.SIGINT)  # the main process alone: the children see nothing of it
-            interrupted = time.monotonic()
-            assert bench.wait(60) == 130
-            assert time.monotonic() - interrupted < 30, "the rounds went on after Ctrl-C"
+            # the rest of its rounds would take 150 s; its clean-up takes seconds (a minute at worst when loaded)
+            assert bench.wait(120) == 130
             wait_until(lambda: not _session(bench.pid), timeout=10)
             assert bench.stderr is not None
             assert bench.stderr.read().decode().strip().endswith("interrupted")
