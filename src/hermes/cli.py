@@ -97,6 +97,9 @@ def _bench(_settings: Settings, args: argparse.Namespace) -> int:
     import json
 
     from hermes.bench import report, suite
+    from hermes.bench.interrupt import stop_at_once
+
+    stop_at_once()
 
     def progress(text: str) -> None:
         print(f"hermes bench: {text}", file=sys.stderr, flush=True)

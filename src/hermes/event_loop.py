@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from hermes.errors import HermesError
+from hermes.tasks import name_os_thread
 
 
 def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
@@ -25,6 +27,9 @@ def _loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None
 
 
 def run(choice: str, main: Coroutine[Any, Any, None]) -> None:
-    """Runs ``main`` to its end on the chosen loop."""
+    """Runs ``main`` to its end on the chosen loop, whose default executor's threads (``asyncio.to_thread``) the OS
+    knows by name."""
     with asyncio.Runner(loop_factory=_loop_factory(choice)) as runner:
+        executor = ThreadPoolExecutor(thread_name_prefix="asyncio", initializer=name_os_thread)
+        runner.get_loop().set_default_executor(executor)
         runner.run(main)

@@ -36,7 +36,7 @@ from hermes.domain.message import Message
 from hermes.domain.subscription import DEFAULT_INFLIGHT_SIZE, Subscription
 from hermes.domain.topic import TopicName
 from tests.conftest import wait_until
-from tests.support.hermes import HermesClient, InProcessHermes
+from tests.support.hermes import HermesClient, InProcessHermes, thread_names
 from tests.support.subscriber import Reply, SubscriberServer
 
 pytestmark = pytest.mark.integration
@@ -348,3 +348,14 @@ def test_a_subscription_changed_to_a_larger_inflight_size_takes_more(kafka: Embe
     assert consumer.bounds()[0] == DEFAULT_INFLIGHT_SIZE + 4
     assert receiver.offer(("t", 0), run, handoffs)
     assert [m.offset for _, taken, _ in handoffs for m in taken] == [0]
+
+
+def test_the_threads_of_a_running_hermes_carry_their_names_to_the_os(
+    hermes: InProcessHermes, client: HermesClient, subscriber: SubscriberServer
+) -> None:
+    topic = client.create_topic()
+    client.create_subscription(topic, subscriber.url)
+    client.publish(topic, "{}")
+    wait_until(lambda: subscriber.received, timeout=30)
+    names = set(thread_names())  # besides librdkafka's own (rdk:main, ...)
+    assert {"shared-reader", "sqlite-watch", "idempotency-key"} <= names, sorted(names)

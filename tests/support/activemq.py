@@ -16,6 +16,7 @@ from pathlib import Path
 import stomp
 
 from hermes.broker.embedded import free_port
+from hermes.children import spawn_tied
 from tests.support.waiting import wait_until
 
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
@@ -66,7 +67,7 @@ class ActiveMqServer:
         config = self.workdir / "activemq.xml"
         config.write_text(_CONFIG.format(data=data, port=self.port, user=USER, password=PASSWORD))
         with open(self.workdir / "activemq.log", "ab") as log:  # the child keeps its own descriptor
-            self._process = subprocess.Popen(
+            self._process = spawn_tied(  # no ActiveMQ left behind by a test run killed midway
                 [
                     java,
                     "-Xmx256m",

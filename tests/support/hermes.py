@@ -20,6 +20,7 @@ import httpx
 from aiohttp import web_app
 
 from hermes.broker.embedded import broker_port, free_port
+from hermes.children import spawn_tied
 from hermes.config import Settings, flag, load_settings
 from hermes.config_sections import commands_of
 from hermes.consumers.process import ConsumerProcess
@@ -115,6 +116,15 @@ def own_hermes(data_dir: Path, bootstrap: str, **overrides: Any) -> Iterator[InP
         running.stop()
 
 
+def thread_names() -> list[str]:
+    """The OS's names of this process's threads (``/proc/self/task/*/comm``)."""
+    names = []
+    for comm in Path("/proc/self/task").glob("*/comm"):
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            names.append(comm.read_text().strip())
+    return names
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -195,7 +205,7 @@ class HermesProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.own_group = own_group
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
+            self.process = spawn_tied(  # no Hermes (and its broker) left behind by a test run killed midway
                 self.argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, process_group=0 if own_group else None
             )
         if wait_for == "nothing":  # a role without an HTTP server: just make sure it did not exit at once

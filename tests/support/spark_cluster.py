@@ -10,7 +10,8 @@ import subprocess
 import urllib.request
 from pathlib import Path
 
-from hermes.broker.embedded import die_with_parent, free_port
+from hermes.broker.embedded import free_port
+from hermes.children import spawn_tied
 from tests.conftest import wait_until
 from tests.support.spark_connect import stop_group
 
@@ -45,7 +46,7 @@ class SparkStandaloneCluster:
         }
         with open(self._work_dir / f"{name}.log", "ab") as log:
             self.processes.append(
-                subprocess.Popen(
+                spawn_tied(
                     [str(home / "bin" / "spark-class"), *args],
                     env=env,
                     cwd=self._work_dir,
@@ -53,7 +54,6 @@ class SparkStandaloneCluster:
                     stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL,
                     start_new_session=True,  # its own process group: stop() ends it with its executors
-                    preexec_fn=die_with_parent,  # noqa: PLW1509 - only the pdeathsig call runs before exec
                 )
             )
 

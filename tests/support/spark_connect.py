@@ -11,7 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hermes.broker.embedded import die_with_parent, free_port
+from hermes.broker.embedded import free_port
+from hermes.children import spawn_tied
 from hermes.pipeline.session import DELTA_SETTINGS, pipeline_jars
 from tests.conftest import wait_until
 
@@ -41,7 +42,7 @@ class SparkConnectServer:
         return self.launch().wait_until_ready(timeout)
 
     def launch(self) -> SparkConnectServer:
-        """Starts the JVM without waiting for it (from the thread it must die with: ``die_with_parent``)."""
+        """Starts the JVM without waiting for it."""
         import pyspark
 
         home = Path(pyspark.__file__).parent
@@ -70,7 +71,7 @@ class SparkConnectServer:
             *(arg for key, value in DELTA_SETTINGS.items() for arg in ("--conf", f"{key}={value}")),
         ]  # fmt: skip
         with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
+            self.process = spawn_tied(
                 command,
                 env=env,
                 cwd=self._work_dir,
@@ -78,7 +79,6 @@ class SparkConnectServer:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: stop() ends the JVM and its Python workers
-                preexec_fn=die_with_parent,  # noqa: PLW1509 - only the pdeathsig call runs before exec
             )
         return self
 

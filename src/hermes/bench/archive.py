@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hermes.bench.interrupt import alone
 from hermes.bench.lake_hour import simulated_hour
 from hermes.bench.lake_retransmission import RETRANSMISSION_TOPICS, retransmission
 from hermes.bench.system import cpu_seconds, thread_cpu_seconds
@@ -352,4 +353,4 @@ def archive_throughput(
 
 
 if __name__ == "__main__":
-    print(json.dumps(archive_throughput(), indent=2))
+    alone(lambda: print(json.dumps(archive_throughput(), indent=2)))

@@ -30,8 +30,10 @@ import aiohttp
 import orjson
 from aiohttp import web
 
+from hermes.bench.interrupt import alone
 from hermes.bench.system import cpu_seconds
 from hermes.broker.embedded import EmbeddedBroker, free_port
+from hermes.children import spawn_tied
 
 _PAD = "x" * 1024
 
@@ -228,7 +230,7 @@ def main() -> None:
     argv = [sys.executable, "-m", "hermes", "run", "--data-dir", str(data_dir), "--kafka-bootstrap-servers"]
     argv += [broker.bootstrap_servers, "--frontend-port", str(frontend), "--management-port", str(management)]
     argv += ["--log-level", "WARNING", "--no-pipeline"]
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = spawn_tied(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_for_port(management, process)
         _wait_for_port(frontend, process)
@@ -245,4 +247,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    alone(main)

@@ -29,6 +29,7 @@ from typing import Any
 
 import aiohttp
 
+from hermes.bench.interrupt import alone
 from hermes.bench.load import Sink
 from hermes.bench.system import Management, child
 from hermes.bench.zookeeper import ZOOKEEPER_JAR, ZookeeperServer
@@ -301,4 +302,4 @@ async def _alone(only_failover: bool) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(_alone("failover" in sys.argv[1:])), indent=2))
+    alone(lambda: print(json.dumps(asyncio.run(_alone("failover" in sys.argv[1:])), indent=2)))

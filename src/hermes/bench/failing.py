@@ -14,6 +14,8 @@ import sys
 import aiohttp
 from aiohttp import web
 
+from hermes.children import spawn_tied
+
 
 async def _serve(status: int, delay: float, every: int) -> None:
     received = 0
@@ -44,7 +46,7 @@ async def _serve(status: int, delay: float, every: int) -> None:
 class FailingEndpoint:
     def __init__(self, status: int, delay: float = 0.0, every: int = 1) -> None:
         """``every``: of how many requests one fails (1: all)."""
-        self._process = subprocess.Popen(
+        self._process = spawn_tied(
             [sys.executable, "-m", "hermes.bench.failing", str(status), str(delay), str(every)], stdout=subprocess.PIPE
         )
         assert self._process.stdout is not None

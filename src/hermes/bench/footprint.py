@@ -20,9 +20,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from hermes.bench.interrupt import alone
 from hermes.bench.startup import _healthy
-from hermes.bench.system import child
-from hermes.broker.embedded import free_port
+from hermes.bench.system import child, port_flags, run_ports
 
 COMMAND = "hermes run"
 MESSAGES = 200  # to each topic
@@ -31,10 +31,9 @@ TARGET_MIB = 1024
 
 def footprint(seconds: float = 300.0, every: float = 10.0, timeout: float = 300.0) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="hermes-bench-footprint-") as directory:
-        ports = {role: free_port() for role in ("management", "frontend", "embedded-broker")}
+        ports = run_ports()
         argv = [sys.executable, "-m", "hermes", "run", "--data-dir", directory, "--log-level", "WARNING"]
-        for role, port in ports.items():
-            argv += [f"--{role}-port", str(port)]
+        argv += port_flags(ports)
         management = f"http://127.0.0.1:{ports['management']}"
         frontend = f"http://127.0.0.1:{ports['frontend']}"
         try:
@@ -166,4 +165,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    alone(main)

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from hermes.bench.delivery import _open
+from hermes.bench.interrupt import alone
 from hermes.bench.load import Sent, Sink, gc_paused
 from hermes.bench.stats import first_arrivals, latency_ms, reconcile
 from hermes.bench.system import Management, System, cpu_seconds, memory_kib, run_alone, thread_cpu_seconds, warm_up
@@ -151,4 +152,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    alone(main)

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from hermes.bench.interrupt import alone
 from hermes.bench.publish import BODY
 from hermes.domain.message import new_message_id
 from hermes.domain.names import TopicName
@@ -86,4 +87,6 @@ def stages(keys: int, rounds: int) -> list[dict[str, float]]:
 
 if __name__ == "__main__":
     arguments = [int(arg) for arg in sys.argv[1:]]
-    print(json.dumps(stages(arguments[0] if arguments else 300_000, arguments[1] if len(arguments) > 1 else 3)))
+    count = arguments[0] if arguments else 300_000
+    rounds = arguments[1] if len(arguments) > 1 else 3
+    alone(lambda: print(json.dumps(stages(count, rounds))))

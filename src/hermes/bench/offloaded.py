@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 import bson
 
+from hermes.bench.interrupt import alone
 from hermes.bench.load import JSON_HEADERS, Sink, json_body
 from hermes.bench.system import Management, System, memory_kib, run_alone, warm_up
 
@@ -115,4 +116,4 @@ async def _alone(size: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(_alone(int(sys.argv[1]) if len(sys.argv) > 1 else SIZE)), indent=2))
+    alone(lambda: print(json.dumps(asyncio.run(_alone(int(sys.argv[1]) if len(sys.argv) > 1 else SIZE)), indent=2)))

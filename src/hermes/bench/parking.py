@@ -21,6 +21,7 @@ import aiohttp
 
 from hermes.bench.delivery import BODY, delivered
 from hermes.bench.failing import FailingEndpoint
+from hermes.bench.interrupt import alone
 from hermes.bench.load import Sent, Sink, open_loop
 from hermes.bench.system import Management, System, print_pairs_alone, run_alone, warm_up
 
@@ -129,4 +130,4 @@ async def _alone(pairs: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print_pairs_alone(_alone, PAIRS, markdown)
+    alone(lambda: print_pairs_alone(_alone, PAIRS, markdown))

@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import json
 import os
-import statistics
 import sys
 import threading
 import uuid
@@ -34,8 +33,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from hermes.bench import wrk
+from hermes.bench.interrupt import alone
 from hermes.bench.publish import BODY
-from hermes.bench.stats import ratio, summarize
+from hermes.bench.rounds import alternated, median_ratio, summary
 from hermes.bench.system import Management, System, run_alone
 
 VARIANTS = ("plain", "keyed", "ratio", "always")
@@ -155,27 +155,14 @@ def _rounds(
 
     for variant in VARIANTS:  # warm-up: connections, caches, the producer's metadata
         run(variant, 1.0, False)
-    runs: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
-    for turn in range(rounds):
-        for variant in VARIANTS if turn % 2 == 0 else reversed(VARIANTS):
-            runs[variant].append(run(variant, seconds, True))
+    runs = alternated(VARIANTS, rounds, lambda variant: run(variant, seconds, True))
     out: dict[str, Any] = {}
     for variant in VARIANTS:
-        out[variant] = {
-            "throughput": summarize(r["throughput"] for r in runs[variant]),
-            "cpu_us_per_publish": summarize(r["server_cpu_us"] for r in runs[variant]),
-            "non_2xx": sum(r["non_2xx"] for r in runs[variant]),
-            "runs": [{k: r[k] for k in ("throughput", "server_cpu_us", "load")} for r in runs[variant]],
-        }
+        out[variant] = summary(runs[variant])
         if variant != "plain":
-            out[variant]["throughput_ratio"] = _median_ratio(runs[variant], runs["plain"], "throughput")
-            out[variant]["cpu_ratio"] = _median_ratio(runs[variant], runs["plain"], "server_cpu_us")
+            out[variant]["throughput_ratio"] = median_ratio(runs[variant], runs["plain"], "throughput")
+            out[variant]["cpu_ratio"] = median_ratio(runs[variant], runs["plain"], "server_cpu_us")
     return out
-
-
-def _median_ratio(runs: list[dict[str, Any]], plain: list[dict[str, Any]], key: str) -> dict[str, Any]:
-    each = [ratio(r[key], p[key]) for r, p in zip(runs, plain, strict=True)]
-    return {"median": round(statistics.median(each), 3), "rounds": each}
 
 
 if __name__ == "__main__":
@@ -184,4 +171,4 @@ if __name__ == "__main__":
     rounds = int(arguments[1]) if len(arguments) > 1 else 6
     connections = int(arguments[2]) if len(arguments) > 2 else 128
     pause_ms = arguments[3] if len(arguments) > 3 else None
-    print(json.dumps(overhead(seconds, rounds, connections, pause_ms), indent=1))
+    alone(lambda: print(json.dumps(overhead(seconds, rounds, connections, pause_ms), indent=1)))

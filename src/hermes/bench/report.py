@@ -364,19 +364,22 @@ def _publish_auth(p: dict[str, Any] | None) -> list[str]:
     if not p:
         return [*lines, "Not measured.", ""]
     without, basic = p["without_auth"], p["with_basic"]
-    met = p["throughput_ratio"] >= PUBLISH_AUTH_THROUGHPUT_TARGET
+    loads = [run["load"] for variant in (without, basic) for run in variant["runs"]]
+    met = p["throughput_ratio"]["median"] >= PUBLISH_AUTH_THROUGHPUT_TARGET
     return [
         *lines,
-        f"wrk, {p['concurrency']} connections, {p['seconds']} s a run: without credentials to a topic anyone may "
-        "publish to, then with Basic credentials (verified once, then remembered) to a topic whose `auth` names "
-        "the publisher.",
+        f"`{p['generator']}`, {p['rounds']} round(s) of {p['seconds']:g} s runs: without credentials to a topic "
+        "anyone may publish to, and with Basic credentials (verified once, then remembered) to a topic whose "
+        "`auth` names the publisher, in turn, each round in the reverse order of the one before "
+        "(`hermes.bench.publish_auth`). Ratios to the run without of the same round: the median over rounds "
+        f"(min-max). Load average over the runs: {min(loads):g}-{max(loads):g}.",
         "",
         "| | without authentication | Basic | ratio | target |",
         "|---|---|---|---|---|",
-        f"| msg/s | {_mmm(without['throughput'])} | {_mmm(basic['throughput'])} | **{p['throughput_ratio']}** "
+        f"| msg/s | {_mmm(without['throughput'])} | {_mmm(basic['throughput'])} | {_ratios(p['throughput_ratio'])} "
         f"| ≥ {PUBLISH_AUTH_THROUGHPUT_TARGET:g}: **{_met(met)}** |",
-        f"| server CPU µs per publish | {_mmm(without['server_cpu_us'], 1)} | {_mmm(basic['server_cpu_us'], 1)} "
-        f"| **{p['cpu_ratio']}** | |",
+        f"| server CPU µs per publish | {_mmm(without['cpu_us_per_publish'], 1)} "
+        f"| {_mmm(basic['cpu_us_per_publish'], 1)} | {_ratios(p['cpu_ratio'])} | |",
         f"| non-2xx answers | {without['non_2xx']} | {basic['non_2xx']} | | |",
         "",
     ]

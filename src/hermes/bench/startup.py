@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from hermes.bench.stats import summarize
-from hermes.broker.embedded import free_port
+from hermes.bench.system import port_flags, run_ports
+from hermes.children import spawn_tied
 
 # The pipeline is a child that `hermes run` starts beside the roles, not on their way to ready: left out, its
 # Spark JVM would only take the cores the start-up is measured on.
@@ -57,13 +58,12 @@ def _seconds_to_exit(args: list[str]) -> float:
 
 
 def _seconds_to_ready(data_dir: Path, timeout: float, when_ready: Callable[[str], None] | None = None) -> float:
-    ports = {role: free_port() for role in ("management", "frontend", "embedded-broker")}
+    ports = run_ports()
     argv = [sys.executable, "-m", "hermes", *_ARGV, "--data-dir", str(data_dir), "--log-level", "WARNING"]
-    for role, port in ports.items():
-        argv += [f"--{role}-port", str(port)]
+    argv += port_flags(ports)
     urls = [f"http://127.0.0.1:{ports[role]}/status/health" for role in ("management", "frontend")]
     began = time.monotonic()
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = spawn_tied(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         while not all(_healthy(url) for url in urls):
             if process.poll() is not None:

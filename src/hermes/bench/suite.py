@@ -46,6 +46,7 @@ class Plan:
     seconds: float = 4.0
     concurrency: int = 128  # wrk's connections for the publish maxima (publish.ALSO_CONCURRENCY too)
     overhead_rounds: int = 10  # of the keyed and traced publishing runs beside plain, each in turn (even: ABBA)
+    auth_rounds: int = 6  # of the publishing runs with Basic credentials beside without, likewise
     rates: list[float] = field(default_factory=lambda: [250.0, 500.0, 1000.0, 2000.0])
     fanouts: list[int] = field(default_factory=lambda: [1, 10, 100])
     deliveries_per_burst: int = 6000  # divided among the messages: 6,000 x 1, 600 x 10, 60 x 100
@@ -78,6 +79,7 @@ QUICK = Plan(
     "quick",
     seconds=1.0,
     overhead_rounds=4,
+    auth_rounds=2,
     rates=[1000.0],
     fanouts=[1, 10],
     deliveries_per_burst=1500,
@@ -247,7 +249,7 @@ def run(plan: Plan, log: Any = print) -> dict[str, Any]:
 
     results["scenarios"]["many_subscriptions"] = asyncio.run(run_alone(many))
     log("publishing with and without publisher authentication (its own broker and users)")
-    results["scenarios"]["publish_auth"] = publish_auth(plan.seconds, plan.concurrency, plan.reps)
+    results["scenarios"]["publish_auth"] = publish_auth(plan.seconds, plan.concurrency, plan.auth_rounds)
     log("publishing with an Idempotency-Key and with tracing beside plain publishing, runs in turn")
     results["scenarios"]["publish_overhead"] = overhead(plan.seconds, plan.overhead_rounds, plan.concurrency)
     if plan.spark:

@@ -20,7 +20,8 @@ from typing import Any, TypeVar
 import aiohttp
 
 from hermes.bench.load import Sink
-from hermes.broker.embedded import EmbeddedBroker, free_port
+from hermes.broker.embedded import EmbeddedBroker, broker_port, free_port
+from hermes.children import spawn_tied
 
 _T = TypeVar("_T")
 
@@ -41,7 +42,7 @@ def wait_for_port(port: int, process: subprocess.Popen[bytes] | None = None, tim
 @contextlib.contextmanager
 def child(argv: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
     """A child process that serves ``port``; stopped (SIGTERM, then SIGKILL) when the block ends."""
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = spawn_tied(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_for_port(port, process)
         yield process
@@ -52,6 +53,18 @@ def child(argv: list[str], port: int) -> Iterator[subprocess.Popen[bytes]]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
+
+
+def run_ports() -> dict[str, int]:
+    """A port for each ``--ROLE-port`` flag of a ``hermes run`` that must start beside other runs on this machine:
+    free ones for the APIs the scenario calls, one outside the ephemeral range for the embedded broker (one in it
+    can be taken by a client's own end of a connection, ``broker_port``), and 0 (any free) for the pipeline's
+    status port, whose default (8060) a second run at once found taken and exited."""
+    return {"management": free_port(), "frontend": free_port(), "embedded-broker": broker_port(), "pipeline": 0}
+
+
+def port_flags(ports: dict[str, int]) -> list[str]:
+    return [arg for role, port in ports.items() for arg in (f"--{role}-port", str(port))]
 
 
 def memory_kib(pid: int) -> dict[str, int]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hermes.broker.embedded import free_port
+from hermes.children import spawn_tied
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 
@@ -46,7 +47,7 @@ class ZookeeperServer:
             "maxClientCnxns=0\nadmin.enableServer=false\n4lw.commands.whitelist=ruok,srvr\n" + ensemble
         )
         with open(self.workdir / "zookeeper.log", "ab") as log:  # the child keeps its own descriptor
-            self._process = subprocess.Popen(
+            self._process = spawn_tied(  # no ZooKeeper left behind by a test run killed midway
                 [
                     java,
                     "-Xmx256m",

@@ -54,7 +54,7 @@ class BrokerChild:
     async def _start_broker(self) -> None:
         broker = self.broker
         await asyncio.to_thread(broker.wait_for_port, PORT_TIMEOUT)
-        broker.launch()  # from the event loop's thread, which lives as long as Hermes: the child dies with it
+        broker.launch()
         await asyncio.to_thread(broker.wait_until_ready, READY_TIMEOUT)
 
     async def _watch(self) -> None:

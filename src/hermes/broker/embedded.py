@@ -2,7 +2,7 @@
 
 Its log directory lives in the data directory, is formatted on first start and reused afterwards, so what it
 stored survives a restart (Ctrl-C, SIGTERM or SIGKILL). The jars are fetched by ``make setup`` (jars/kafka.pom.xml);
-nothing is downloaded at run time. The child is tied to this process with PR_SET_PDEATHSIG, so it dies with us
+nothing is downloaded at run time. The child is tied to this process (``hermes.children``), so it dies with us
 even on SIGKILL and never lingers.
 """
 
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import ctypes
 import logging
 import os
 import random
@@ -27,13 +26,13 @@ from typing import IO
 from confluent_kafka.admin import AdminClient
 
 from hermes.broker.embedded_security import BrokerSecurity, client_settings, format_arguments, server_settings
+from hermes.children import spawn_tied
 from hermes.datadir import DataDirLock
 from hermes.errors import StartupError
 from hermes.jars import jars_classpath
 
 log = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
 STOP_TIMEOUT = 30.0  # a controlled shutdown of one node takes about a second; a hung JVM is killed after this
 
 # One machine, low latency, everything replicated once. Written to server.properties on each start.
@@ -87,11 +86,6 @@ _JVM_OPTIONS = [
     "-XX:+ExitOnOutOfMemoryError",
     "-Djava.awt.headless=true",
 ]
-
-
-def die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -244,8 +238,7 @@ class EmbeddedBroker:
         return self._process.pid if self._process is not None else None
 
     def start(self, timeout: float = 60.0) -> str:
-        """Starts the broker and waits until it answers a metadata request. Call it from the thread that keeps
-        running as long as the broker should: the child dies when the thread that started it ends."""
+        """Starts the broker and waits until it answers a metadata request."""
         self.wait_for_port(timeout)
         self.launch()
         self.wait_until_ready(timeout)
@@ -279,12 +272,11 @@ class EmbeddedBroker:
                 self._format(jvm, config)
             self._log_file = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
             self._log_start = self._log_file.tell()
-            self._process = subprocess.Popen(
+            self._process = spawn_tied(
                 [*jvm, "kafka.Kafka", str(config)],
                 stdout=self._log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                preexec_fn=die_with_parent,  # noqa: PLW1509 - no threads that matter exist yet in the child
                 # out of the terminal's process group: Ctrl-C reaches Hermes alone, which drains and commits and
                 # then stops the broker (stopped first, it left every producer and consumer failing to reconnect)
                 process_group=0,

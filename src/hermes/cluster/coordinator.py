@@ -29,6 +29,7 @@ from hermes.metadata.cache import MetadataCache
 from hermes.metadata.documents import WORKLOAD_CONSTRAINTS
 from hermes.metadata.repository import MetadataRepository
 from hermes.metadata.zookeeper_session import CLOSE_TIMEOUT
+from hermes.tasks import NamedThread
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class Coordinator:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._election = store.election(node_id)
-        self._thread = threading.Thread(target=self._contend, name="cluster-coordinator", daemon=True)
+        self._thread = NamedThread(target=self._contend, name="cluster-coordinator", daemon=True)
         self._last_move = 0.0
         self.leading = False
         # called on the loop once the cache holds the change

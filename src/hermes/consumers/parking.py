@@ -41,7 +41,7 @@ from hermes.domain.message import PLACEHOLDER_FORMAT, Message, kafka_headers
 from hermes.domain.subscription import Subscription, is_retry_topic
 from hermes.domain.topic import Ack
 from hermes.errors import BrokerUnavailable, HermesError
-from hermes.tasks import ended
+from hermes.tasks import NamedThread, ended
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +307,7 @@ class ParkingLot:
             parked.reading = True
             self._woken.set()
             if self._thread is None:  # the first subscription with parked messages
-                self._thread = threading.Thread(target=self._run, name="parking", daemon=True)
+                self._thread = NamedThread(target=self._run, name="parking", daemon=True)
                 self._thread.start()
 
     def _starting_offsets(self, subscription: Subscription) -> dict[Partition, int]:
@@ -449,7 +449,7 @@ class ParkingGroupReader:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._thread = threading.Thread(target=self._run, name=f"parking-{self._parked.topic}", daemon=True)
+        self._thread = NamedThread(target=self._run, name=f"parking-{self._parked.topic}", daemon=True)
         self._thread.start()
 
     async def stop(self) -> None:

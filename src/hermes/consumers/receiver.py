@@ -31,7 +31,7 @@ from hermes.consumers.context import ConsumerContext, CrashListener
 from hermes.consumers.offsets import OffsetTracker, Partition
 from hermes.consumers.retransmission import Retransmission
 from hermes.domain.message import Message
-from hermes.tasks import ended
+from hermes.tasks import NamedThread, ended
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +309,7 @@ class MessageReceiver(Receiver):
     def start(self, flow: Flow) -> None:
         self._loop = asyncio.get_running_loop()
         self._flow = flow
-        self._thread = threading.Thread(target=self._run, name=f"consumer-{self._name}", daemon=True)
+        self._thread = NamedThread(target=self._run, name=f"consumer-{self._name}", daemon=True)
         self._thread.start()
 
     async def close(self) -> None:

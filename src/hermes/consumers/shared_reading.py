@@ -34,7 +34,7 @@ from hermes.consumers.offsets import Partition
 from hermes.consumers.receiver import Flow, Receiver, _by_partition, close_bound
 from hermes.consumers.retransmission import Retransmission
 from hermes.domain.message import Message
-from hermes.tasks import ended
+from hermes.tasks import NamedThread, ended
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class SharedReader:
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._thread = threading.Thread(target=self._run, name="shared-reader", daemon=True)
+        self._thread = NamedThread(target=self._run, name="shared-reader", daemon=True)
         self._thread.start()
 
     async def stop(self) -> None:
@@ -435,7 +435,7 @@ class SharedReceiver(Receiver):
         if self._closing.is_set():
             return
         # A thread of its own before this one has joined the lanes and is ending (at most closing its consumer)
-        self._thread = threading.Thread(target=self._read_alone, name=f"consumer-{self._name}", daemon=True)
+        self._thread = NamedThread(target=self._read_alone, name=f"consumer-{self._name}", daemon=True)
         self._thread.start()
 
     def _read_alone(self) -> None:

@@ -41,7 +41,7 @@ from hermes.errors import HermesError, IdempotencyKeyReused, ValidationError
 from hermes.frontend.key_table import MAX_KEY_LENGTH, RECORD_MAGIC, KeyTable
 from hermes.frontend.publishing import Answer, PublishResult
 from hermes.http.lean import SpooledBody
-from hermes.tasks import STOP_BOUND, ended
+from hermes.tasks import STOP_BOUND, NamedThread, ended
 
 log = logging.getLogger(__name__)
 
@@ -178,9 +178,7 @@ class IdempotencyKeys:
         self._learn(records)
         log.info("idempotency: %d keys within their window", len(self))
         loop = asyncio.get_running_loop()
-        self._follower = threading.Thread(
-            target=self._follow, args=(consumer, loop), name="idempotency-keys", daemon=True
-        )
+        self._follower = NamedThread(target=self._follow, args=(consumer, loop), name="idempotency-keys", daemon=True)
         self._follower.start()
 
     async def stop(self) -> None:

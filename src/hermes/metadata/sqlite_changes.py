@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from hermes.metadata.listeners import Listeners
 from hermes.metadata.repository import ChangeAction, ChangeKind, Listener, MetadataChange, Unwatch
+from hermes.tasks import NamedThread
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class SqliteChangeLog:
                     start = db.execute("SELECT COALESCE(MAX(seq), 0) FROM changes").fetchone()[0]
                 finally:
                     db.close()
-                self._watcher = threading.Thread(target=self._poll, args=(start,), name="sqlite-watch", daemon=True)
+                self._watcher = NamedThread(target=self._poll, args=(start,), name="sqlite-watch", daemon=True)
                 self._watcher.start()
         return unwatch
 

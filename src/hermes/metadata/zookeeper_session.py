@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
@@ -24,6 +23,7 @@ from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.retry import KazooRetry, RetryFailedError
 
 from hermes.errors import MetadataUnavailable, MetadataUnreachable
+from hermes.tasks import NamedThread
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class ZookeeperSession:
         ``CLOSE_TIMEOUT`` and leaves them to the session's timeout."""
         self.client.remove_listener(self._on_state)
         connected = self.client.connected  # else there is no session to end, and nothing worth waiting for
-        stopping = threading.Thread(target=self._stop, name="zookeeper-close", daemon=True)
+        stopping = NamedThread(target=self._stop, name="zookeeper-close", daemon=True)
         stopping.start()
         stopping.join(CLOSE_TIMEOUT if connected else 0)
         if connected and stopping.is_alive():

@@ -6,6 +6,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
 from hermes.metadata.repository import MetadataChange
+from hermes.tasks import NamedThread
 
 if TYPE_CHECKING:
     from hermes.pipeline.runner import PipelineContext
@@ -33,7 +34,7 @@ class LoopingJob:
         self._context = context
         self._wake = threading.Event()
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread = NamedThread(target=self._loop, name=self.name, daemon=True)
         self._unwatch: Any = None
 
     def start(self) -> None:

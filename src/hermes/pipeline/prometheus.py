@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from typing import Any
 
 from prometheus_client import Counter, Gauge
@@ -11,6 +10,7 @@ from prometheus_client import Counter, Gauge
 from hermes.http.edge import EdgeLimits
 from hermes.http.server import Server
 from hermes.http.status import ScrapeGuard, status_app
+from hermes.tasks import NamedThread
 
 ARCHIVE_RECORDS = Counter("hermes_pipeline_archive_records", "Kafka records written to the offline storage lake.")
 ARCHIVE_BATCHES = Counter("hermes_pipeline_archive_batches", "Archive micro-batches committed.")
@@ -27,7 +27,7 @@ class StatusServer:
     def __init__(self, host: str, port: int, guard: ScrapeGuard | None, limits: EdgeLimits) -> None:
         self._server = Server(status_app(guard), host, port, "pipeline status", limits=limits)
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="pipeline-status", daemon=True)
+        self._thread = NamedThread(target=self._loop.run_forever, name="pipeline-status", daemon=True)
 
     @property
     def port(self) -> int:

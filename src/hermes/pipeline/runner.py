@@ -24,7 +24,8 @@ from pydantic import SecretStr
 
 from hermes.broker.admin import BrokerAdmin
 from hermes.broker.connection import KafkaConnection
-from hermes.broker.embedded import die_with_parent, ensure_port_free
+from hermes.broker.embedded import ensure_port_free
+from hermes.children import spawn_tied
 from hermes.config import ENV_PREFIX, Settings
 from hermes.errors import StartupError
 from hermes.metadata.factory import open_repository
@@ -206,7 +207,7 @@ def settings_environment(settings: Settings, bootstrap_servers: str) -> dict[str
 
 class PipelineProcess:
     """``hermes pipeline`` as a child of ``hermes run``, so Spark's JVM and Python workers never compete with
-    delivery for this process's GIL. It dies with its parent (PR_SET_PDEATHSIG), like the embedded broker,
+    delivery for this process's GIL. It dies with its parent (``hermes.children``), like the embedded broker,
     and is started again when it exits on its own. Its output goes to ``logs/pipeline.log``."""
 
     def __init__(self, settings: Settings, bootstrap_servers: str) -> None:
@@ -223,13 +224,12 @@ class PipelineProcess:
         self._log_path.parent.mkdir(parents=True, exist_ok=True)
         if self._log is None:
             self._log = open(self._log_path, "ab")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
+        self.process = spawn_tied(
             [sys.executable, "-m", "hermes", "pipeline"],
             env=self._env,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=die_with_parent,  # noqa: PLW1509 - only the pdeathsig call runs before exec
         )
         log.info("pipeline started (pid %d), logging to %s", self.process.pid, self._log_path)
 

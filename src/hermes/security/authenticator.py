@@ -17,6 +17,7 @@ from hermes.security.passwords import VerifiedCache, hash_password, verify_passw
 from hermes.security.throttle import FailedLogins
 from hermes.security.tokens import TokenVerifier
 from hermes.security.users import ADMIN, User, UserStore
+from hermes.tasks import name_os_thread
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ class Authenticator:
         # scrypt takes 128 MiB and a core: two checks at once, in threads of their own (the loop's default pool
         # serves everything else), and one at a time per client address, so that a flood from one address holds
         # one thread and a login from another address waits for one check at most
-        self._hashing = ThreadPoolExecutor(2, thread_name_prefix="hermes-password-check")
+        self._hashing = ThreadPoolExecutor(2, thread_name_prefix="password-check", initializer=name_os_thread)
         self._clients: dict[str, tuple[asyncio.Lock, int]] = {}
         self._dummy: str | None = None
 

@@ -18,7 +18,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from hermes.domain.trace_context import valid_tracestate
-from hermes.tasks import STOP_BOUND, joined
+from hermes.tasks import STOP_BOUND, NamedThread, joined
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ class SpanBatches:
         self._dropped = 0
         self._wake = threading.Event()
         self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="otel-publish-spans", daemon=True)
+        self._thread = NamedThread(target=self._run, name="otel-publish-spans", daemon=True)
         self._thread.start()
 
     def add(self, span: FinishedSpan) -> None:
