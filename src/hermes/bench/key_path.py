@@ -1,6 +1,7 @@
 """The CPU an ``Idempotency-Key`` costs a publish in-process, split into its stages (issue 34): the publish's look-up
-and in-flight entry (``IdempotencyKeys.publish``), the first publish's answer, and the 10 ms flush that keeps the keys
-and builds their record, over ``KEYS`` new UUID keys on one topic (the index grows by as many each round), with a
+and in-flight slot (``IdempotencyKeys.publish``, the key table's), the first publish's answer (which keeps its key),
+and the 10 ms flush that builds their record, over ``KEYS`` new UUID keys on one topic (the table grows by as many
+each round), with a
 producer that keeps nothing. ``time.process_time_ns`` around each stage of each batch of 160 publishes (10 ms at
 16,000 publishes/s), the objects made beforehand frozen out of the garbage collector's way, as a frontend does.
 
