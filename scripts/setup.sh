@@ -2,18 +2,19 @@
 # Installs what Hermes needs on a fresh Debian machine, in steps it names as it goes: the Debian packages (Java
 # for Kafka and Spark, Maven to fetch jars, npm to fetch the web console's htmx, a C compiler with Python's and
 # xxHash's headers for the package's compiled module; with the test and benchmark tools also ZooKeeper for the
-# ZooKeeper metadata repository's tests, Chromium and its driver for the console's browser tests, wrk), a virtualenv in .venv with the package and the extras of HERMES_EXTRAS (default
-# all,dev: everything; `make run` asks only for what running needs), the benchmark's open-loop generator
-# (bench/openloop/openloop.c) built into .venv/bin, htmx in .venv/share/hermes/js, and the pinned jars of
-# jars/*.pom.xml (the embedded Apache Kafka broker, Spark's Kafka connector) in .venv/share/hermes/jars. Safe to
-# run again: every step is idempotent, and nothing is downloaded at run time.
+# ZooKeeper metadata repository's tests, Chromium and its driver for the console's browser tests, wrk), a
+# virtualenv in .venv with the package and the extras of HERMES_EXTRAS (default all,dev: everything; `make run` asks
+# only for what running needs), the benchmark's open-loop generator
+# (bench/openloop/openloop.c) built into .venv/bin, and, fetched beside pip's install, htmx in .venv/share/hermes/js
+# and the pinned jars of jars/*.pom.xml (the embedded Apache Kafka broker, Spark's Kafka connector, Delta Lake) in
+# .venv/share/hermes/jars. Safe to run again: every step is idempotent, and nothing is downloaded at run time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 extras="${HERMES_EXTRAS:-all,dev}"
 has_extra() { case ",$extras," in *",$1,"* | *",all,"*) return 0 ;; *) return 1 ;; esac; }
 say() { echo "setup: $*"; }
-steps=5
+steps=6
 step=0
 next() { step=$((step + 1)); say "[$step/$steps] $*"; }
 
@@ -49,6 +50,57 @@ else
   say "  already installed"
 fi
 
+# htmx for the web console (docs/console.md), pinned, from the npm registry into .venv/share/hermes/js.
+fetch_htmx() {
+  htmx_version="2.0.11"
+  js=".venv/share/hermes/js"
+  if [ -f "$js/.htmx-$htmx_version" ]; then
+    say "  htmx $htmx_version: already fetched"
+  else
+    say "  htmx $htmx_version: fetching from the npm registry"
+    tmp="$(mktemp -d)"
+    (cd "$tmp" && npm pack --silent "htmx.org@$htmx_version" >/dev/null && tar -xzf htmx.org-*.tgz)
+    mkdir -p "$js"
+    cp "$tmp/package/dist/htmx.min.js" "$js/htmx.min.js"
+    cp "$tmp/package/LICENSE" "$js/htmx.LICENSE"
+    rm -rf "$tmp" "$js"/.htmx-*
+    touch "$js/.htmx-$htmx_version"
+    say "  htmx $htmx_version: fetched"
+  fi
+}
+
+# Each jars/NAME.pom.xml becomes .venv/share/hermes/jars/NAME/*.jar, through a Maven cache inside .venv.
+fetch_jars() {
+  # jansi.noreset: Maven's console library writes colour resets (ESC[0m) when it closes, -B and style.color or not.
+  poms=(jars/*.pom.xml)
+  for i in "${!poms[@]}"; do
+    pom="${poms[$i]}"
+    name="$(basename "$pom" .pom.xml)"
+    target=".venv/share/hermes/jars/$name"
+    jar_stamp="$target/.fetched-$(sha1sum "$pom" | cut -c1-12)"
+    if [ -f "$jar_stamp" ]; then
+      say "  ($((i + 1))/${#poms[@]}) $name: already fetched"
+      continue
+    fi
+    say "  ($((i + 1))/${#poms[@]}) $name: fetching"
+    rm -rf "$target"
+    MAVEN_OPTS="${MAVEN_OPTS:-} -Djansi.noreset=true" mvn -q -B -ntp -Dstyle.color=never -f "$pom" \
+      -Dmaven.repo.local="$PWD/.venv/share/hermes/maven" \
+      dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$PWD/$target"
+    touch "$jar_stamp"
+    say "  ($((i + 1))/${#poms[@]}) $name: $(find "$target" -name '*.jar' | wc -l) jars"
+  done
+}
+
+# The jars and htmx come from the network while pip installs (minutes on a fresh machine, the longest step), in a
+# subshell of their own (set -e holds in it): its lines are shown once pip is done, and its failure stops the set-up.
+next "jars (Maven Central) and htmx (npm registry): fetched in the background"
+mkdir -p .venv
+fetch_log="$(mktemp)"
+trap 'rm -f "$fetch_log"' EXIT
+(fetch_htmx; fetch_jars) >"$fetch_log" 2>&1 &
+fetching=$!
+
 next "Python packages: hermes-broker[$extras] in .venv"
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv
@@ -83,42 +135,9 @@ else
   say "  already built"
 fi
 
-# htmx for the web console (docs/console.md), pinned, from the npm registry into .venv/share/hermes/js.
-next "htmx for the web console"
-htmx_version="2.0.11"
-js=".venv/share/hermes/js"
-if [ -f "$js/.htmx-$htmx_version" ]; then
-  say "  already fetched"
-else
-  say "  fetching htmx $htmx_version from the npm registry"
-  tmp="$(mktemp -d)"
-  (cd "$tmp" && npm pack --silent "htmx.org@$htmx_version" >/dev/null && tar -xzf htmx.org-*.tgz)
-  mkdir -p "$js"
-  cp "$tmp/package/dist/htmx.min.js" "$js/htmx.min.js"
-  cp "$tmp/package/LICENSE" "$js/htmx.LICENSE"
-  rm -rf "$tmp" "$js"/.htmx-*
-  touch "$js/.htmx-$htmx_version"
-fi
-
-# Each jars/NAME.pom.xml becomes .venv/share/hermes/jars/NAME/*.jar, through a Maven cache inside .venv.
-# jansi.noreset: Maven's console library writes colour resets (ESC[0m) when it closes, -B and style.color or not.
-next "jars, with Maven"
-poms=(jars/*.pom.xml)
-for i in "${!poms[@]}"; do
-  pom="${poms[$i]}"
-  name="$(basename "$pom" .pom.xml)"
-  target=".venv/share/hermes/jars/$name"
-  jar_stamp="$target/.fetched-$(sha1sum "$pom" | cut -c1-12)"
-  if [ -f "$jar_stamp" ]; then
-    say "  ($((i + 1))/${#poms[@]}) $name: already fetched"
-    continue
-  fi
-  say "  ($((i + 1))/${#poms[@]}) $name: fetching"
-  rm -rf "$target"
-  MAVEN_OPTS="${MAVEN_OPTS:-} -Djansi.noreset=true" mvn -q -B -ntp -Dstyle.color=never -f "$pom" \
-    -Dmaven.repo.local="$PWD/.venv/share/hermes/maven" \
-    dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$PWD/$target"
-  touch "$jar_stamp"
-  say "  ($((i + 1))/${#poms[@]}) $name: $(find "$target" -name '*.jar' | wc -l) jars"
-done
+next "jars and htmx: waiting for the background fetch"
+status=0
+wait "$fetching" || status=$?
+cat "$fetch_log"
+[ "$status" -eq 0 ] || { say "  the fetch of the jars or htmx failed (exit $status)"; exit "$status"; }
 say "ready"

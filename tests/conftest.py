@@ -89,7 +89,7 @@ class _SessionFixtures:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef[Any]) -> Generator[None, object, object]:
-        if fixturedef.scope != "session":
+        if fixturedef.scope not in ("session", "package"):  # the Spark tier's are the package's
             return (yield)
         before = len(_descriptors())
         try:
@@ -98,8 +98,22 @@ class _SessionFixtures:
             _guard.session_descriptors += len(_descriptors()) - before
 
 
+# What Spark's launcher adds to the command of every Spark JVM the suite starts (the tests' SparkSession, the Spark
+# Connect servers, `hermes pipeline`'s driver, the docs' examples; the standalone cluster's master and workers), read
+# from the environment the children inherit: C1 only, as the embedded Kafka broker runs. Their work here is small and
+# short-lived, and C2 compiling it cost nearly half of it: a session's start, a Delta write, three reads and an
+# OPTIMIZE took 38-43 s of CPU with the default compilers and 22 s with C1 (see docs/benchmarks.md). The pipeline
+# itself keeps the default compilers, which pay off on a sustained archive (docs/pipeline.md).
+SPARK_TEST_JAVA_OPTIONS = {
+    "SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1",
+    "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1",
+}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_SessionFixtures(), "hermes-session-fixture-descriptors")
+    for variable, options in SPARK_TEST_JAVA_OPTIONS.items():
+        os.environ.setdefault(variable, options)
 
 
 def _module_of(item: pytest.Item | None) -> str:

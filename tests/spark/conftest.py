@@ -1,4 +1,5 @@
-"""The Spark tier: one local SparkSession for the whole test session (starting Spark takes 10+ s)."""
+"""The Spark tier: one local SparkSession for the whole tier (starting Spark takes 10+ s). The tier's fixtures are
+the package's: its JVMs stop when its last test ends, not idle beside the rest of its worker's modules."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from tests.support.spark_cluster import SparkStandaloneCluster
 from tests.support.spark_connect import SparkConnectServer
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A classic ``local[2]`` SparkSession, small and quiet, shared by every Spark test: use unique names for
     topics, checkpoints and lake directories, and stop every streaming query you start."""
@@ -29,7 +30,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 
 class SparkServers:
-    """The Spark Connect servers and the standalone cluster the session's tests use, launched together."""
+    """The Spark Connect servers and the standalone cluster the tier's tests use, launched together."""
 
     def __init__(self, base: pytest.TempPathFactory, wanted: set[str]) -> None:
         self.connect = SparkConnectServer(base.mktemp("spark-connect")) if "spark_connect" in wanted else None
@@ -56,7 +57,7 @@ class SparkServers:
             server.stop()
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def spark_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkServers]:
     """Before the first test of the tier, starts the servers that its later tests use (by their fixtures) side by
     side, instead of one after another in the setup of the first test that needs each. It waits for them: five
@@ -71,25 +72,25 @@ def spark_servers(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
         servers.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark_connect(spark_servers: SparkServers) -> SparkConnectServer:
     """A local Spark Connect server for the tests that run the pipeline through ``--spark-remote``; stopped,
-    with its JVM, at the end of the session."""
+    with its JVM, at the end of the tier."""
     assert spark_servers.connect is not None
     return spark_servers.connect.wait_until_ready()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark_connect_without_kafka(spark_servers: SparkServers) -> SparkConnectServer:
     """A Spark Connect server started without Spark's Kafka connector, on one core."""
     assert spark_servers.connect_without_kafka is not None
     return spark_servers.connect_without_kafka.wait_until_ready()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark_cluster(spark_servers: SparkServers) -> SparkStandaloneCluster:
     """A Spark standalone cluster (a master and two workers, separate JVMs) for the tests that run the pipeline
-    with ``--spark-master spark://...``; stopped with its executors at the end."""
+    with ``--spark-master spark://...``; stopped with its executors at the end of the tier."""
     assert spark_servers.cluster is not None
     return spark_servers.cluster.wait_until_ready()
 
