@@ -149,10 +149,8 @@ def test_token_requests_are_spaced_by_a_growing_delay(client: HermesClient, oaut
         gaps = [b - a for a, b in itertools.pairwise(times)]
         delays = (0.2, 0.4, 0.8, 0.8, 0.8)
         # The delay runs from when the broker sent the request before; these are arrivals at the token server, so a
-        # request that arrived late (a busy machine: over 0.1 s) shortens the gap after it. Each gap is at least
-        # half its delay, and in all they are the delays but for the lateness of the first request alone.
-        for gap, expected in zip(gaps, delays, strict=True):
-            assert gap >= expected / 2, gaps
+        # request that arrived late (a busy machine: over 0.1 s) shortens the gap after it by as much. In all, the
+        # gaps are the delays but for the lateness of the first request alone (without the doubling: 1 s).
         assert times[-1] - times[0] >= sum(delays) - 0.3, gaps
         assert max(gaps[3:]) < 1.5, f"the delay stops growing at tokenRequestMaxDelay: {gaps}"
         assert counter("token_requests", topic, name) >= 6
