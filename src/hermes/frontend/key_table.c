@@ -60,6 +60,7 @@ typedef struct {
     size_t cursor; /* where the sweep goes on */
     uint64_t moves; /* how many times slots moved (a growth, a deletion): a slot's address is good until the next */
     Slot *outbox;  /* answered since the last flush */
+    int flush_due; /* kept() was called since the last flush */
     size_t outbox_count, outbox_capacity;
     TopicKeys topics[TOPICS];
     /* what the rare paths and the loop's side need, from hermes.frontend.idempotency */
@@ -468,12 +469,12 @@ KeyTable_publish(KeyTable *self, PyObject *const *args, Py_ssize_t nargs)
         Py_DECREF(result);
         return answered;
     }
-    FirstPublish *first = PyObject_New(FirstPublish, &FirstPublishType);
-    if (first == NULL) {
+    if (is_empty(slot) && (slot = take(self, hi, lo)) == NULL) {
         return NULL;
     }
-    if (is_empty(slot) && (slot = take(self, hi, lo)) == NULL) {
-        Py_DECREF(first);
+    FirstPublish *first = PyObject_New(FirstPublish, &FirstPublishType);
+    if (first == NULL) { /* the slot (new, or of a window over) emptied: no key in flight without its publish */
+        delete_at(self, (size_t)(slot - self->slots));
         return NULL;
     }
     slot->digest = digest;
@@ -570,29 +571,30 @@ FirstPublish_vectorcall(FirstPublish *self, PyObject *const *args, size_t nargsf
             }
         }
         if (!failed) {
-            int first_since_flush = table->outbox_count == 0;
             failed = outbox_add(table, &kept) < 0;
-            if (!failed && first_since_flush) {
-                PyObject *due = PyObject_CallNoArgs(table->kept);
-                failed = due == NULL;
-                Py_XDECREF(due);
-            }
+        }
+        if (!failed && !table->flush_due) { /* asked again by the next answer if asking failed */
+            PyObject *due = PyObject_CallNoArgs(table->kept);
+            failed = due == NULL;
+            table->flush_due = due != NULL;
+            Py_XDECREF(due);
         }
     } else if (ours) {
         delete_at(table, (size_t)(slot - table->slots));
     }
-    if (!failed && waited) {
+    if (failed) { /* answered all the same: a key not kept is a duplicate at worst, never a loss */
+        PyErr_WriteUnraisable((PyObject *)self);
+    }
+    if (waited) { /* the repeats waiting for this answer get it whatever happened to the key */
         PyObject *named = named_to(self->hi, self->lo);
         PyObject *released = named == NULL ? NULL : PyObject_CallFunctionObjArgs(table->release, named, outcome, NULL);
         Py_XDECREF(named);
-        failed = released == NULL;
+        if (released == NULL) {
+            PyErr_WriteUnraisable((PyObject *)self);
+        }
         Py_XDECREF(released);
     }
-    PyObject *answered = NULL;
-    if (failed) { /* the publish is answered all the same: a key not kept is a duplicate at worst, never a loss */
-        PyErr_WriteUnraisable((PyObject *)self);
-    }
-    answered = call_answer(answer, outcome);
+    PyObject *answered = call_answer(answer, outcome);
     Py_DECREF(answer);
     return answered;
 }
@@ -637,6 +639,7 @@ KeyTable_flush(KeyTable *self, PyObject *Py_UNUSED(ignored))
      * one stretch of memory, rather than a few slots for each answer (three lines missing from the cache each). */
     sweep(self, 4 * self->outbox_count, now_ms(0));
     self->outbox_count = 0;
+    self->flush_due = 0;
     if (self->outbox_capacity > 65536) { /* a burst's outbox is not kept */
         PyMem_RawFree(self->outbox);
         self->outbox = NULL;
